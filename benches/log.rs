@@ -1,0 +1,2 @@
+//! Log benchmark (being written).
+fn main() {}

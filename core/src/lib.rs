@@ -1,0 +1,17 @@
+//! brook's shared vocabulary, with no runtime in it.
+//!
+//! This crate owns the small types every other brook crate speaks in:
+//!
+//! - [`time`]: event time in milliseconds and the [`time::Clock`] through which every
+//!   other crate reads wall-clock time, so that tests can drive time by hand.
+//! - [`config`]: parsing of the duration (`250ms`, `7d`) and size (`1GiB`) values that
+//!   appear in job specs and on the command line.
+//! - [`names`]: validation of user-given names (topics, groups, jobs) so that none can
+//!   escape the data directory.
+//!
+//! It must not know about the log, state backends, operators or the engine: those
+//! depend on it, never the other way round. It has no tokio, no RocksDB and no I/O.
+
+pub mod config;
+pub mod names;
+pub mod time;

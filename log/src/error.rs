@@ -1,0 +1,126 @@
+//! The log's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+use brook_core::names::InvalidName;
+use thiserror::Error;
+
+use crate::group::GroupError;
+use crate::offsets::OffsetStoreError;
+
+/// Everything that can go wrong in the log.
+#[derive(Debug, Error)]
+pub enum LogError {
+    /// A file-system operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done (`open`, `write`, `fsync`, ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Another process (or another `Log` in this one) holds the data directory.
+    #[error("data directory {path} is in use by another brook process (lock file {lock} is held); stop that process or use another --data-dir")]
+    Locked {
+        /// The data directory.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A name that cannot be used for a topic or group.
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+    /// The topic does not exist.
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
+    /// The topic already exists.
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    /// The partition does not exist in the topic.
+    #[error("topic {topic:?} has no partition {partition} (it has {partitions})")]
+    UnknownPartition {
+        /// The topic.
+        topic: String,
+        /// The partition asked for.
+        partition: u32,
+        /// How many partitions the topic has.
+        partitions: u32,
+    },
+    /// A configuration value is out of range; `field` names it.
+    #[error("invalid {field}: {reason}")]
+    InvalidConfig {
+        /// The configuration field, as a user writes it.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A record is larger than the topic's `max_record_bytes`.
+    #[error("record of {size} bytes at batch position {index} exceeds the maximum record size of {max} bytes")]
+    RecordTooLarge {
+        /// Position of the record in the appended batch (0-based).
+        index: usize,
+        /// Its encoded size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A read below the log start offset (data deleted by retention), as Kafka's
+    /// `OffsetOutOfRange`.
+    #[error("offset {requested} is out of range for {topic}-{partition}: the log starts at {log_start} and ends at {log_end}")]
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The offset asked for.
+        requested: u64,
+        /// The earliest offset still stored.
+        log_start: u64,
+        /// The offset the next record will get.
+        log_end: u64,
+    },
+    /// Stored data failed validation somewhere other than a torn tail; brook refuses to
+    /// skip it silently.
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        /// The segment file.
+        path: PathBuf,
+        /// Byte position of the first bad batch.
+        position: u64,
+        /// What was wrong (CRC mismatch, bad length, ...).
+        reason: String,
+    },
+    /// A consumer-group operation was refused.
+    #[error(transparent)]
+    Group(#[from] GroupError),
+    /// Committed offsets could not be stored or loaded.
+    #[error(transparent)]
+    Offsets(#[from] OffsetStoreError),
+    /// A broken invariant inside the log (a bug), such as a panicked blocking task.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// The log was closed.
+    #[error("the log is closed")]
+    Closed,
+}
+
+/// The log's result type.
+pub type Result<T, E = LogError> = std::result::Result<T, E>;
+
+/// Adds the operation and path to an [`io::Error`].
+pub(crate) trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| LogError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

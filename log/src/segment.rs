@@ -1,0 +1,532 @@
+//! One segment of a partition: a data file plus its offset index and time index.
+//!
+//! Files, named by the segment's base offset (20 digits, as Kafka):
+//! - `<base>.log`: the batches (see [`crate::format`]).
+//! - `<base>.index`: sparse offset index, entries `(relative offset u32, position u32)`
+//!   little-endian, one per `index_interval_bytes` of data, at batch starts.
+//! - `<base>.timeindex`: entries `(max timestamp before i64, relative offset u32,
+//!   position u32)`: every record before `position` has a timestamp `<=` the entry's,
+//!   so a search for the first record with timestamp `>= t` can start at the last entry
+//!   whose timestamp is `< t`. The last entry (the footer) sits at the end of the data,
+//!   so it carries the segment's largest timestamp and next offset.
+//!
+//! Index files are derived data: they are kept in memory while the segment is active and
+//! written when it is closed (rolled, or the log shut down cleanly). After an unclean
+//! shutdown, or when they do not match the data file, they are rebuilt by a scan that
+//! also checks every batch's CRC.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tracing::warn;
+
+use crate::error::{IoContext, LogError, Result};
+use crate::format::{self, BatchHeader, EncodedBatch, FormatError, BATCH_HEADER_LEN};
+use crate::record::Record;
+
+const INDEX_ENTRY: usize = 8;
+const TIME_ENTRY: usize = 16;
+
+/// The file name stem of a segment with this base offset.
+pub(crate) fn segment_stem(base_offset: u64) -> String {
+    format!("{base_offset:020}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IndexEntry {
+    rel: u32,
+    pos: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimeEntry {
+    ts: i64,
+    rel: u32,
+    pos: u32,
+}
+
+/// An open segment.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) base_offset: u64,
+    pub(crate) next_offset: u64,
+    /// Bytes of valid data.
+    pub(crate) size: u64,
+    /// Largest timestamp in the segment, `i64::MIN` when empty.
+    pub(crate) max_timestamp: i64,
+    /// Wall-clock time (ms) the segment was created or opened; for rolling by age.
+    pub(crate) created_ms: i64,
+    file: Arc<File>,
+    path: PathBuf,
+    index_path: PathBuf,
+    time_index_path: PathBuf,
+    index: Vec<IndexEntry>,
+    time_index: Vec<TimeEntry>,
+    bytes_since_index: u64,
+    index_interval: u64,
+}
+
+/// What a reader needs of a segment, taken under the partition lock and used without it.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentView {
+    pub(crate) file: Arc<File>,
+    pub(crate) path: PathBuf,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+impl Segment {
+    fn paths(dir: &Path, base_offset: u64) -> (PathBuf, PathBuf, PathBuf) {
+        let stem = segment_stem(base_offset);
+        (
+            dir.join(format!("{stem}.log")),
+            dir.join(format!("{stem}.index")),
+            dir.join(format!("{stem}.timeindex")),
+        )
+    }
+
+    /// Creates a new, empty segment. Fails if its file already exists.
+    pub(crate) fn create(
+        dir: &Path,
+        base_offset: u64,
+        index_interval: u64,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let (path, index_path, time_index_path) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .ctx("create", &path)?;
+        // Stale index files of an earlier segment at this offset would be misread.
+        let _ = fs::remove_file(&index_path);
+        let _ = fs::remove_file(&time_index_path);
+        Ok(Segment {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp: i64::MIN,
+            created_ms: now_ms,
+            file: Arc::new(file),
+            path,
+            index_path,
+            time_index_path,
+            index: Vec::new(),
+            time_index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval,
+        })
+    }
+
+    /// Opens an existing segment.
+    ///
+    /// With `recover`, the data is scanned and checked batch by batch; if `is_last`, a
+    /// torn or corrupt final batch is truncated away (with a warning), otherwise any bad
+    /// batch is [`LogError::Corrupt`]. Without `recover`, the index files are trusted if
+    /// they match the data file, else the segment is scanned as well.
+    pub(crate) fn open(
+        dir: &Path,
+        base_offset: u64,
+        index_interval: u64,
+        recover: bool,
+        is_last: bool,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let (path, index_path, time_index_path) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .ctx("open", &path)?;
+        let size = file.metadata().ctx("stat", &path)?.len();
+        let mut seg = Segment {
+            base_offset,
+            next_offset: base_offset,
+            size,
+            max_timestamp: i64::MIN,
+            created_ms: now_ms,
+            file: Arc::new(file),
+            path,
+            index_path,
+            time_index_path,
+            index: Vec::new(),
+            time_index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval,
+        };
+        if recover || size == 0 || !seg.load_indexes()? {
+            seg.scan(is_last)?;
+        }
+        Ok(seg)
+    }
+
+    /// Loads the index files; `Ok(false)` if they are missing or do not fit the data.
+    fn load_indexes(&mut self) -> Result<bool> {
+        let (Ok(idx), Ok(tidx)) = (fs::read(&self.index_path), fs::read(&self.time_index_path))
+        else {
+            return Ok(false);
+        };
+        if idx.len() % INDEX_ENTRY != 0 || tidx.len() % TIME_ENTRY != 0 || tidx.is_empty() {
+            return Ok(false);
+        }
+        let u32_at =
+            |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let index: Vec<IndexEntry> = idx
+            .chunks_exact(INDEX_ENTRY)
+            .map(|c| IndexEntry {
+                rel: u32_at(c, 0),
+                pos: u32_at(c, 4),
+            })
+            .collect();
+        let time_index: Vec<TimeEntry> = tidx
+            .chunks_exact(TIME_ENTRY)
+            .map(|c| {
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&c[..8]);
+                TimeEntry {
+                    ts: i64::from_le_bytes(ts),
+                    rel: u32_at(c, 8),
+                    pos: u32_at(c, 12),
+                }
+            })
+            .collect();
+        let sorted_index = index
+            .windows(2)
+            .all(|w| w[0].rel < w[1].rel && w[0].pos < w[1].pos)
+            && index.last().is_none_or(|e| u64::from(e.pos) < self.size);
+        let sorted_time = time_index
+            .windows(2)
+            .all(|w| w[0].ts <= w[1].ts && w[0].rel < w[1].rel && w[0].pos < w[1].pos);
+        // Splitting off the footer cannot fail: `tidx` is not empty (checked above).
+        let Some(footer) = time_index.last().copied() else {
+            return Ok(false);
+        };
+        if !sorted_index || !sorted_time || u64::from(footer.pos) != self.size || footer.rel == 0 {
+            return Ok(false);
+        }
+        self.index = index;
+        self.time_index = time_index;
+        self.time_index.pop();
+        self.next_offset = self.base_offset + u64::from(footer.rel);
+        self.max_timestamp = footer.ts;
+        self.bytes_since_index = self.size - self.index.last().map_or(0, |e| u64::from(e.pos));
+        Ok(true)
+    }
+
+    /// Reads every batch, checking CRCs and offset continuity, and rebuilds the indexes.
+    fn scan(&mut self, is_last: bool) -> Result<()> {
+        self.index.clear();
+        self.time_index.clear();
+        self.next_offset = self.base_offset;
+        self.max_timestamp = i64::MIN;
+        self.bytes_since_index = 0;
+        let file_len = self.size;
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        while pos < file_len {
+            let remaining = file_len - pos;
+            let bad = match self.check_batch_at(pos, remaining, &mut buf) {
+                Ok(h) if h.base_offset == self.next_offset => {
+                    self.note_batch(pos, &h);
+                    pos += h.total_len() as u64;
+                    continue;
+                }
+                Ok(h) => {
+                    let reason = format!(
+                        "batch base offset {} where {} was expected",
+                        h.base_offset, self.next_offset
+                    );
+                    (reason, pos + h.total_len() as u64 == file_len)
+                }
+                Err((e, ends_at_eof)) => (e.to_string(), ends_at_eof),
+            };
+            let (reason, is_tail) = bad;
+            if is_last && is_tail {
+                warn!(
+                    path = %self.path.display(),
+                    position = pos,
+                    dropped_bytes = remaining,
+                    reason = %reason,
+                    "truncating torn or corrupt tail of the log"
+                );
+                self.file.set_len(pos).ctx("truncate", &self.path)?;
+                self.file.sync_all().ctx("fsync", &self.path)?;
+                break;
+            }
+            return Err(LogError::Corrupt {
+                path: self.path.clone(),
+                position: pos,
+                reason,
+            });
+        }
+        self.size = pos;
+        Ok(())
+    }
+
+    /// Checks the batch at `pos`. On error, also says whether the bad batch is the
+    /// tail: it runs to (or past) the end of the file, so nothing valid can follow it.
+    fn check_batch_at(
+        &self,
+        pos: u64,
+        remaining: u64,
+        buf: &mut Vec<u8>,
+    ) -> std::result::Result<BatchHeader, (FormatError, bool)> {
+        let head_len = remaining.min(BATCH_HEADER_LEN as u64) as usize;
+        buf.resize(head_len, 0);
+        let io_err =
+            |e: std::io::Error| (FormatError::BadHeader(format!("read failed: {e}")), false);
+        self.file.read_exact_at(buf, pos).map_err(io_err)?;
+        if head_len < 12 {
+            return Err((
+                FormatError::Truncated {
+                    needed: BATCH_HEADER_LEN,
+                    available: head_len,
+                },
+                true,
+            ));
+        }
+        // The length field decides whether the bad batch is the tail, even if the rest
+        // of the header is damaged.
+        let total = 12 + u64::from(u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]));
+        let is_tail = total >= remaining;
+        let h = format::parse_header(buf).map_err(|e| (e, is_tail))?;
+        if total > remaining {
+            return Err((
+                FormatError::Truncated {
+                    needed: total as usize,
+                    available: remaining as usize,
+                },
+                true,
+            ));
+        }
+        buf.resize(h.total_len(), 0);
+        self.file.read_exact_at(buf, pos).map_err(io_err)?;
+        format::verify_crc(&h, buf).map_err(|e| (e, is_tail))?;
+        Ok(h)
+    }
+
+    /// Records a batch written (or found) at `pos` in the in-memory indexes.
+    fn note_batch(&mut self, pos: u64, h: &BatchHeader) {
+        if pos > 0 && self.bytes_since_index >= self.index_interval {
+            let rel = (h.base_offset - self.base_offset) as u32;
+            self.index.push(IndexEntry {
+                rel,
+                pos: pos as u32,
+            });
+            self.time_index.push(TimeEntry {
+                ts: self.max_timestamp,
+                rel,
+                pos: pos as u32,
+            });
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += h.total_len() as u64;
+        self.next_offset = h.next_offset();
+        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+    }
+
+    /// Appends one encoded batch. On a failed write the file is cut back, so a partial
+    /// batch never stays in front of later ones.
+    pub(crate) fn append(&mut self, batch: &[u8], enc: &EncodedBatch) -> Result<()> {
+        let pos = self.size;
+        if let Err(e) = self.file.write_all_at(batch, pos) {
+            let _ = self.file.set_len(pos);
+            return Err(LogError::Io {
+                op: "write",
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        let h = BatchHeader {
+            base_offset: self.next_offset,
+            batch_len: (enc.len - 12) as u32,
+            crc: 0,
+            record_count: enc.record_count,
+            first_timestamp: 0,
+            max_timestamp: enc.max_timestamp,
+        };
+        self.note_batch(pos, &h);
+        self.size += enc.len as u64;
+        Ok(())
+    }
+
+    /// Flushes data to stable storage.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync_data().ctx("fsync", &self.path)
+    }
+
+    /// Writes the index files (with the footer entry), optionally fsyncing them.
+    pub(crate) fn write_indexes(&self, sync: bool) -> Result<()> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        let mut idx = Vec::with_capacity(self.index.len() * INDEX_ENTRY);
+        for e in &self.index {
+            idx.extend_from_slice(&e.rel.to_le_bytes());
+            idx.extend_from_slice(&e.pos.to_le_bytes());
+        }
+        let mut tidx = Vec::with_capacity((self.time_index.len() + 1) * TIME_ENTRY);
+        let footer = TimeEntry {
+            ts: self.max_timestamp,
+            rel: (self.next_offset - self.base_offset) as u32,
+            pos: self.size as u32,
+        };
+        for e in self.time_index.iter().chain(std::iter::once(&footer)) {
+            tidx.extend_from_slice(&e.ts.to_le_bytes());
+            tidx.extend_from_slice(&e.rel.to_le_bytes());
+            tidx.extend_from_slice(&e.pos.to_le_bytes());
+        }
+        for (path, bytes) in [(&self.index_path, idx), (&self.time_index_path, tidx)] {
+            fs::write(path, &bytes).ctx("write", path)?;
+            if sync {
+                File::open(path)
+                    .and_then(|f| f.sync_all())
+                    .ctx("fsync", path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the segment's index files (used when a closed segment is reopened for
+    /// appending, so stale indexes cannot be trusted after a crash).
+    pub(crate) fn remove_index_files(&self) {
+        let _ = fs::remove_file(&self.index_path);
+        let _ = fs::remove_file(&self.time_index_path);
+    }
+
+    /// Deletes the segment's files.
+    pub(crate) fn delete(&self) -> Result<()> {
+        fs::remove_file(&self.path).ctx("delete", &self.path)?;
+        self.remove_index_files();
+        Ok(())
+    }
+
+    /// Byte position from which to read to find `offset` (a batch start at or before it).
+    pub(crate) fn position_for_offset(&self, offset: u64) -> u64 {
+        let rel = offset.saturating_sub(self.base_offset);
+        let i = self.index.partition_point(|e| u64::from(e.rel) <= rel);
+        if i == 0 {
+            0
+        } else {
+            u64::from(self.index[i - 1].pos)
+        }
+    }
+
+    /// Byte position from which to scan for the first record with timestamp `>= ts`.
+    pub(crate) fn position_for_timestamp(&self, ts: i64) -> u64 {
+        let i = self.time_index.partition_point(|e| e.ts < ts);
+        if i == 0 {
+            0
+        } else {
+            u64::from(self.time_index[i - 1].pos)
+        }
+    }
+
+    /// A reader's view from `start`.
+    pub(crate) fn view(&self, start: u64) -> SegmentView {
+        SegmentView {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            start,
+            end: self.size,
+        }
+    }
+}
+
+/// Where a read stopped.
+#[derive(Debug, Default)]
+pub(crate) struct ReadProgress {
+    pub(crate) records: usize,
+    pub(crate) bytes: usize,
+}
+
+impl SegmentView {
+    /// Reads batches from `self.start`, pushing records with offset `>= from` onto
+    /// `out`, within the remaining budgets. Returns `Ok(true)` when the segment's end
+    /// was reached. At least one batch is read when nothing has been read yet, even if
+    /// it is bigger than the byte budget (as Kafka's fetch).
+    pub(crate) fn read(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        progress: &mut ReadProgress,
+        out: &mut Vec<Record>,
+    ) -> Result<bool> {
+        let mut pos = self.start;
+        while pos < self.end && progress.records < max_records {
+            let budget = max_bytes.saturating_sub(progress.bytes);
+            if budget == 0 && progress.records > 0 {
+                return Ok(false);
+            }
+            let remaining = (self.end - pos) as usize;
+            let mut want = remaining.min(budget.max(BATCH_HEADER_LEN)).min(64 << 20);
+            let mut chunk = self.read_at(pos, want)?;
+            // Make sure at least the first batch is complete.
+            let first = format::parse_header(&chunk).map_err(|e| self.corrupt(pos, e))?;
+            if first.total_len() > chunk.len() {
+                if progress.records > 0 {
+                    return Ok(false);
+                }
+                want = first.total_len().min(remaining);
+                chunk = self.read_at(pos, want)?;
+            }
+            let mut at = 0usize;
+            while at < chunk.len() && progress.records < max_records {
+                let h = match format::parse_header(&chunk[at..]) {
+                    Ok(h) if at + h.total_len() <= chunk.len() => h,
+                    Ok(_) | Err(FormatError::Truncated { .. }) if at > 0 => break,
+                    Ok(h) => {
+                        let e = FormatError::Truncated {
+                            needed: h.total_len(),
+                            available: chunk.len() - at,
+                        };
+                        return Err(self.corrupt(pos + at as u64, e));
+                    }
+                    Err(e) => return Err(self.corrupt(pos + at as u64, e)),
+                };
+                let len = h.total_len();
+                if progress.records > 0 && progress.bytes + len > max_bytes {
+                    return Ok(false);
+                }
+                let batch = chunk.slice(at..at + len);
+                format::verify_crc(&h, &batch).map_err(|e| self.corrupt(pos + at as u64, e))?;
+                if h.next_offset() > from {
+                    let n = format::decode_records(
+                        &batch,
+                        &h,
+                        from,
+                        max_records - progress.records,
+                        out,
+                    )
+                    .map_err(|e| self.corrupt(pos + at as u64, e))?;
+                    progress.records += n;
+                    progress.bytes += len;
+                }
+                at += len;
+            }
+            pos += at as u64;
+        }
+        Ok(pos >= self.end)
+    }
+
+    fn read_at(&self, pos: u64, len: usize) -> Result<Bytes> {
+        let mut buf = BytesMut::zeroed(len);
+        self.file
+            .read_exact_at(&mut buf, pos)
+            .ctx("read", &self.path)?;
+        Ok(buf.freeze())
+    }
+
+    fn corrupt(&self, position: u64, e: FormatError) -> LogError {
+        LogError::Corrupt {
+            path: self.path.clone(),
+            position,
+            reason: e.to_string(),
+        }
+    }
+}
