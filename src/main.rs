@@ -1,6 +1,6 @@
 //! The `brook` command-line tool.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -436,6 +436,17 @@ async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
         } else {
             consumer.try_poll()?
         };
+        if args.group.is_some() {
+            // A partition this poll returned nothing from is consumed up to the
+            // consumer's position, which a reset may have moved (when retention deleted
+            // the committed offset), as a Kafka consumer commits its position.
+            let fetched: BTreeSet<u32> = batch.iter().map(|cr| cr.partition).collect();
+            for (tp, o) in done.iter_mut() {
+                if !fetched.contains(&tp.partition) {
+                    *o = consumer.position(tp)?;
+                }
+            }
+        }
         if batch.is_empty() && !args.follow {
             break;
         }
@@ -466,6 +477,15 @@ async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
     }
     let _ = out.flush();
     drop(out);
+    if args.group.is_some() {
+        // Also when nothing was printed: the group then goes on from where this run
+        // started (the end, without --from-beginning), as a Kafka consumer commits its
+        // positions on close. Unchanged offsets are not rewritten.
+        let offsets: Vec<_> = done.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
+        consumer
+            .commit_offsets(&offsets)
+            .context("committing offsets")?;
+    }
     if printed == 0 && !args.from_beginning && args.offset.is_empty() && !interrupted {
         eprintln!("no new records (use --from-beginning to read from the start)");
     }

@@ -374,7 +374,13 @@ impl Consumer {
                     let new = self.reset_position(&tp, &part, Some(requested))?;
                     info!(topic = %tp.topic, partition = tp.partition, from = pos, to = new, "position out of range; reset");
                     self.positions.insert(tp, new);
-                    continue;
+                    // Read from the new position now: what is available is returned by
+                    // this call, not only by the next one. Retention may have moved the
+                    // start again meanwhile; the next poll resets once more then.
+                    match part.read_into(new, lim, &mut records) {
+                        Ok(_) | Err(LogError::OffsetOutOfRange { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 Err(e) => return Err(e),
             }

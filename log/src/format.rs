@@ -270,55 +270,57 @@ pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, FormatError> {
     Ok(h)
 }
 
-struct Cursor<'a> {
-    buf: &'a Bytes,
+/// Bounds-checked little-endian reads inside one batch; errors name the record.
+struct Fields<'a> {
+    buf: &'a [u8],
     pos: usize,
     index: u32,
 }
 
-impl Cursor<'_> {
+impl Fields<'_> {
+    fn malformed(&self, reason: &'static str) -> FormatError {
+        FormatError::Malformed {
+            index: self.index,
+            reason,
+        }
+    }
+    /// Claims the next `n` bytes and returns where they start.
+    #[inline]
     fn take(&mut self, n: usize) -> Result<usize, FormatError> {
         let at = self.pos;
         if self.buf.len() - at < n {
-            return Err(FormatError::Malformed {
-                index: self.index,
-                reason: "field runs past the batch",
-            });
+            return Err(self.malformed("field runs past the batch"));
         }
         self.pos += n;
         Ok(at)
     }
-    fn i64(&mut self) -> Result<i64, FormatError> {
-        let at = self.take(8)?;
-        Ok(u64_at(self.buf, at) as i64)
-    }
-    fn i32(&mut self) -> Result<i32, FormatError> {
-        let at = self.take(4)?;
-        Ok(u32_at(self.buf, at) as i32)
-    }
+    #[inline]
     fn u16(&mut self) -> Result<u16, FormatError> {
         let at = self.take(2)?;
         Ok(u16::from_le_bytes([self.buf[at], self.buf[at + 1]]))
     }
-    fn bytes(&mut self, n: usize) -> Result<Bytes, FormatError> {
-        let at = self.take(n)?;
-        Ok(self.buf.slice(at..at + n))
+    #[inline]
+    fn u32(&mut self) -> Result<u32, FormatError> {
+        let at = self.take(4)?;
+        Ok(u32_at(self.buf, at))
     }
-    fn opt_bytes(&mut self) -> Result<Option<Bytes>, FormatError> {
-        match self.i32()? {
+    /// A length-prefixed byte string (`-1` = none): its position and length.
+    #[inline]
+    fn opt_range(&mut self) -> Result<Option<(usize, usize)>, FormatError> {
+        match self.u32()? as i32 {
             -1 => Ok(None),
-            n if n < 0 => Err(FormatError::Malformed {
-                index: self.index,
-                reason: "negative length",
-            }),
-            n => self.bytes(n as usize).map(Some),
+            n if n < 0 => Err(self.malformed("negative length")),
+            n => {
+                let n = n as usize;
+                Ok(Some((self.take(n)?, n)))
+            }
         }
     }
 }
 
 /// Decodes the records of one validated batch (`batch` is exactly the batch), pushing
 /// those with offset `>= from_offset` onto `out`, at most `max_records` of them.
-/// Returns how many were pushed.
+/// Returns how many were pushed. Keys and values share `batch`'s buffer.
 ///
 /// # Errors
 /// [`FormatError::Malformed`] when a record does not parse.
@@ -329,50 +331,55 @@ pub fn decode_records(
     max_records: usize,
     out: &mut Vec<Record>,
 ) -> Result<usize, FormatError> {
-    let mut c = Cursor {
+    let count = header.record_count;
+    // Records before `from_offset` are parsed (to find where the wanted ones start)
+    // but not returned.
+    let skip = from_offset
+        .saturating_sub(header.base_offset)
+        .min(u64::from(count)) as u32;
+    let wanted = ((count - skip) as usize).min(max_records);
+    if wanted == 0 {
+        return Ok(0);
+    }
+    let last = skip + wanted as u32;
+    out.reserve(wanted);
+    let mut f = Fields {
         buf: batch,
         pos: BATCH_HEADER_LEN,
         index: 0,
     };
-    let mut pushed = 0;
-    for i in 0..header.record_count {
-        if pushed == max_records {
-            break;
-        }
-        c.index = i;
-        let offset = header.base_offset + u64::from(i);
-        let timestamp = c.i64()?;
-        let key = c.opt_bytes()?;
-        let vlen = c.i32()? as u32 as usize;
-        let value = c.bytes(vlen)?;
-        let hcount = c.u16()?;
+    for i in 0..last {
+        f.index = i;
+        let at = f.take(8)?;
+        let timestamp = u64_at(f.buf, at) as i64;
+        let key = f.opt_range()?;
+        let vlen = f.u32()? as usize;
+        let vat = f.take(vlen)?;
+        let hcount = f.u16()?;
         let mut headers = Vec::new();
-        for _ in 0..hcount {
-            let klen = c.u16()? as usize;
-            let kat = c.take(klen)?;
-            let key = std::str::from_utf8(&batch[kat..kat + klen])
-                .map_err(|_| FormatError::Malformed {
-                    index: i,
-                    reason: "header key is not UTF-8",
-                })?
-                .to_string();
-            headers.push(Header {
-                key,
-                value: c.opt_bytes()?,
-            });
+        if hcount > 0 {
+            headers.reserve_exact(usize::from(hcount));
+            for _ in 0..hcount {
+                let klen = usize::from(f.u16()?);
+                let kat = f.take(klen)?;
+                let key = std::str::from_utf8(&f.buf[kat..kat + klen])
+                    .map_err(|_| f.malformed("header key is not UTF-8"))?
+                    .to_string();
+                let value = f.opt_range()?.map(|(at, n)| batch.slice(at..at + n));
+                headers.push(Header { key, value });
+            }
         }
-        if offset >= from_offset {
+        if i >= skip {
             out.push(Record {
-                offset,
+                offset: header.base_offset + u64::from(i),
                 timestamp,
-                key,
-                value,
+                key: key.map(|(at, n)| batch.slice(at..at + n)),
+                value: batch.slice(vat..vat + vlen),
                 headers,
             });
-            pushed += 1;
         }
     }
-    Ok(pushed)
+    Ok(wanted)
 }
 
 #[cfg(test)]

@@ -424,12 +424,16 @@ impl Partition {
                 .saturating_sub(1);
             let mut views: Vec<SegmentView> = Vec::with_capacity(st.segments.len() - i);
             for (j, seg) in st.segments[i..].iter().enumerate() {
-                let pos = if j == 0 {
-                    seg.position_for_offset(offset)
+                views.push(if j == 0 {
+                    // Size the first read by the records asked for, not just the bytes.
+                    let enough = offset.saturating_add(limit.max_records as u64);
+                    seg.view_until(
+                        seg.position_for_offset(offset),
+                        seg.position_covering(enough),
+                    )
                 } else {
-                    0
-                };
-                views.push(seg.view(pos));
+                    seg.view(0)
+                });
             }
             views
         };

@@ -27,6 +27,77 @@ use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, EncodedBatch, FormatError, BATCH_HEADER_LEN};
 use crate::record::Record;
 
+/// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
+/// that a chunk is checked and decoded while it is still in the CPU cache.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// A small process-wide pool of read buffers. Records share the buffer they were read
+/// into, so a buffer can be reused only once no record refers to it any more; the pool
+/// keeps a reference to the last few chunk-sized buffers and reuses the first one that
+/// has become free. This saves allocating, zeroing and page-faulting a fresh buffer
+/// for every chunk of a sequential read. At most `MAX` buffers of `READ_CHUNK_BYTES`
+/// stay allocated because of the pool.
+mod read_buffers {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use bytes::{Bytes, BytesMut};
+
+    use super::READ_CHUNK_BYTES;
+
+    const MAX: usize = 16;
+    /// Smaller reads get a buffer of their own size, outside the pool.
+    const MIN_POOLED: usize = 64 << 10;
+
+    static POOL: Mutex<VecDeque<Bytes>> = Mutex::new(VecDeque::new());
+
+    fn pooled(len: usize) -> bool {
+        (MIN_POOLED..=READ_CHUNK_BYTES).contains(&len)
+    }
+
+    /// A buffer of `len` initialised bytes.
+    pub(super) fn take(len: usize) -> BytesMut {
+        if !pooled(len) {
+            return BytesMut::zeroed(len);
+        }
+        if let Ok(mut pool) = POOL.lock() {
+            for _ in 0..pool.len() {
+                let Some(b) = pool.pop_front() else { break };
+                match b.try_into_mut() {
+                    Ok(mut buf) if buf.capacity() >= len => {
+                        // Its bytes are initialised up to its old length: zero only
+                        // what lies beyond.
+                        if buf.len() >= len {
+                            buf.truncate(len);
+                        } else {
+                            buf.resize(len, 0);
+                        }
+                        return buf;
+                    }
+                    Ok(_) => {}
+                    Err(b) => pool.push_back(b),
+                }
+            }
+        }
+        let mut buf = BytesMut::zeroed(READ_CHUNK_BYTES);
+        buf.truncate(len);
+        buf
+    }
+
+    /// Remembers a buffer from [`take`] for reuse once its records are gone.
+    pub(super) fn give_back(chunk: &Bytes) {
+        if !pooled(chunk.len()) {
+            return;
+        }
+        if let Ok(mut pool) = POOL.lock() {
+            if pool.len() >= MAX {
+                pool.pop_front();
+            }
+            pool.push_back(chunk.clone());
+        }
+    }
+}
+
 const INDEX_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 16;
 
@@ -76,6 +147,9 @@ pub(crate) struct SegmentView {
     pub(crate) path: PathBuf,
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// Reading up to here is enough for the records asked for (a batch start or the
+    /// end): the first chunk read stops there rather than fetching a whole chunk.
+    pub(crate) enough_at: u64,
 }
 
 impl Segment {
@@ -205,7 +279,20 @@ impl Segment {
         let Some(footer) = time_index.last().copied() else {
             return Ok(false);
         };
-        if !sorted_index || !sorted_time || u64::from(footer.pos) != self.size || footer.rel == 0 {
+        // Both files get an entry at the same batch starts (`note_batch`), and the time
+        // index's footer is checked against the data below: an offset index that disagrees
+        // with the time index is stale or damaged.
+        let paired = index.len() + 1 == time_index.len()
+            && index
+                .iter()
+                .zip(&time_index)
+                .all(|(i, t)| i.rel == t.rel && i.pos == t.pos);
+        if !sorted_index
+            || !sorted_time
+            || !paired
+            || u64::from(footer.pos) != self.size
+            || footer.rel == 0
+        {
             return Ok(false);
         }
         self.index = index;
@@ -245,6 +332,7 @@ impl Segment {
                 Err((e, ends_at_eof)) => (e.to_string(), ends_at_eof),
             };
             let (reason, is_tail) = bad;
+            let is_tail = is_tail || (is_last && self.zeros_from(pos, file_len)?);
             if is_last && is_tail {
                 warn!(
                     path = %self.path.display(),
@@ -265,6 +353,26 @@ impl Segment {
         }
         self.size = pos;
         Ok(())
+    }
+
+    /// Whether every byte from `pos` to `end` is zero, as when the file system extended
+    /// the file for a write whose data never reached the disk. No batch starts with zeros
+    /// (its format version is not 0), so nothing valid can be in or after such a region:
+    /// it is a torn tail.
+    fn zeros_from(&self, pos: u64, end: u64) -> Result<bool> {
+        let mut buf = vec![0u8; (end - pos).min(1 << 16) as usize];
+        let mut at = pos;
+        while at < end {
+            let n = (end - at).min(buf.len() as u64) as usize;
+            self.file
+                .read_exact_at(&mut buf[..n], at)
+                .ctx("read", &self.path)?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+            at += n as u64;
+        }
+        Ok(true)
     }
 
     /// Checks the batch at `pos`. On error, also says whether the bad batch is the
@@ -426,13 +534,28 @@ impl Segment {
         }
     }
 
+    /// A position up to which reading surely covers every record below `offset`: the
+    /// first indexed batch start at or after it, or the end of the data.
+    pub(crate) fn position_covering(&self, offset: u64) -> u64 {
+        let rel = offset.saturating_sub(self.base_offset);
+        let i = self.index.partition_point(|e| u64::from(e.rel) < rel);
+        self.index.get(i).map_or(self.size, |e| u64::from(e.pos))
+    }
+
     /// A reader's view from `start`.
     pub(crate) fn view(&self, start: u64) -> SegmentView {
+        self.view_until(start, self.size)
+    }
+
+    /// A reader's view from `start` that needs only the data before `enough_at`
+    /// (see [`Segment::position_covering`]), but may read on.
+    pub(crate) fn view_until(&self, start: u64, enough_at: u64) -> SegmentView {
         SegmentView {
             file: Arc::clone(&self.file),
             path: self.path.clone(),
             start,
             end: self.size,
+            enough_at,
         }
     }
 }
@@ -464,16 +587,21 @@ impl SegmentView {
                 return Ok(false);
             }
             let remaining = (self.end - pos) as usize;
-            let mut want = remaining.min(budget.max(BATCH_HEADER_LEN)).min(64 << 20);
+            let mut want = remaining
+                .min(budget.max(BATCH_HEADER_LEN))
+                .min(READ_CHUNK_BYTES);
+            if self.enough_at > pos {
+                // A batch start: at least one whole batch.
+                want = want.min((self.enough_at - pos) as usize);
+            }
             let mut chunk = self.read_at(pos, want)?;
             // Make sure at least the first batch is complete.
             let first = format::parse_header(&chunk).map_err(|e| self.corrupt(pos, e))?;
             if first.total_len() > chunk.len() {
-                if progress.records > 0 {
+                if progress.records > 0 && progress.bytes + first.total_len() > max_bytes {
                     return Ok(false);
                 }
-                want = first.total_len().min(remaining);
-                chunk = self.read_at(pos, want)?;
+                chunk = self.read_rest(chunk, pos, first.total_len().min(remaining))?;
             }
             let mut at = 0usize;
             while at < chunk.len() && progress.records < max_records {
@@ -514,12 +642,25 @@ impl SegmentView {
         Ok(pos >= self.end)
     }
 
+    /// Extends `head` (the bytes at `pos`) to `len` bytes by reading what follows it.
+    fn read_rest(&self, head: Bytes, pos: u64, len: usize) -> Result<Bytes> {
+        let mut buf = BytesMut::with_capacity(len);
+        buf.extend_from_slice(&head);
+        buf.resize(len, 0);
+        self.file
+            .read_exact_at(&mut buf[head.len()..], pos + head.len() as u64)
+            .ctx("read", &self.path)?;
+        Ok(buf.freeze())
+    }
+
     fn read_at(&self, pos: u64, len: usize) -> Result<Bytes> {
-        let mut buf = BytesMut::zeroed(len);
+        let mut buf = read_buffers::take(len);
         self.file
             .read_exact_at(&mut buf, pos)
             .ctx("read", &self.path)?;
-        Ok(buf.freeze())
+        let chunk = buf.freeze();
+        read_buffers::give_back(&chunk);
+        Ok(chunk)
     }
 
     fn corrupt(&self, position: u64, e: FormatError) -> LogError {

@@ -1,0 +1,253 @@
+//! Reads across the read path's internal boundaries: chunked reads (a read fetches at
+//! most about 1 MiB at a time), batches bigger than a chunk, reads sized by the record
+//! limit, several segments, and the reuse of read buffers (a buffer must never be
+//! reused while a record still refers to it).
+//!
+//! Every read is checked against a model of the documented limits: records from the
+//! requested offset on, at most `max_records`, and whole batches up to `max_bytes`
+//! (at least one batch).
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::thread;
+
+use brook_log::format::{record_len, BATCH_HEADER_LEN};
+use brook_log::{
+    FsyncPolicy, Log, LogOptions, Partition, ProducerRecord, ReadLimit, Record, TopicConfig,
+};
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// (offset, value) pairs a read must return.
+type Expected = Vec<(u64, Bytes)>;
+
+struct Batch {
+    base: u64,
+    values: Vec<Bytes>,
+    bytes: usize,
+}
+
+/// A value that tells which offset it belongs to, `len` bytes long.
+fn value(offset: u64, len: usize) -> Bytes {
+    let mut v = format!("{offset}:").into_bytes();
+    v.extend((0..len.saturating_sub(v.len())).map(|i| (offset as usize * 7 + i) as u8));
+    v.truncate(len.max(1));
+    Bytes::from(v)
+}
+
+fn open(dir: &std::path::Path) -> Log {
+    Log::open(
+        dir,
+        LogOptions {
+            fsync: FsyncPolicy::Never,
+            maintenance_interval_ms: None,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Appends batches of mixed shapes: many small records, a few large ones (batches of
+/// up to 3 MiB, bigger than a read chunk), single records.
+fn fill(p: &Partition, rng: &mut StdRng, batches: usize) -> Vec<Batch> {
+    let mut model = Vec::new();
+    let mut next = 0u64;
+    for _ in 0..batches {
+        let (n, len) = match rng.gen_range(0..10) {
+            0 => (rng.gen_range(1..=3), rng.gen_range(300_000..1_000_000)),
+            1..=2 => (1, rng.gen_range(1..5_000)),
+            _ => (rng.gen_range(1..=1500), rng.gen_range(1..300)),
+        };
+        let values: Vec<Bytes> = (0..n).map(|i| value(next + i as u64, len)).collect();
+        let records: Vec<ProducerRecord> = values
+            .iter()
+            .map(|v| ProducerRecord::new(v.clone()))
+            .collect();
+        let bytes = BATCH_HEADER_LEN + records.iter().map(record_len).sum::<usize>();
+        let info = p.append(&records).unwrap();
+        assert_eq!(info.base_offset, next);
+        model.push(Batch {
+            base: next,
+            values,
+            bytes,
+        });
+        next += n as u64;
+    }
+    model
+}
+
+/// What a read must return: (offset, value) pairs.
+fn expected(model: &[Batch], offset: u64, limit: ReadLimit) -> Expected {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for b in model {
+        if b.base + b.values.len() as u64 <= offset {
+            continue;
+        }
+        if out.len() == limit.max_records || (!out.is_empty() && bytes + b.bytes > limit.max_bytes)
+        {
+            break;
+        }
+        for (i, v) in b.values.iter().enumerate() {
+            let o = b.base + i as u64;
+            if o >= offset && out.len() < limit.max_records {
+                out.push((o, v.clone()));
+            }
+        }
+        bytes += b.bytes;
+    }
+    out
+}
+
+fn check(got: &[Record], want: &[(u64, Bytes)], offset: u64, limit: ReadLimit) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "read at {offset} with {limit:?}: {} records, expected {}",
+        got.len(),
+        want.len()
+    );
+    for (g, (o, v)) in got.iter().zip(want) {
+        assert_eq!(g.offset, *o, "read at {offset} with {limit:?}");
+        assert!(
+            g.value == v,
+            "read at {offset} with {limit:?}: value of {o} differs"
+        );
+    }
+}
+
+fn random_limit(rng: &mut StdRng) -> ReadLimit {
+    ReadLimit {
+        max_records: match rng.gen_range(0..4) {
+            0 => rng.gen_range(1..10),
+            1 => rng.gen_range(1..2_000),
+            2 => rng.gen_range(1..20_000),
+            _ => usize::MAX,
+        },
+        max_bytes: match rng.gen_range(0..4) {
+            0 => rng.gen_range(1..4_096),
+            1 => rng.gen_range(1..(2 << 20)),
+            2 => rng.gen_range(1..(8 << 20)),
+            _ => usize::MAX,
+        },
+    }
+}
+
+#[test]
+fn random_reads_match_the_limits_across_chunks_and_segments() {
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let config = TopicConfig {
+        segment_bytes: 6 << 20,
+        ..Default::default()
+    };
+    let p = log
+        .create_topic("reads", 1, config)
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    let model = fill(&p, &mut rng, 120);
+    let end = p.log_end_offset();
+    assert!(
+        p.info().segments > 1,
+        "the data should span several segments"
+    );
+
+    // Sequential reads with several limits cover everything exactly once.
+    for limit in [
+        ReadLimit::default(),
+        ReadLimit::records(10_000),
+        ReadLimit {
+            max_records: usize::MAX,
+            max_bytes: 1,
+        },
+    ] {
+        let mut offset = 0;
+        let mut out = Vec::new();
+        while offset < end {
+            out.clear();
+            let n = p.read_into(offset, limit, &mut out).unwrap();
+            check(&out, &expected(&model, offset, limit), offset, limit);
+            offset += n as u64;
+        }
+    }
+    // Random reads, some of them kept alive while later reads run.
+    let mut kept: Vec<(Vec<Record>, Expected)> = Vec::new();
+    for _ in 0..150 {
+        let offset = rng.gen_range(0..end);
+        let limit = random_limit(&mut rng);
+        let got = p.read(offset, limit).unwrap();
+        let want = expected(&model, offset, limit);
+        check(&got, &want, offset, limit);
+        if rng.gen_bool(0.2) {
+            kept.push((got, want));
+        }
+    }
+    for (got, want) in &kept {
+        check(got, want, got[0].offset, ReadLimit::default());
+    }
+    // Reopening (unclean: the index is rebuilt by a scan) reads the same.
+    drop(p);
+    std::mem::drop(log);
+    let log = open(dir.path());
+    let p = log.topic("reads").unwrap().partition(0).unwrap();
+    for _ in 0..30 {
+        let offset = rng.gen_range(0..end);
+        let limit = random_limit(&mut rng);
+        check(
+            &p.read(offset, limit).unwrap(),
+            &expected(&model, offset, limit),
+            offset,
+            limit,
+        );
+    }
+}
+
+#[test]
+fn records_kept_by_readers_are_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let p = log
+        .create_topic("keep", 1, TopicConfig::default())
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    let model = Arc::new(fill(&p, &mut rng, 60));
+    let end = p.log_end_offset();
+    // Several threads read chunk-sized pieces, keep some of the records and drop
+    // others (freeing buffers for reuse), then check what they kept.
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let p = Arc::clone(&p);
+            let model = Arc::clone(&model);
+            thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(t);
+                let mut kept = Vec::new();
+                for _ in 0..40 {
+                    let offset = rng.gen_range(0..end);
+                    let limit = ReadLimit {
+                        max_records: rng.gen_range(1..5_000),
+                        max_bytes: 4 << 20,
+                    };
+                    let got = p.read(offset, limit).unwrap();
+                    let want = expected(&model, offset, limit);
+                    check(&got, &want, offset, limit);
+                    if rng.gen_bool(0.3) {
+                        kept.push((offset, limit, got, want));
+                    }
+                }
+                for (offset, limit, got, want) in &kept {
+                    check(got, want, *offset, *limit);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

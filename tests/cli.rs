@@ -1,0 +1,671 @@
+//! The `brook` command line against a temporary data directory: topic commands, produce
+//! with `--key-field` (Kafka's partitioner), consume (JSON lines, groups, `--offset`),
+//! group describe, and bad input (non-zero exit, a one-line error naming the problem,
+//! nothing already written lost).
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+use brook::log::partitioner::partition_for_key;
+use serde_json::{json, Value};
+
+struct Brook {
+    dir: tempfile::TempDir,
+}
+
+impl Brook {
+    fn new() -> Self {
+        Brook {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
+        c.arg("--data-dir")
+            .arg(self.data_dir())
+            .args(args)
+            .env_remove("BROOK_LOG")
+            .env_remove("BROOK_DATA_DIR");
+        c
+    }
+
+    fn run(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A command that fails early may close stdin before reading it all.
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs a command that must succeed; returns its stdout and stderr.
+    fn ok_with_stderr(&self, args: &[&str], stdin: &str) -> (String, String) {
+        let out = self.run(args, stdin);
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            out.status.success(),
+            "brook {args:?} failed ({}):\n{stderr}",
+            out.status
+        );
+        (stdout, stderr)
+    }
+
+    fn ok(&self, args: &[&str], stdin: &str) -> String {
+        self.ok_with_stderr(args, stdin).0
+    }
+
+    /// Runs a command that must fail; returns its one `error:` line. Besides that line,
+    /// stderr may only hold produce's count of what it wrote.
+    fn fail(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.run(args, stdin);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            !out.status.success(),
+            "brook {args:?} should have failed; stderr:\n{stderr}"
+        );
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
+        for line in stderr.lines() {
+            assert!(
+                line.starts_with("error:") || line.starts_with("produced "),
+                "unexpected stderr line {line:?} in:\n{stderr}"
+            );
+        }
+        errors[0].to_string()
+    }
+
+    /// Every record of `topic`, as printed by `consume --from-beginning`.
+    fn consume_all(&self, topic: &str) -> Vec<Value> {
+        let out = self.ok(&["consume", topic, "--from-beginning"], "");
+        json_lines(&out)
+    }
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// `(partition, offset)` of printed records.
+fn positions(recs: &[Value]) -> Vec<(u64, u64)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r["partition"].as_u64().unwrap(),
+                r["offset"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn sorted_values(recs: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = recs.iter().map(|r| r["value"].to_string()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn topic_create_list_describe_add_partitions_delete() {
+    let b = Brook::new();
+    assert_eq!(b.ok(&["topic", "list"], ""), "");
+    let out = b.ok(&["topic", "create", "orders", "--partitions", "3"], "");
+    assert_eq!(out.trim(), "created topic orders with 3 partition(s)");
+    b.ok(
+        &[
+            "topic",
+            "create",
+            "audit.log-2",
+            "--partitions",
+            "1",
+            "--retention",
+            "none",
+        ],
+        "",
+    );
+    assert_eq!(b.ok(&["topic", "list"], ""), "audit.log-2\norders\n");
+    let err = b.fail(&["topic", "create", "orders", "--partitions", "2"], "");
+    assert!(err.contains("\"orders\" already exists"), "{err}");
+
+    b.ok(&["produce", "orders", "--key", "k"], "a\nb\n");
+    let desc = b.ok(&["topic", "describe", "orders"], "");
+    let lines: Vec<&str> = desc.lines().collect();
+    assert!(lines[0].starts_with("topic orders  partitions 3"), "{desc}");
+    assert!(lines[0].contains("retention 604800000ms"), "{desc}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["PARTITION", "START", "END", "BYTES", "SEGMENTS"]
+    );
+    let rows: Vec<Vec<u64>> = lines[2..]
+        .iter()
+        .map(|l| l.split_whitespace().map(|f| f.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{desc}");
+    let kp = u64::from(partition_for_key(b"k", 3));
+    for (p, row) in rows.iter().enumerate() {
+        let p = p as u64;
+        assert_eq!(row[0], p);
+        assert_eq!(row[1], 0, "start");
+        assert_eq!(row[2], if p == kp { 2 } else { 0 }, "end of {p}: {desc}");
+        assert_eq!(row[3] > 0, p == kp, "bytes of {p}: {desc}");
+        assert_eq!(row[4], 1, "segments");
+    }
+    assert!(b
+        .ok(&["topic", "describe", "audit.log-2"], "")
+        .contains("retention none"));
+
+    let (out, err) = b.ok_with_stderr(&["topic", "add-partitions", "orders", "5"], "");
+    assert_eq!(out.trim(), "topic orders now has 5 partition(s)");
+    assert!(
+        err.contains("warning") && err.contains("from 3 to 5"),
+        "adding partitions warns: {err}"
+    );
+    let desc = b.ok(&["topic", "describe", "orders"], "");
+    assert!(desc.starts_with("topic orders  partitions 5"), "{desc}");
+    assert_eq!(desc.lines().count(), 2 + 5);
+    let err = b.fail(&["topic", "add-partitions", "orders", "4"], "");
+    assert!(
+        err.contains("partitions") && err.contains("already has 5"),
+        "{err}"
+    );
+    // The records survive growing the topic.
+    assert_eq!(b.consume_all("orders").len(), 2);
+
+    let out = b.ok(&["topic", "delete", "orders"], "");
+    assert_eq!(out.trim(), "deleted topic orders");
+    assert_eq!(b.ok(&["topic", "list"], ""), "audit.log-2\n");
+    assert!(!b.data_dir().join("topics").join("orders").exists());
+    let err = b.fail(&["topic", "describe", "orders"], "");
+    assert!(err.contains("unknown topic \"orders\""), "{err}");
+    // A topic of the same name starts empty.
+    b.ok(&["topic", "create", "orders", "--partitions", "1"], "");
+    assert!(b.consume_all("orders").is_empty());
+}
+
+#[test]
+fn produce_with_key_field_uses_kafkas_partitioner() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "sales", "--partitions", "7"], "");
+    // Keys with known Kafka partitions (from Kafka's murmur2 test vectors, by hand:
+    // (murmur2(key) & 0x7fffffff) % 7): "abc" -> 4, "21" -> 3, "foobar" -> 0.
+    let mut input = String::from(
+        "{\"user\":\"abc\",\"n\":0}\n{\"user\":\"21\",\"n\":1}\n{\"user\":\"foobar\",\"n\":2}\n",
+    );
+    let mut lines = 3;
+    for i in 0..60 {
+        input.push_str(&format!(
+            "{{\"user\":\"user-{}\",\"n\":{}}}\n",
+            i % 20,
+            lines
+        ));
+        lines += 1;
+    }
+    // A number key is its JSON text; a missing or null key means no key.
+    input.push_str(&format!("{{\"user\":42,\"n\":{lines}}}\n"));
+    input.push_str(&format!("{{\"n\":{}}}\n", lines + 1));
+    input.push_str(&format!("{{\"user\":null,\"n\":{}}}\n", lines + 2));
+    lines += 3;
+    input.push('\n'); // blank lines are skipped
+    let (_, err) = b.ok_with_stderr(&["produce", "sales", "--key-field", "user"], &input);
+    assert!(
+        err.contains(&format!("produced {lines} record(s) to sales")),
+        "{err}"
+    );
+
+    let recs = b.consume_all("sales");
+    assert_eq!(recs.len(), lines);
+    let mut by_n = vec![None; lines];
+    for r in &recs {
+        let obj = r.as_object().unwrap();
+        let mut fields: Vec<&str> = obj.keys().map(String::as_str).collect();
+        fields.sort_unstable();
+        assert_eq!(fields, ["key", "offset", "partition", "timestamp", "value"]);
+        assert!(r["timestamp"].as_i64().unwrap() > 1_500_000_000_000, "{r}");
+        let n = r["value"]["n"].as_u64().unwrap() as usize;
+        assert!(by_n[n].is_none(), "record {n} printed twice");
+        by_n[n] = Some(r.clone());
+        let p = r["partition"].as_u64().unwrap() as u32;
+        match &r["key"] {
+            Value::String(k) => {
+                assert_eq!(p, partition_for_key(k.as_bytes(), 7), "{r}");
+                let user = &r["value"]["user"];
+                let expected = user.as_str().map_or_else(|| user.to_string(), String::from);
+                assert_eq!(k, &expected, "{r}");
+            }
+            Value::Null => assert!(r["value"]["user"].is_null(), "{r}"),
+            other => panic!("key printed as {other}"),
+        }
+    }
+    let partition_of = |n: usize| by_n[n].as_ref().unwrap()["partition"].as_u64().unwrap();
+    assert_eq!(partition_of(0), 4, "\"abc\"");
+    assert_eq!(partition_of(1), 3, "\"21\"");
+    assert_eq!(partition_of(2), 0, "\"foobar\"");
+    assert_eq!(by_n[63].as_ref().unwrap()["key"], json!("42"));
+    // The value is the line, printed as JSON.
+    assert_eq!(
+        by_n[0].as_ref().unwrap()["value"],
+        json!({"user": "abc", "n": 0})
+    );
+    // Per partition, offsets are dense and follow the input order.
+    for p in 0..7u64 {
+        let ns: Vec<(u64, u64)> = recs
+            .iter()
+            .filter(|r| r["partition"] == json!(p))
+            .map(|r| {
+                (
+                    r["offset"].as_u64().unwrap(),
+                    r["value"]["n"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        for (i, w) in ns.iter().enumerate() {
+            assert_eq!(w.0, i as u64, "partition {p}: {ns:?}");
+        }
+        assert!(
+            ns.windows(2).all(|w| w[0].1 < w[1].1),
+            "partition {p}: {ns:?}"
+        );
+    }
+}
+
+#[test]
+fn consume_with_a_group_continues_where_it_stopped() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "3"], "");
+    let input: String = (0..12)
+        .map(|i| format!("{{\"id\":\"k{i}\",\"i\":{i}}}\n"))
+        .collect();
+    b.ok(&["produce", "t", "--key-field", "id"], &input);
+    let all = b.consume_all("t");
+    assert_eq!(all.len(), 12);
+
+    // Without --from-beginning and without commits a group starts at the end.
+    let (out, err) = b.ok_with_stderr(&["consume", "t", "--group", "late"], "");
+    assert_eq!(out, "");
+    assert!(err.contains("no new records"), "{err}");
+
+    let first = json_lines(&b.ok(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "g",
+            "--from-beginning",
+            "--max",
+            "5",
+        ],
+        "",
+    ));
+    assert_eq!(first.len(), 5);
+    let describe = |b: &Brook, g: &str| -> Vec<(u64, String, u64, String)> {
+        let out = b.ok(&["group", "describe", g], "");
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            ["TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MEMBER"]
+        );
+        lines
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                assert_eq!(f[0], "t");
+                assert_eq!(f[5], "-", "no member in another process");
+                (
+                    f[1].parse().unwrap(),
+                    f[2].to_string(),
+                    f[3].parse().unwrap(),
+                    f[4].to_string(),
+                )
+            })
+            .collect()
+    };
+    let end_of = |p: u64| all.iter().filter(|r| r["partition"] == json!(p)).count() as u64;
+    let printed_in = |recs: &[Value], p: u64| {
+        recs.iter()
+            .filter(|r| r["partition"] == json!(p))
+            .map(|r| r["offset"].as_u64().unwrap() + 1)
+            .max()
+            .unwrap_or(0)
+    };
+    let rows = describe(&b, "g");
+    assert_eq!(rows.len(), 3);
+    for (p, committed, end, lag) in &rows {
+        let c = printed_in(&first, *p);
+        assert_eq!(committed, &c.to_string(), "partition {p}: {rows:?}");
+        assert_eq!(*end, end_of(*p));
+        assert_eq!(lag, &(end_of(*p) - c).to_string());
+    }
+
+    // The second run prints exactly the rest.
+    let second = json_lines(&b.ok(&["consume", "t", "--group", "g"], ""));
+    assert_eq!(second.len(), 7);
+    let mut both = positions(&first);
+    both.extend(positions(&second));
+    both.sort_unstable();
+    let mut expected = positions(&all);
+    expected.sort_unstable();
+    assert_eq!(both, expected, "each record once across the two runs");
+    for (p, committed, end, lag) in describe(&b, "g") {
+        assert_eq!(committed, end.to_string(), "partition {p}");
+        assert_eq!(lag, "0");
+    }
+    // Nothing left for the group, and new records are picked up.
+    assert!(b.ok(&["consume", "t", "--group", "g"], "").is_empty());
+    b.ok(&["produce", "t"], "{\"i\":99}\n");
+    let third = json_lines(&b.ok(&["consume", "t", "--group", "g"], ""));
+    assert_eq!(third.len(), 1);
+    assert_eq!(third[0]["value"], json!({"i": 99}));
+
+    // The group that started at the end (and printed nothing) also continues from where
+    // it stopped: it sees the records produced since, as a Kafka consumer group would.
+    let late = json_lines(&b.ok(&["consume", "t", "--group", "late"], ""));
+    assert_eq!(positions(&late), vec![(positions(&third)[0])]);
+    for (p, committed, end, _) in describe(&b, "late") {
+        assert_eq!(committed, end.to_string(), "partition {p}");
+    }
+
+    let groups = b.ok(&["group", "list"], "");
+    assert_eq!(groups, "g\nlate\n");
+    let err = b.fail(&["group", "describe", "nobody"], "");
+    assert!(err.contains("\"nobody\""), "{err}");
+}
+
+#[test]
+fn consume_from_explicit_offsets() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "2"], "");
+    // `--key` sends every line to one partition.
+    let p = u64::from(partition_for_key(b"same", 2));
+    let q = 1 - p;
+    b.ok(&["produce", "t", "--key", "same"], "a\nb\nc\nd\n");
+    b.ok(&["produce", "t", "--key", "other"], "x\n");
+    assert_eq!(u64::from(partition_for_key(b"other", 2)), q, "test setup");
+
+    let out = json_lines(&b.ok(&["consume", "t", "--offset", &format!("{p}:2")], ""));
+    assert_eq!(positions(&out), vec![(p, 2), (p, 3)]);
+    assert_eq!(out[0]["value"], json!("c"));
+    assert_eq!(out[0]["key"], json!("same"));
+    let out = json_lines(&b.ok(
+        &[
+            "consume",
+            "t",
+            "--offset",
+            &format!("{p}:3"),
+            "--offset",
+            &format!("{q}:0"),
+        ],
+        "",
+    ));
+    let mut got = positions(&out);
+    got.sort_unstable();
+    let mut want = vec![(p, 3), (q, 0)];
+    want.sort_unstable();
+    assert_eq!(got, want);
+    let out = json_lines(&b.ok(
+        &["consume", "t", "--offset", &format!("{p}:0"), "--max", "3"],
+        "",
+    ));
+    assert_eq!(sorted_values(&out), ["\"a\"", "\"b\"", "\"c\""]);
+    // At the end: nothing. Past the end or a missing partition: an error.
+    assert!(b
+        .ok(&["consume", "t", "--offset", &format!("{p}:4")], "")
+        .is_empty());
+    let err = b.fail(&["consume", "t", "--offset", "7:0"], "");
+    assert!(err.contains("no partition 7"), "{err}");
+    let err = b.fail(&["consume", "t", "--offset", "zero"], "");
+    assert!(err.contains("--offset") && err.contains("zero"), "{err}");
+}
+
+#[test]
+fn bad_input_fails_with_one_line_and_keeps_what_was_written() {
+    let b = Brook::new();
+    b.ok(
+        &[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "2",
+            "--max-record-bytes",
+            "100",
+        ],
+        "",
+    );
+    b.ok(&["produce", "t"], "first\nsecond\n");
+    let kept = |b: &Brook| sorted_values(&b.consume_all("t"));
+    let mut expected = vec!["\"first\"".to_string(), "\"second\"".to_string()];
+    assert_eq!(kept(&b), expected);
+
+    // Unknown topic.
+    for args in [
+        &["produce", "nope"][..],
+        &["consume", "nope"],
+        &["topic", "describe", "nope"],
+        &["topic", "delete", "nope"],
+        &["topic", "add-partitions", "nope", "3"],
+    ] {
+        let err = b.fail(args, "x\n");
+        assert!(err.contains("unknown topic \"nope\""), "{args:?}: {err}");
+    }
+    // Names that are paths.
+    for name in ["a/b", "..", "../escape", ".", "a\\b"] {
+        let err = b.fail(&["topic", "create", name, "--partitions", "1"], "");
+        assert!(
+            err.contains("invalid topic name") && err.contains(&format!("{name:?}")),
+            "{name}: {err}"
+        );
+    }
+    assert!(!b.data_dir().join("escape").exists());
+    assert!(!b.data_dir().join("topics").join("a").exists());
+    assert_eq!(b.ok(&["topic", "list"], ""), "t\n");
+    // Zero partitions, bad sizes.
+    let err = b.fail(&["topic", "create", "z", "--partitions", "0"], "");
+    assert!(
+        err.contains("partitions") && err.contains("at least 1"),
+        "{err}"
+    );
+    let err = b.fail(
+        &[
+            "topic",
+            "create",
+            "z",
+            "--partitions",
+            "1",
+            "--segment-bytes",
+            "10",
+        ],
+        "",
+    );
+    assert!(err.contains("segment-bytes"), "{err}");
+    assert_eq!(b.ok(&["topic", "list"], ""), "t\n");
+
+    // A line that is not JSON with --key-field: the lines before it are written, the
+    // ones after it are not.
+    let input = "{\"k\":\"a\",\"v\":1}\n{\"k\":\"b\",\"v\":2}\nnot json\n{\"k\":\"c\",\"v\":3}\n";
+    let err = b.fail(&["produce", "t", "--key-field", "k"], input);
+    assert!(
+        err.contains("line 3") && err.contains("not valid JSON"),
+        "{err}"
+    );
+    expected.extend([
+        "{\"k\":\"a\",\"v\":1}".to_string(),
+        "{\"k\":\"b\",\"v\":2}".to_string(),
+    ]);
+    expected.sort();
+    assert_eq!(kept(&b), expected);
+    // A JSON line that is not an object.
+    let err = b.fail(&["produce", "t", "--key-field", "k"], "[1,2]\n");
+    assert!(err.contains("line 1") && err.contains("object"), "{err}");
+    assert_eq!(kept(&b), expected);
+
+    // A record over --max-record-bytes, after some good ones and in a later batch.
+    let big = "x".repeat(150);
+    let input = format!("ok1\nok2\n{big}\nafter\n");
+    let err = b.fail(&["produce", "t", "--batch", "1"], &input);
+    assert!(
+        err.contains("line 3") && err.contains("100 bytes") && err.contains("exceeds"),
+        "{err}"
+    );
+    expected.extend(["\"ok1\"".to_string(), "\"ok2\"".to_string()]);
+    expected.sort();
+    assert_eq!(kept(&b), expected);
+    // The same with everything in one batch.
+    let err = b.fail(&["produce", "t"], &format!("ok3\n{big}\n"));
+    assert!(err.contains("line 2"), "{err}");
+    expected.push("\"ok3\"".to_string());
+    expected.sort();
+    assert_eq!(kept(&b), expected);
+}
+
+/// Kills the child when dropped, so a failing test does not leave it running.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_second_process_gets_a_lock_error() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    b.ok(&["produce", "t"], "one\n");
+    let mut follower = KillOnDrop(
+        b.command(&["consume", "t", "--from-beginning", "--follow"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Once it printed the record it has the log open.
+    let mut lines = BufReader::new(follower.0.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["value"], json!("one"));
+
+    for args in [&["topic", "list"][..], &["produce", "t"], &["consume", "t"]] {
+        let err = b.fail(args, "two\n");
+        assert!(
+            err.contains("in use by another brook process")
+                && err.contains(&b.data_dir().display().to_string()),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        follower.0.try_wait().unwrap().is_none(),
+        "the follower keeps running"
+    );
+    drop(follower);
+    // After the holder is gone (killed, so not closed cleanly), everything is there.
+    b.ok(&["produce", "t"], "two\n");
+    assert_eq!(sorted_values(&b.consume_all("t")), ["\"one\"", "\"two\""]);
+}
+
+/// A group whose committed offset was deleted by retention goes on by the reset policy in
+/// the same run: from the log start with `--from-beginning` (`earliest`), from the end
+/// without (`latest`); either way its next run continues from where this one stopped.
+#[test]
+fn a_group_behind_the_log_start_follows_the_reset_policy() {
+    let b = Brook::new();
+    let create = [
+        "topic",
+        "create",
+        "t",
+        "--partitions",
+        "1",
+        "--retention",
+        "1ms",
+        "--segment-bytes",
+        "1KiB",
+    ];
+    b.ok(&create, "");
+    // One record per append; two do not fit in a segment: one segment per record.
+    let input: String = (0..5)
+        .map(|i| format!("{i}{}\n", "x".repeat(600)))
+        .collect();
+    b.ok(&["produce", "t", "--batch", "1"], &input);
+    for g in ["early", "late"] {
+        let first = json_lines(&b.ok(
+            &[
+                "consume",
+                "t",
+                "--group",
+                g,
+                "--from-beginning",
+                "--max",
+                "1",
+            ],
+            "",
+        ));
+        assert_eq!(positions(&first), vec![(0, 0)]);
+    }
+
+    // Retention runs in the background of a long-running process: keep a follower open
+    // until the last closed segment's file is gone (all four closed segments are old).
+    let follower = KillOnDrop(
+        b.command(&["consume", "t", "--follow"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let last_closed = b
+        .data_dir()
+        .join("topics/t/0")
+        .join(format!("{:020}.log", 3));
+    let mut waited = 0;
+    while last_closed.exists() {
+        assert!(waited < 30_000, "retention did not run");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        waited += 50;
+    }
+    drop(follower);
+    let desc = b.ok(&["topic", "describe", "t"], "");
+    let row: Vec<u64> = desc
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    assert_eq!(row[1..3], [4, 5], "start and end: {desc}");
+
+    let committed = |g: &str| -> Vec<String> {
+        let out = b.ok(&["group", "describe", g], "");
+        let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+        row[2..5].iter().map(|f| f.to_string()).collect()
+    };
+    let early = json_lines(&b.ok(
+        &["consume", "t", "--group", "early", "--from-beginning"],
+        "",
+    ));
+    assert_eq!(positions(&early), vec![(0, 4)]);
+    assert_eq!(committed("early"), ["5", "5", "0"]);
+    let late = json_lines(&b.ok(&["consume", "t", "--group", "late"], ""));
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(committed("late"), ["5", "5", "0"]);
+
+    b.ok(&["produce", "t"], "new\n");
+    for g in ["early", "late"] {
+        let next = json_lines(&b.ok(&["consume", "t", "--group", g], ""));
+        assert_eq!(positions(&next), vec![(0, 5)], "{g}");
+        assert_eq!(next[0]["value"], json!("new"));
+    }
+}
