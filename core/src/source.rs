@@ -31,9 +31,9 @@ pub trait Source: Send + Sync + 'static {
     /// The source's unit of work.
     type Split: Split;
 
-    /// All splits of the input, computed once per job (the split enumerator). Split
-    /// `i` goes to subtask `i % parallelism`.
-    fn enumerate_splits(&self) -> OpResult<Vec<Self::Split>>;
+    /// All splits of the input, computed once per job (the split enumerator), knowing
+    /// how many subtasks will read them. Split `i` goes to subtask `i % parallelism`.
+    fn enumerate_splits(&self, parallelism: u32) -> OpResult<Vec<Self::Split>>;
 
     /// A reader for one subtask and its splits.
     fn create_reader(

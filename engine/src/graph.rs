@@ -52,8 +52,8 @@ pub(crate) trait LinkVertex: Send + Sync {
 
 /// Builds the task of a source vertex for one subtask.
 pub(crate) trait SourceVertex: Send + Sync {
-    /// Enumerates the splits (once per run).
-    fn enumerate(&self) -> Result<(), EngineError>;
+    /// Enumerates the splits (once per run) for `parallelism` readers.
+    fn enumerate(&self, parallelism: u32) -> Result<(), EngineError>;
     fn build(
         &self,
         info: &SubtaskInfo,
@@ -179,10 +179,10 @@ impl<S: Source> SourceVertex for TypedSource<S>
 where
     S::Out: Clone,
 {
-    fn enumerate(&self) -> Result<(), EngineError> {
+    fn enumerate(&self, parallelism: u32) -> Result<(), EngineError> {
         let splits = self
             .source
-            .enumerate_splits()
+            .enumerate_splits(parallelism)
             .map_err(|e| EngineError::Task {
                 task: "source".into(),
                 message: format!("cannot list its input: {e}"),
