@@ -196,13 +196,9 @@ pub(crate) fn start(name: &str, g: &GraphBuilder) -> Result<JobHandle, EngineErr
     }
 
     // Links, from the sinks back to the sources (edges only go forward in id order).
-    for s in g
-        .vertices
-        .iter()
-        .filter(|v| matches!(v.kind, VertexKind::Source(_)))
-    {
-        if let VertexKind::Source(src) = &s.kind {
-            src.enumerate()?;
+    for (v, p) in g.vertices.iter().zip(&par) {
+        if let VertexKind::Source(src) = &v.kind {
+            src.enumerate(*p)?;
         }
     }
     let mut links: Vec<Vec<Option<ErasedLink>>> = (0..n).map(|_| Vec::new()).collect();

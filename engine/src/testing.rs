@@ -8,24 +8,24 @@ use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{InputStatus, Source, SourceReader, Split};
 use brook_core::time::Millis;
 
-/// A bounded source over a vector, split into `splits` contiguous parts so that
-/// parallel subtasks share it.
+/// A bounded source over a vector, split into contiguous parts (by default one per
+/// subtask) so that parallel subtasks share it.
 #[derive(Debug, Clone)]
 pub struct VecSource<T> {
     records: Arc<Vec<StreamRecord<T>>>,
-    splits: usize,
+    splits: Option<usize>,
 }
 
 impl<T: Clone + Send + Sync + 'static> VecSource<T> {
-    /// Records without timestamps, in 4 splits.
+    /// Records without timestamps.
     pub fn new(values: Vec<T>) -> Self {
         VecSource {
             records: Arc::new(values.into_iter().map(StreamRecord::new).collect()),
-            splits: 4,
+            splits: None,
         }
     }
 
-    /// Records with timestamps (ms), in 4 splits.
+    /// Records with timestamps (ms).
     pub fn with_timestamps(values: Vec<(T, Millis)>) -> Self {
         VecSource {
             records: Arc::new(
@@ -34,13 +34,13 @@ impl<T: Clone + Send + Sync + 'static> VecSource<T> {
                     .map(|(v, t)| StreamRecord::with_timestamp(v, t))
                     .collect(),
             ),
-            splits: 4,
+            splits: None,
         }
     }
 
-    /// Sets the number of splits (at least 1).
+    /// Sets the number of splits (at least 1) instead of one per subtask.
     pub fn splits(mut self, n: usize) -> Self {
-        self.splits = n.max(1);
+        self.splits = Some(n.max(1));
         self
     }
 }
@@ -62,9 +62,9 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
     type Out = T;
     type Split = VecSplit;
 
-    fn enumerate_splits(&self) -> OpResult<Vec<VecSplit>> {
+    fn enumerate_splits(&self, parallelism: u32) -> OpResult<Vec<VecSplit>> {
         let n = self.records.len();
-        let k = self.splits;
+        let k = self.splits.unwrap_or(parallelism as usize).max(1);
         Ok((0..k)
             .map(|i| VecSplit {
                 start: i * n / k,
