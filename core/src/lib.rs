@@ -4,6 +4,7 @@
 //!
 //! - [`time`]: event time in milliseconds and the [`time::Clock`] through which every
 //!   other crate reads wall-clock time, so that tests can drive time by hand.
+//! - [`bad_record`]: the bad-record policy (fail, skip, dead-letter) of semantics.md §5.
 //! - [`config`]: parsing of the duration (`250ms`, `7d`) and size (`1GiB`) values that
 //!   appear in job specs and on the command line.
 //! - [`names`]: validation of user-given names (topics, groups, jobs) so that none can
@@ -20,6 +21,7 @@
 //! depend on it, never the other way round. It has no tokio, no RocksDB and no I/O, and no
 //! runtime: tasks, channels and scheduling live in `brook-engine`.
 
+pub mod bad_record;
 pub mod config;
 pub mod element;
 pub mod keys;

@@ -4,6 +4,8 @@
 //! - [`process`]: keyed process functions with keyed state and event- and
 //!   processing-time timers ([`process::KeyedProcessFunction`],
 //!   [`process::KeyedProcessOperator`]).
+//! - [`row`]: operators on dynamic JSON rows with CEL expressions (filter, map,
+//!   select), used by YAML job specs.
 //!
 //! All are written against `brook-core`'s [`brook_core::operator::Operator`] trait and
 //! `brook-state`'s keyed state. Windows, joins, enrichment and watermark assignment
@@ -14,3 +16,4 @@
 
 pub mod basic;
 pub mod process;
+pub mod row;
