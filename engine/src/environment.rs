@@ -436,6 +436,15 @@ pub struct KeyedStream<K, T> {
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
 }
 
+impl<K, T> Clone for KeyedStream<K, T> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key: Arc::clone(&self.key),
+        }
+    }
+}
+
 impl<K, T> std::fmt::Debug for KeyedStream<K, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedStream")
@@ -462,6 +471,21 @@ where
             let key = Arc::clone(&key);
             KeyedProcessOperator::new(factory(), move |t: &T| key(t), (env.state_backend)())
         })
+    }
+
+    /// Applies a custom [`Operator`] on the subtask that owns each record's key.
+    pub fn transform<O, F>(self, name: &str, factory: F) -> DataStream<O::Out>
+    where
+        O: Operator<In = T>,
+        O::Out: Clone,
+        F: Fn(&SubtaskInfo) -> O + Send + Sync + 'static,
+    {
+        self.stream.transform(name, factory)
+    }
+
+    /// The stream itself: the next operator still receives it partitioned by key.
+    pub fn into_stream(self) -> DataStream<T> {
+        self.stream
     }
 
     /// A keyed `map`: runs on the subtask that owns each record's key.

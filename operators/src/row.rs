@@ -30,7 +30,8 @@ pub struct Expr {
 impl Clone for Expr {
     fn clone(&self) -> Self {
         // Compiled from source that already compiled once, so this cannot fail.
-        Expr::compile(&self.source).unwrap_or_else(|_| unreachable!("recompiling a valid expression"))
+        Expr::compile(&self.source)
+            .unwrap_or_else(|_| unreachable!("recompiling a valid expression"))
     }
 }
 
@@ -45,7 +46,12 @@ impl Expr {
         let vars: BTreeSet<String> = refs.variables().into_iter().map(str::to_string).collect();
         let whole_row = vars.contains("row");
         let fields = vars.into_iter().filter(|v| v != "row").collect();
-        Ok(Expr { source: source.to_string(), program, fields, whole_row })
+        Ok(Expr {
+            source: source.to_string(),
+            program,
+            fields,
+            whole_row,
+        })
     }
 
     /// The source text.
@@ -70,8 +76,12 @@ impl Expr {
         if self.whole_row {
             ctx.add_variable_from_value("row", to_cel(row));
         }
-        let v = self.program.execute(&ctx).map_err(|e| format!("{}: {e}", self.source))?;
-        v.json().map_err(|e| format!("{}: result cannot be a JSON value: {e:?}", self.source))
+        let v = self
+            .program
+            .execute(&ctx)
+            .map_err(|e| format!("{}: {e}", self.source))?;
+        v.json()
+            .map_err(|e| format!("{}: result cannot be a JSON value: {e:?}", self.source))
     }
 }
 
@@ -89,8 +99,10 @@ fn to_cel(v: &Value) -> cel::Value {
         Value::String(s) => cel::Value::String(Arc::new(s.clone())),
         Value::Array(a) => cel::Value::List(Arc::new(a.iter().map(to_cel).collect())),
         Value::Object(o) => {
-            let m: HashMap<cel::objects::Key, cel::Value> =
-                o.iter().map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v))).collect();
+            let m: HashMap<cel::objects::Key, cel::Value> = o
+                .iter()
+                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
             cel::Value::Map(cel::objects::Map { map: Arc::new(m) })
         }
     }
@@ -118,13 +130,22 @@ impl Operator for RowFilter {
     type In = Row;
     type Out = Row;
 
-    fn process_batch(&mut self, batch: Batch<Row>, ctx: &mut OperatorContext, out: &mut Output<Row>) -> OpResult {
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
         let root = Context::default();
         for r in batch {
             match self.expr.eval(&root, &r.value) {
                 Ok(Value::Bool(true)) => out.push(r),
                 Ok(Value::Bool(false)) => {}
-                Ok(other) => self.bad.handle(&r.value.to_string(), &position(ctx), &format!("{}: expected true or false, got {other}", self.expr.source))?,
+                Ok(other) => self.bad.handle(
+                    &r.value.to_string(),
+                    &position(ctx),
+                    &format!("{}: expected true or false, got {other}", self.expr.source),
+                )?,
                 Err(e) => self.bad.handle(&r.value.to_string(), &position(ctx), &e)?,
             }
         }
@@ -143,12 +164,20 @@ pub struct RowMap {
 impl RowMap {
     /// Adds or replaces `fields` on every row (YAML `map`).
     pub fn map(fields: Vec<(String, Expr)>, bad: BadRecords) -> Self {
-        RowMap { fields, keep_others: true, bad }
+        RowMap {
+            fields,
+            keep_others: true,
+            bad,
+        }
     }
 
     /// Projects every row to exactly `fields` (YAML `select`).
     pub fn select(fields: Vec<(String, Expr)>, bad: BadRecords) -> Self {
-        RowMap { fields, keep_others: false, bad }
+        RowMap {
+            fields,
+            keep_others: false,
+            bad,
+        }
     }
 }
 
@@ -156,7 +185,12 @@ impl Operator for RowMap {
     type In = Row;
     type Out = Row;
 
-    fn process_batch(&mut self, batch: Batch<Row>, ctx: &mut OperatorContext, out: &mut Output<Row>) -> OpResult {
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
         let root = Context::default();
         'rows: for r in batch {
             let mut computed = Vec::with_capacity(self.fields.len());
@@ -164,7 +198,8 @@ impl Operator for RowMap {
                 match e.eval(&root, &r.value) {
                     Ok(v) => computed.push((name.clone(), v)),
                     Err(err) => {
-                        self.bad.handle(&r.value.to_string(), &position(ctx), &err)?;
+                        self.bad
+                            .handle(&r.value.to_string(), &position(ctx), &err)?;
                         continue 'rows;
                     }
                 }
@@ -174,7 +209,8 @@ impl Operator for RowMap {
                     Value::Object(m) => m,
                     other => {
                         let reason = format!("expected a JSON object, got {other}");
-                        self.bad.handle(&other.to_string(), &position(ctx), &reason)?;
+                        self.bad
+                            .handle(&other.to_string(), &position(ctx), &reason)?;
                         continue;
                     }
                 }
@@ -193,7 +229,10 @@ impl Operator for RowMap {
 /// The key of a row for `key_by`: the canonical JSON text of the key fields' values
 /// (missing fields are `null`).
 pub fn row_key(row: &Row, fields: &[String]) -> String {
-    let vals: Vec<&Value> = fields.iter().map(|f| row.get(f).unwrap_or(&Value::Null)).collect();
+    let vals: Vec<&Value> = fields
+        .iter()
+        .map(|f| row.get(f).unwrap_or(&Value::Null))
+        .collect();
     serde_json::to_string(&vals).unwrap_or_default()
 }
 
@@ -207,7 +246,12 @@ mod tests {
     use serde_json::json;
 
     fn ctx() -> OperatorContext {
-        let info = SubtaskInfo { name: "step".into(), index: 0, parallelism: 1, max_parallelism: 128 };
+        let info = SubtaskInfo {
+            name: "step".into(),
+            index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+        };
         OperatorContext::new(info, ManualClock::new(0).shared())
     }
 
@@ -217,31 +261,87 @@ mod tests {
 
     #[test]
     fn filter_map_select() {
-        let skip = BadRecords::new(BadRecordPolicy::Skip, Arc::new(BadRecordCounts::default()), None);
-        let mut f = RowFilter::new(Expr::compile("item == \"milk\" && price > 50").unwrap(), skip.clone());
+        let skip = BadRecords::new(
+            BadRecordPolicy::Skip,
+            Arc::new(BadRecordCounts::default()),
+            None,
+        );
+        let mut f = RowFilter::new(
+            Expr::compile("item == \"milk\" && price > 50").unwrap(),
+            skip.clone(),
+        );
         let mut out = Output::new();
-        let input = rows(vec![json!({"item": "milk", "price": 60}), json!({"item": "milk", "price": 40}), json!({"item": "tea", "price": 90}), json!({"price": 1})]);
+        let input = rows(vec![
+            json!({"item": "milk", "price": 60}),
+            json!({"item": "milk", "price": 40}),
+            json!({"item": "tea", "price": 90}),
+            json!({"price": 1}),
+        ]);
         f.process_batch(input, &mut ctx(), &mut out).unwrap();
-        assert_eq!(out.take().into_iter().map(|r| r.value).collect::<Vec<_>>(), vec![json!({"item": "milk", "price": 60})]);
-        assert_eq!(skip.counts().skipped.load(std::sync::atomic::Ordering::Relaxed), 1, "the row without item");
+        assert_eq!(
+            out.take().into_iter().map(|r| r.value).collect::<Vec<_>>(),
+            vec![json!({"item": "milk", "price": 60})]
+        );
+        assert_eq!(
+            skip.counts()
+                .skipped
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the row without item"
+        );
 
-        let fields = vec![("dollars".to_string(), Expr::compile("double(price) / 100.0").unwrap()), ("label".to_string(), Expr::compile("row[\"item\"] + \"!\"").unwrap())];
+        let fields = vec![
+            (
+                "dollars".to_string(),
+                Expr::compile("double(price) / 100.0").unwrap(),
+            ),
+            (
+                "label".to_string(),
+                Expr::compile("row[\"item\"] + \"!\"").unwrap(),
+            ),
+        ];
         let mut m = RowMap::map(fields, BadRecords::default());
-        m.process_batch(rows(vec![json!({"item": "milk", "price": 60})]), &mut ctx(), &mut out).unwrap();
-        assert_eq!(out.take()[0].value, json!({"item": "milk", "price": 60, "dollars": 0.6, "label": "milk!"}));
+        m.process_batch(
+            rows(vec![json!({"item": "milk", "price": 60})]),
+            &mut ctx(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out.take()[0].value,
+            json!({"item": "milk", "price": 60, "dollars": 0.6, "label": "milk!"})
+        );
 
-        let mut s = RowMap::select(vec![("p".to_string(), Expr::compile("price * 2").unwrap())], BadRecords::default());
-        s.process_batch(rows(vec![json!({"item": "milk", "price": 60})]), &mut ctx(), &mut out).unwrap();
+        let mut s = RowMap::select(
+            vec![("p".to_string(), Expr::compile("price * 2").unwrap())],
+            BadRecords::default(),
+        );
+        s.process_batch(
+            rows(vec![json!({"item": "milk", "price": 60})]),
+            &mut ctx(),
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out.take()[0].value, json!({"p": 120}));
 
-        let mut failing = RowFilter::new(Expr::compile("price > 1").unwrap(), BadRecords::default());
-        let e = failing.process_batch(rows(vec![json!({"item": "x"})]), &mut ctx(), &mut out).unwrap_err();
-        assert!(e.to_string().contains("price > 1: the row has no field \"price\""), "{e}");
+        let mut failing =
+            RowFilter::new(Expr::compile("price > 1").unwrap(), BadRecords::default());
+        let e = failing
+            .process_batch(rows(vec![json!({"item": "x"})]), &mut ctx(), &mut out)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("price > 1: the row has no field \"price\""),
+            "{e}"
+        );
     }
 
     #[test]
     fn keys_are_canonical() {
         let r = json!({"a": 1, "b": "x"});
-        assert_eq!(row_key(&r, &["b".into(), "a".into(), "c".into()]), "[\"x\",1,null]");
+        assert_eq!(
+            row_key(&r, &["b".into(), "a".into(), "c".into()]),
+            "[\"x\",1,null]"
+        );
     }
 }
