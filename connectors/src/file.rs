@@ -519,7 +519,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
                 Line::End => {
                     let mut cur = self.cursors.remove(c);
                     if cur.csv.is_some() {
-                        emitted += csv_rows(&mut cur, &mut self.bad, out, true)?;
+                        emitted += csv_rows(&mut cur, &self.bad, out, true)?;
                     }
                 }
             }

@@ -160,13 +160,17 @@ pub(crate) struct InputGate<T> {
     pub(crate) receivers: Vec<Receiver<StreamElement<T>>>,
 }
 
+/// The channels of one edge: per upstream subtask its senders (one per downstream
+/// channel), and per downstream subtask its gate.
+pub(crate) type EdgeChannels<T> = (Vec<Vec<Sender<StreamElement<T>>>>, Vec<InputGate<T>>);
+
 /// Creates the channels of one edge: `up` writers' senders and `down` gates.
 pub(crate) fn channels<T>(
     up: usize,
     down: usize,
     capacity: usize,
     all_to_all: bool,
-) -> (Vec<Vec<Sender<StreamElement<T>>>>, Vec<InputGate<T>>) {
+) -> EdgeChannels<T> {
     let mut senders: Vec<Vec<Sender<StreamElement<T>>>> = (0..up).map(|_| Vec::new()).collect();
     let mut gates: Vec<InputGate<T>> = (0..down)
         .map(|_| InputGate {

@@ -7,17 +7,15 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use brook_core::element::StreamElement;
 use brook_core::operator::{Operator, OperatorContext, SubtaskInfo};
 use brook_core::partition::Partitioner;
 use brook_core::sink::Sink;
 use brook_core::source::Source;
 use brook_core::time::SharedClock;
 use brook_state::KeyedStateBackend;
-use crossbeam_channel::Sender;
 
 use crate::chain::{combine_outputs, erase, unerase, ErasedLink, OperatorLink, SinkLink};
-use crate::channel::{channels, ChannelWriter, InputGate, KeyHasher};
+use crate::channel::{channels, ChannelWriter, EdgeChannels, InputGate, KeyHasher};
 use crate::error::EngineError;
 use crate::metrics::OperatorMetrics;
 use crate::task::{InputTask, SourceTask, TaskEnv, TaskRunner};
@@ -241,7 +239,7 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
         env: &BuildEnv,
     ) -> (Vec<ErasedLink>, Vec<ErasedGate>) {
         let all_to_all = partitioner != Partitioner::Forward;
-        let (senders, gates): (Vec<Vec<Sender<StreamElement<T>>>>, Vec<InputGate<T>>) =
+        let (senders, gates): EdgeChannels<T> =
             channels(up as usize, down as usize, env.channel_capacity, all_to_all);
         let writers = senders
             .into_iter()

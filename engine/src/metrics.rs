@@ -103,69 +103,93 @@ impl JobMetrics {
 
     /// The metrics in Prometheus' text exposition format.
     pub fn prometheus(&self) -> String {
-        let mut s = String::new();
         let vertices = self.vertices();
-        let series: [(&str, &str, fn(&OperatorMetrics) -> u64); 5] = [
-            ("brook_records_in_total", "Records received", |m| {
-                m.records_in.load(Ordering::Relaxed)
-            }),
-            ("brook_records_out_total", "Records emitted", |m| {
-                m.records_out.load(Ordering::Relaxed)
-            }),
-            ("brook_batches_in_total", "Batches received", |m| {
-                m.batches_in.load(Ordering::Relaxed)
-            }),
-            ("brook_busy_seconds_total", "", |m| {
-                m.busy_ns.load(Ordering::Relaxed)
-            }),
-            ("brook_backpressure_seconds_total", "", |m| {
-                m.backpressure_ns.load(Ordering::Relaxed)
-            }),
-        ];
-        for (name, help, get) in series {
-            let seconds = name.ends_with("_seconds_total");
-            let help = if seconds && name.contains("busy") {
-                "Time spent processing"
-            } else if seconds {
-                "Time blocked on backpressure"
-            } else {
-                help
-            };
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+        let mut s = String::new();
+        for series in SERIES {
+            let _ = writeln!(
+                s,
+                "# HELP {} {}\n# TYPE {} {}",
+                series.name, series.help, series.name, series.kind
+            );
             for v in &vertices {
                 for (i, m) in v.subtasks.iter().enumerate() {
-                    let raw = get(m);
-                    let _ = if seconds {
-                        writeln!(
-                            s,
-                            "{name}{{operator=\"{}\",subtask=\"{i}\"}} {}",
-                            escape(&v.name),
-                            raw as f64 / 1e9
-                        )
+                    let raw = (series.get)(m);
+                    let value = if series.nanos {
+                        raw as f64 / 1e9
                     } else {
-                        writeln!(
-                            s,
-                            "{name}{{operator=\"{}\",subtask=\"{i}\"}} {raw}",
-                            escape(&v.name)
-                        )
+                        raw as f64
                     };
+                    let _ = writeln!(
+                        s,
+                        "{}{{operator=\"{}\",subtask=\"{i}\"}} {value}",
+                        series.name,
+                        escape(&v.name)
+                    );
                 }
-            }
-        }
-        let _ = writeln!(s, "# HELP brook_watermark_ms Current event-time watermark\n# TYPE brook_watermark_ms gauge");
-        for v in &vertices {
-            for (i, m) in v.subtasks.iter().enumerate() {
-                let _ = writeln!(
-                    s,
-                    "brook_watermark_ms{{operator=\"{}\",subtask=\"{i}\"}} {}",
-                    escape(&v.name),
-                    m.watermark.load(Ordering::Relaxed)
-                );
             }
         }
         s
     }
 }
+
+/// One exported metric.
+struct Series {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    /// The counter is in nanoseconds and is exported in seconds.
+    nanos: bool,
+    get: fn(&OperatorMetrics) -> i64,
+}
+
+fn load(c: &AtomicU64) -> i64 {
+    c.load(Ordering::Relaxed) as i64
+}
+
+const SERIES: [Series; 6] = [
+    Series {
+        name: "brook_records_in_total",
+        help: "Records received",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.records_in),
+    },
+    Series {
+        name: "brook_records_out_total",
+        help: "Records emitted",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.records_out),
+    },
+    Series {
+        name: "brook_batches_in_total",
+        help: "Batches received",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.batches_in),
+    },
+    Series {
+        name: "brook_busy_seconds_total",
+        help: "Time spent processing",
+        kind: "counter",
+        nanos: true,
+        get: |m| load(&m.busy_ns),
+    },
+    Series {
+        name: "brook_backpressure_seconds_total",
+        help: "Time blocked sending downstream",
+        kind: "counter",
+        nanos: true,
+        get: |m| load(&m.backpressure_ns),
+    },
+    Series {
+        name: "brook_watermark_ms",
+        help: "Current event-time watermark (ms)",
+        kind: "gauge",
+        nanos: false,
+        get: |m| m.watermark.load(Ordering::Relaxed),
+    },
+];
 
 fn escape(label: &str) -> String {
     label
