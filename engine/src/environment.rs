@@ -24,8 +24,8 @@ use crate::channel::KeyHasher;
 use crate::error::EngineError;
 use crate::execute::{start, JobHandle, JobResult};
 use crate::graph::{
-    BuildEnv, Edge, OperatorVertex, SinkVertex, StateBackendFactory, TypedEdge, TypedSource,
-    Vertex, VertexId, VertexKind,
+    BuildEnv, JobEdge, JobGraph, JobVertex, OperatorVertex, SinkVertex, StateBackendFactory,
+    TypedEdge, TypedSource, VertexId, VertexKind,
 };
 
 /// Settings of a job.
@@ -96,16 +96,10 @@ impl JobConfig {
     }
 }
 
-pub(crate) struct GraphBuilder {
-    pub(crate) config: JobConfig,
-    pub(crate) vertices: Vec<Vertex>,
-    pub(crate) edges: Vec<Edge>,
-}
-
 /// Where a job is defined; cheap to clone (clones share the job being built).
 #[derive(Clone)]
 pub struct StreamEnvironment {
-    inner: Rc<RefCell<GraphBuilder>>,
+    inner: Rc<RefCell<JobGraph>>,
 }
 
 impl std::fmt::Debug for StreamEnvironment {
@@ -122,7 +116,7 @@ impl StreamEnvironment {
     /// A new job with these settings.
     pub fn new(config: JobConfig) -> Self {
         StreamEnvironment {
-            inner: Rc::new(RefCell::new(GraphBuilder {
+            inner: Rc::new(RefCell::new(JobGraph {
                 config,
                 vertices: Vec::new(),
                 edges: Vec::new(),
@@ -139,7 +133,7 @@ impl StreamEnvironment {
         } else {
             base.to_string()
         };
-        g.vertices.push(Vertex {
+        g.vertices.push(JobVertex {
             name,
             parallelism: None,
             kind,
@@ -240,7 +234,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     fn connect(&self, to: VertexId) {
         let mut g = self.env.inner.borrow_mut();
         for i in &self.inputs {
-            g.edges.push(Edge {
+            g.edges.push(JobEdge {
                 from: i.vertex,
                 to,
                 partitioner: i.partitioner,

@@ -11,8 +11,8 @@ use brook_core::time::Stopwatch;
 use tracing::{error, info};
 
 use crate::chain::{panic_message, ErasedLink};
-use crate::environment::GraphBuilder;
 use crate::error::{EngineError, TaskFailure};
+use crate::graph::JobGraph;
 use crate::graph::{BuildEnv, ErasedGate, VertexKind};
 use crate::metrics::{JobMetrics, VertexTotals};
 use crate::task::{TaskEnv, TaskRunner};
@@ -102,7 +102,7 @@ impl JobHandle {
     }
 }
 
-pub(crate) fn start(name: &str, g: &GraphBuilder) -> Result<JobHandle, EngineError> {
+pub(crate) fn start(name: &str, g: &JobGraph) -> Result<JobHandle, EngineError> {
     g.config.validate()?;
     let n = g.vertices.len();
     if n == 0 {

@@ -94,9 +94,18 @@ pub(crate) enum VertexKind {
     Sink(Arc<dyn LinkVertex>),
 }
 
+/// The job graph: vertices (sources, operators, sinks) with their parallelism, edges
+/// with their partitioner, and the job's configuration, including `max_parallelism`
+/// (the key-group count), which is stored here and never re-derived.
+pub(crate) struct JobGraph {
+    pub(crate) config: crate::environment::JobConfig,
+    pub(crate) vertices: Vec<JobVertex>,
+    pub(crate) edges: Vec<JobEdge>,
+}
+
 /// A vertex of the job graph.
 #[derive(Clone)]
-pub(crate) struct Vertex {
+pub(crate) struct JobVertex {
     pub(crate) name: String,
     pub(crate) parallelism: Option<u32>,
     pub(crate) kind: VertexKind,
@@ -105,7 +114,7 @@ pub(crate) struct Vertex {
 /// An edge of the job graph; `partitioner` `None` means forward when the parallelism
 /// matches, rebalance otherwise (as Flink's default).
 #[derive(Clone)]
-pub(crate) struct Edge {
+pub(crate) struct JobEdge {
     pub(crate) from: VertexId,
     pub(crate) to: VertexId,
     pub(crate) partitioner: Option<Partitioner>,
