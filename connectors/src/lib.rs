@@ -35,4 +35,4 @@ pub use log::{LogReader, LogSink, LogSource, StartingOffsets};
 pub use stdout::StdoutSink;
 
 /// Records per batch a source emits (the engine's default batch size).
-const BATCH: usize = 1024;
+const BATCH: usize = 4096;

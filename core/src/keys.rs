@@ -56,9 +56,16 @@ pub fn hash_key<K: Hash + ?Sized>(key: &K) -> u64 {
     h.finish()
 }
 
-/// The key group of a key hash.
+/// The key group of a key hash: `hash mod max_parallelism`.
+#[inline]
 pub fn key_group_for_hash(hash: u64, max_parallelism: u32) -> KeyGroup {
-    (hash % u64::from(max_parallelism.max(1))) as KeyGroup
+    let m = u64::from(max_parallelism.max(1));
+    // The usual key-group counts are powers of two: a mask instead of a division.
+    if m.is_power_of_two() {
+        (hash & (m - 1)) as KeyGroup
+    } else {
+        (hash % m) as KeyGroup
+    }
 }
 
 /// The key group of a key.
@@ -68,8 +75,15 @@ pub fn key_group_for_key<K: Hash + ?Sized>(key: &K, max_parallelism: u32) -> Key
 
 /// The subtask (of `parallelism`) that owns key group `kg`, as Flink's
 /// `computeOperatorIndexForKeyGroup`: `kg * parallelism / max_parallelism`.
+#[inline]
 pub fn subtask_for_key_group(max_parallelism: u32, parallelism: u32, kg: KeyGroup) -> u32 {
-    (u64::from(kg) * u64::from(parallelism) / u64::from(max_parallelism.max(1))) as u32
+    let m = u64::from(max_parallelism.max(1));
+    let x = u64::from(kg) * u64::from(parallelism);
+    if m.is_power_of_two() {
+        (x >> m.trailing_zeros()) as u32
+    } else {
+        (x / m) as u32
+    }
 }
 
 /// The key groups subtask `index` of `parallelism` owns, as Flink's

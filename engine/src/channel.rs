@@ -110,6 +110,10 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
                 }
                 self.send(n - 1, StreamElement::Records(batch))
             }
+            // One downstream subtask owns every key group: no need to hash.
+            Partitioner::KeyGroups if self.senders.len() == 1 => {
+                self.send(0, StreamElement::Records(batch))
+            }
             Partitioner::KeyGroups => {
                 let n = self.senders.len() as u32;
                 let Some(hash) = self.key_hash.clone() else {

@@ -62,7 +62,7 @@ impl Default for JobConfig {
         JobConfig {
             parallelism: 1,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
-            batch_size: 1024,
+            batch_size: 4096,
             channel_capacity: 4,
             clock: SystemClock::shared(),
             state_backend: Arc::new(|| Box::new(MemoryStateBackend::new())),
@@ -313,9 +313,11 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         K: Hash + Serialize + DeserializeOwned + Send + 'static,
         F: Fn(&T) -> K + Send + Sync + 'static,
     {
-        let key: Arc<dyn Fn(&T) -> K + Send + Sync> = Arc::new(key);
+        // The hasher calls the concrete key function (inlined), not through `dyn`.
+        let key = Arc::new(key);
         let k2 = Arc::clone(&key);
         let hasher: KeyHasher<T> = Arc::new(move |t: &T| hash_key(&k2(t)));
+        let key: Arc<dyn Fn(&T) -> K + Send + Sync> = key;
         let inputs = self
             .inputs
             .into_iter()
