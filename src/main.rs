@@ -1,5 +1,8 @@
 //! The `brook` command-line tool.
 
+mod metrics_http;
+mod run;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::PathBuf;
@@ -45,6 +48,8 @@ enum Command {
     /// List consumer groups and show their offsets and lag.
     #[command(subcommand)]
     Group(GroupCommand),
+    /// Run a YAML job spec in the foreground.
+    Run(run::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,7 +149,11 @@ enum GroupCommand {
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROOK_LOG")
         // The CLI prints its own warning when partitions are added.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,brook_log::log=error"));
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(
+                "warn,brook_log::log=error,brook_engine::execute=off",
+            )
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
@@ -156,19 +165,33 @@ fn main() {
     }
 }
 
-fn open_log(cli: &Cli) -> Result<Log> {
-    let fsync: FsyncPolicy = cli.fsync.parse().context("--fsync")?;
+fn open_log(data_dir: &std::path::Path, fsync: &str) -> Result<Log> {
+    let fsync: FsyncPolicy = fsync.parse().context("--fsync")?;
     let options = LogOptions {
         fsync,
         ..LogOptions::default()
     };
-    Log::open(&cli.data_dir, options)
-        .with_context(|| format!("opening data directory {}", cli.data_dir.display()))
+    Log::open(data_dir, options)
+        .with_context(|| format!("opening data directory {}", data_dir.display()))
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let log = open_log(&cli)?;
-    match cli.command {
+    let Cli {
+        data_dir,
+        fsync,
+        command,
+    } = cli;
+    let command = match command {
+        // The log is opened only if the job reads or writes it.
+        Command::Run(args) => return run::run(args, || open_log(&data_dir, &fsync)),
+        other => other,
+    };
+    let log = open_log(&data_dir, &fsync)?;
+    // Apply retention now too: a short command would otherwise end before the
+    // background maintenance first runs.
+    log.run_maintenance().context("applying retention")?;
+    match command {
+        Command::Run(_) => Ok(()),
         Command::Topic(cmd) => topic_command(&log, cmd),
         Command::Produce(args) => produce(&log, args),
         Command::Consume(args) => {

@@ -101,3 +101,41 @@ mod tests {
         assert!(SystemClock.now_ms() > 1_577_836_800_000);
     }
 }
+
+/// An event-time watermark: the assertion that no more records with a timestamp
+/// `<=` this value (ms) are expected (semantics.md §2). Watermarks only move forward.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct Watermark(pub Millis);
+
+impl Watermark {
+    /// No progress yet (`i64::MIN`), the initial watermark.
+    pub const MIN: Watermark = Watermark(i64::MIN);
+    /// The end of event time (`i64::MAX`), emitted when a bounded input ends: every
+    /// window fires and every event-time timer runs.
+    pub const MAX: Watermark = Watermark(i64::MAX);
+
+    /// The timestamp in ms.
+    pub fn millis(self) -> Millis {
+        self.0
+    }
+}
+
+/// Measures elapsed processing time for metrics, in nanoseconds. Kept here so that
+/// wall-clock reads stay in this module.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    /// Starts measuring.
+    #[allow(clippy::disallowed_methods)] // metrics timing, not a decision input
+    pub fn start() -> Self {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    /// Nanoseconds since [`Stopwatch::start`].
+    pub fn elapsed_nanos(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}

@@ -1,8 +1,47 @@
 //! brook's runtime.
 //!
-//! Owns (as it grows, see issues 3, 5 and 7): the `JobGraph`, the tasks that run its
-//! subtasks over bounded channels, watermark propagation, the `CheckpointCoordinator`
-//! and the runner service that supervises jobs.
+//! - [`environment`]: the builder API ([`StreamEnvironment`], [`DataStream`],
+//!   [`KeyedStream`]) in Flink's vocabulary.
+//! - `graph`: the job graph of sources, operators and sinks with per-vertex
+//!   parallelism and partitioned edges.
+//! - `execute`: planning (chaining forward edges of equal parallelism into one task),
+//!   one thread per task, failure reporting ([`JobHandle`], [`JobResult`]).
+//! - `chain`, `channel`, `task`: operator chains, bounded channels of batches
+//!   (backpressure), input gates with per-channel watermarks, and the task loops.
+//! - [`metrics`]: records, batches, busy and backpressure time per operator subtask;
+//!   a Prometheus text rendering.
 //!
 //! Must not know about: the inside of any operator, state backend or connector beyond
 //! the traits they implement.
+//!
+//! # Example
+//! ```
+//! use brook_engine::{JobConfig, StreamEnvironment};
+//! use brook_engine::testing::{CollectSink, VecSource};
+//!
+//! let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
+//! let out = CollectSink::new();
+//! env.source(VecSource::new((1..=10).collect::<Vec<i64>>()))
+//!     .filter(|x| x % 2 == 0)
+//!     .map(|x| x * 10)
+//!     .sink(out.clone());
+//! env.execute("evens").unwrap();
+//! let mut got = out.values();
+//! got.sort();
+//! assert_eq!(got, vec![20, 40, 60, 80, 100]);
+//! ```
+
+mod chain;
+mod channel;
+pub mod environment;
+mod error;
+mod execute;
+mod graph;
+pub mod metrics;
+mod task;
+pub mod testing;
+
+pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
+pub use error::EngineError;
+pub use execute::{JobHandle, JobResult};
+pub use graph::StateBackendFactory;

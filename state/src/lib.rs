@@ -1,8 +1,45 @@
 //! Keyed state for brook operators.
 //!
-//! Owns (as the runtime grows, see issue 5): the `StateBackend` trait and its keyed
-//! state handles (`ValueState`, `ListState`, `MapState`), the timer service, and
-//! snapshots split by key group so state can be rescaled. RocksDB types stay inside this
-//! crate's `rocksdb` module and never leak out.
+//! - [`backend`]: the [`KeyedStateBackend`] trait, a byte-level store addressed by
+//!   state name, key group, key and namespace (the layout `key group | key |
+//!   namespace` keeps a key-group range contiguous, ready for rescaling and for
+//!   RocksDB), and [`MemoryStateBackend`], its in-memory implementation.
+//! - [`keyed`]: [`KeyedStateStore`], which scopes a backend to the current key and
+//!   namespace, and the typed handles [`ValueState`], [`ListState`] and [`MapState`]
+//!   declared with [`StateDescriptor`]s (values are encoded with bincode).
+//! - [`timers`]: the [`TimerService`] of event-time and processing-time timers per
+//!   key and namespace.
 //!
-//! Must not know about: operators, the engine, the log or any connector.
+//! Must not know about: operators, the engine, the log or any connector. RocksDB types
+//! (with issue 5's backend) stay inside this crate.
+
+pub mod backend;
+pub mod keyed;
+pub mod timers;
+
+pub use backend::{KeyedStateBackend, MemoryStateBackend};
+pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
+pub use timers::{TimeDomain, Timer, TimerService};
+
+use thiserror::Error;
+
+/// A state operation failed.
+#[derive(Debug, Error)]
+pub enum StateError {
+    /// A value could not be encoded or decoded (a state schema changed, or a bug).
+    #[error("state {state:?}: cannot {op} value: {source}")]
+    Codec {
+        /// The state's name.
+        state: String,
+        /// `encode` or `decode`.
+        op: &'static str,
+        /// The codec's error.
+        source: bincode::Error,
+    },
+    /// No current key is set (state used outside of a keyed context).
+    #[error("state {0:?} used without a current key")]
+    NoCurrentKey(String),
+}
+
+/// Result of state operations.
+pub type Result<T, E = StateError> = std::result::Result<T, E>;

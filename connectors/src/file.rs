@@ -1,0 +1,1148 @@
+//! Files: [`FileSource`] reads JSON lines or CSV, [`FileSink`] writes them.
+//!
+//! # Reading
+//!
+//! [`FileSource::jsonl`] reads one JSON value per line; [`FileSource::csv`] reads CSV
+//! whose first row is a header (RFC 4180 quoting, so a quoted field may span lines).
+//! The input is a file, a directory (all regular files directly in it, sorted by
+//! name) or a list of those ([`FileInput`]); each file is one split, and split `i`
+//! goes to subtask `i % parallelism`. A file whose name ends in `.gz` is
+//! gzip-decompressed. Empty (or blank) lines are skipped. The records have no
+//! timestamp.
+//!
+//! CSV rows are decoded with the csv crate's serde support (named by the header), so a
+//! numeric-looking field can still go into a `String`; when that fails, and always
+//! when the record type is [`serde_json::Value`], the row becomes a JSON object with
+//! [`csv_row_to_json`]'s type inference and is decoded from that.
+//!
+//! With [`FileSource::follow`] the source is unbounded: at the end of a file it waits
+//! for more complete lines to be appended (a last line without its newline is held
+//! back until the newline arrives), polling every file of the subtask in turn. Files
+//! added to a directory later are not picked up, and gzip files cannot be followed.
+//!
+//! A line (or CSV row) that does not decode follows the [`BadRecords`] policy
+//! ([`FileSource::on_bad_record`]); its position is `path:line` with 1-based line
+//! numbers (the first line of a CSV row).
+//!
+//! # Writing
+//!
+//! [`FileSink::jsonl`] writes one JSON value per line; [`FileSink::csv`] writes CSV
+//! with a header row (from the field names of a struct, or from the keys of the first
+//! record when records serialise as maps, e.g. [`serde_json::Value`] objects). A path
+//! ending in `.gz` is gzip-compressed. With parallelism 1 the sink writes `path`; with
+//! parallelism `p > 1`, subtask `i` writes `{stem}-{i}{ext}` next to it, where `stem`
+//! is the file name up to its first dot and `ext` the rest (`out.jsonl.gz` becomes
+//! `out-0.jsonl.gz`, `out-1.jsonl.gz`, ...); [`FileSink::path_for`] tells which. The
+//! files are created (or truncated) when the job starts, along with missing parent
+//! directories. Output is buffered and written out by `flush` and `finish` (the
+//! engine calls them when the input idles and at the end); it is not fsynced.
+//!
+//! # Example
+//! ```
+//! use brook_connectors::{FileSink, FileSource};
+//! use brook_engine::{JobConfig, StreamEnvironment};
+//! use brook_engine::testing::{CollectSink, VecSource};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("numbers.jsonl");
+//! let env = StreamEnvironment::new(JobConfig::default());
+//! env.source(VecSource::new(vec![1i64, 2, 3])).sink(FileSink::jsonl(&path));
+//! env.execute("write").unwrap();
+//!
+//! let env = StreamEnvironment::new(JobConfig::default());
+//! let out = CollectSink::new();
+//! env.source(FileSource::jsonl::<i64>(&path)).sink(out.clone());
+//! env.execute("read").unwrap();
+//! assert_eq!(out.values(), vec![1, 2, 3]);
+//! ```
+
+use std::any::TypeId;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
+use brook_core::sink::{Sink, SinkWriter};
+use brook_core::source::{InputStatus, Source, SourceReader, Split};
+use csv::{ByteRecord, StringRecord};
+use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use brook_core::bad_record::{BadRecordCounts, BadRecords};
+
+use crate::bad_record;
+use crate::error::ConnectorError;
+use crate::BATCH;
+
+/// Lines a reader looks at per poll at most (so that a run of bad lines does not
+/// hold the task).
+const LINES_PER_POLL: usize = 4 * BATCH;
+
+/// The input of a [`FileSource`]: files and directories (no glob patterns).
+///
+/// Converts from one path (`&str`, `String`, `&Path`, `PathBuf`) or from a list of
+/// them (`Vec`, array or slice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileInput(Vec<PathBuf>);
+
+impl FileInput {
+    /// The paths as given.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.0
+    }
+}
+
+macro_rules! file_input_from_one {
+    ($($t:ty),*) => {$(
+        impl From<$t> for FileInput {
+            fn from(p: $t) -> Self {
+                FileInput(vec![PathBuf::from(p)])
+            }
+        }
+    )*};
+}
+
+file_input_from_one!(&str, String, &String, &Path, PathBuf, &PathBuf);
+
+impl<P: AsRef<Path>> From<Vec<P>> for FileInput {
+    fn from(ps: Vec<P>) -> Self {
+        FileInput(ps.iter().map(|p| p.as_ref().to_path_buf()).collect())
+    }
+}
+
+impl<P: AsRef<Path>> From<&[P]> for FileInput {
+    fn from(ps: &[P]) -> Self {
+        FileInput(ps.iter().map(|p| p.as_ref().to_path_buf()).collect())
+    }
+}
+
+impl<P: AsRef<Path>, const N: usize> From<[P; N]> for FileInput {
+    fn from(ps: [P; N]) -> Self {
+        FileInput(ps.iter().map(|p| p.as_ref().to_path_buf()).collect())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    JsonLines,
+    Csv,
+}
+
+fn is_gzip(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// A source of JSON lines or CSV records read from files (see the
+/// [module docs](self)).
+pub struct FileSource<T> {
+    input: FileInput,
+    format: Format,
+    follow: bool,
+    bad: BadRecords,
+    _out: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for FileSource<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileSource")
+            .field("input", &self.input)
+            .field("format", &self.format)
+            .field("follow", &self.follow)
+            .field("bad_records", &self.bad)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Clone for FileSource<T> {
+    fn clone(&self) -> Self {
+        FileSource {
+            input: self.input.clone(),
+            format: self.format,
+            follow: self.follow,
+            bad: self.bad.clone(),
+            _out: PhantomData,
+        }
+    }
+}
+
+/// The constructors name the record type: `FileSource::jsonl::<T>(path)` (the `()`
+/// is only a place for them, as `HashMap::new` is found on `HashMap<K, V,
+/// RandomState>`).
+impl FileSource<()> {
+    /// One JSON value per line, decoded into `T`.
+    pub fn jsonl<T: DeserializeOwned + Send + 'static>(
+        input: impl Into<FileInput>,
+    ) -> FileSource<T> {
+        FileSource::new(input.into(), Format::JsonLines)
+    }
+
+    /// CSV with a header row, each row decoded into `T`.
+    pub fn csv<T: DeserializeOwned + Send + 'static>(input: impl Into<FileInput>) -> FileSource<T> {
+        FileSource::new(input.into(), Format::Csv)
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
+    fn new(input: FileInput, format: Format) -> Self {
+        FileSource {
+            input,
+            format,
+            follow: false,
+            bad: BadRecords::fail(),
+            _out: PhantomData,
+        }
+    }
+
+    /// Keeps reading the files as they grow (unbounded) instead of ending at their
+    /// end. Default false.
+    pub fn follow(mut self, follow: bool) -> Self {
+        self.follow = follow;
+        self
+    }
+
+    /// What to do with a line that does not decode (semantics.md §5). Default:
+    /// fail, naming its position.
+    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
+        self.bad = bad;
+        self
+    }
+
+    /// The counts of skipped and dead-lettered records of this source (all its
+    /// subtasks and clones).
+    pub fn bad_record_counter(&self) -> Arc<BadRecordCounts> {
+        Arc::clone(self.bad.counts())
+    }
+
+    /// The files the source reads, in split order: each path given, with directories
+    /// replaced by the regular files directly in them, sorted.
+    ///
+    /// # Errors
+    /// [`ConnectorError::Io`] for a path that cannot be read (naming it),
+    /// [`ConnectorError::Config`] for a path that is neither a file nor a directory, or
+    /// a gzip file to follow.
+    pub fn files(&self) -> Result<Vec<PathBuf>, ConnectorError> {
+        let mut files = Vec::new();
+        for path in self.input.paths() {
+            let meta = fs::metadata(path).map_err(|e| ConnectorError::io("open", path, e))?;
+            if meta.is_dir() {
+                let mut in_dir = Vec::new();
+                for entry in fs::read_dir(path).map_err(|e| ConnectorError::io("list", path, e))? {
+                    let entry = entry.map_err(|e| ConnectorError::io("list", path, e))?;
+                    let p = entry.path();
+                    // Follows symbolic links, as opening the file will.
+                    let meta = fs::metadata(&p).map_err(|e| ConnectorError::io("open", &p, e))?;
+                    if meta.is_file() {
+                        in_dir.push(p);
+                    }
+                }
+                in_dir.sort();
+                files.extend(in_dir);
+            } else if meta.is_file() {
+                files.push(path.clone());
+            } else {
+                return Err(ConnectorError::config(
+                    "input",
+                    format!(
+                        "{} is neither a regular file nor a directory",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        if self.follow {
+            if let Some(gz) = files.iter().find(|p| is_gzip(p)) {
+                return Err(ConnectorError::config(
+                    "follow",
+                    format!("cannot follow the gzip file {}", gz.display()),
+                ));
+            }
+        }
+        Ok(files)
+    }
+}
+
+/// One file of a [`FileSource`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSplit {
+    /// The file.
+    pub path: PathBuf,
+}
+
+impl Split for FileSplit {
+    fn split_id(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
+    type Out = T;
+    type Split = FileSplit;
+
+    fn enumerate_splits(&self, _parallelism: u32) -> OpResult<Vec<FileSplit>> {
+        Ok(self
+            .files()?
+            .into_iter()
+            .map(|path| FileSplit { path })
+            .collect())
+    }
+
+    fn create_reader(
+        &self,
+        _info: &SubtaskInfo,
+        splits: Vec<FileSplit>,
+    ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        Ok(Box::new(FileReader::<T> {
+            format: self.format,
+            follow: self.follow,
+            cursors: splits
+                .into_iter()
+                .map(|s| Cursor::new(s.path, self.format))
+                .collect(),
+            current: 0,
+            bad: self.bad.clone(),
+            _out: PhantomData,
+        }))
+    }
+
+    fn is_bounded(&self) -> bool {
+        !self.follow
+    }
+}
+
+/// What reading a line gave.
+enum Line {
+    /// A complete line is in `Cursor::line`.
+    Complete,
+    /// No complete line yet (follow mode).
+    Wait,
+    /// End of the file.
+    End,
+}
+
+/// Reading position in one file.
+struct Cursor {
+    path: PathBuf,
+    name: String,
+    input: Option<Box<dyn BufRead + Send>>,
+    /// The line being read, with its terminator; partial while `complete` is false.
+    line: Vec<u8>,
+    complete: bool,
+    /// 1-based number of the last complete line.
+    line_no: u64,
+    csv: Option<CsvState>,
+}
+
+impl Cursor {
+    fn new(path: PathBuf, format: Format) -> Self {
+        Cursor {
+            name: path.display().to_string(),
+            path,
+            input: None,
+            line: Vec::new(),
+            complete: false,
+            line_no: 0,
+            csv: (format == Format::Csv).then(CsvState::new),
+        }
+    }
+
+    fn position(&self, line: u64) -> String {
+        format!("{}:{line}", self.name)
+    }
+
+    fn next_line(&mut self, follow: bool) -> OpResult<Line> {
+        if self.complete {
+            self.line.clear();
+            self.complete = false;
+        }
+        let input = match &mut self.input {
+            Some(i) => i,
+            None => {
+                let f = File::open(&self.path)
+                    .map_err(|e| ConnectorError::io("open", &self.path, e))?;
+                let r: Box<dyn BufRead + Send> = if is_gzip(&self.path) {
+                    Box::new(BufReader::with_capacity(
+                        1 << 16,
+                        MultiGzDecoder::new(BufReader::new(f)),
+                    ))
+                } else {
+                    Box::new(BufReader::with_capacity(1 << 16, f))
+                };
+                self.input.insert(r)
+            }
+        };
+        input
+            .read_until(b'\n', &mut self.line)
+            .map_err(|e| ConnectorError::io("read", &self.path, e))?;
+        if self.line.last() == Some(&b'\n') || (!follow && !self.line.is_empty()) {
+            self.complete = true;
+            self.line_no += 1;
+            if self.line_no == 1 && self.line.starts_with(UTF8_BOM) {
+                self.line.drain(..UTF8_BOM.len());
+            }
+            Ok(Line::Complete)
+        } else if follow {
+            // Keep a partial line: the rest is appended on the next read.
+            Ok(Line::Wait)
+        } else {
+            Ok(Line::End)
+        }
+    }
+}
+
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// The line without its terminator.
+fn content(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+struct FileReader<T> {
+    format: Format,
+    follow: bool,
+    /// Files not yet finished.
+    cursors: Vec<Cursor>,
+    /// The cursor being read.
+    current: usize,
+    bad: BadRecords,
+    _out: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned + 'static> FileReader<T> {
+    /// Decodes the current line of cursor `c`; returns whether a record was emitted.
+    fn decode_line(&mut self, c: usize, out: &mut Output<T>) -> OpResult<usize> {
+        let cur = &mut self.cursors[c];
+        match self.format {
+            Format::JsonLines => {
+                let line = content(&cur.line);
+                if line.trim_ascii().is_empty() {
+                    return Ok(0);
+                }
+                match serde_json::from_slice::<T>(line) {
+                    Ok(v) => {
+                        out.collect(v, None);
+                        Ok(1)
+                    }
+                    Err(e) => {
+                        let pos = cur.position(cur.line_no);
+                        bad_record::handle(&self.bad, line, pos, format!("invalid JSON: {e}"))?;
+                        Ok(0)
+                    }
+                }
+            }
+            Format::Csv => {
+                let Some(csv) = cur.csv.as_mut() else {
+                    return Ok(0);
+                };
+                if !csv.in_row() && cur.line.trim_ascii().is_empty() {
+                    return Ok(0);
+                }
+                csv.push_line(&cur.line, cur.line_no);
+                csv_rows(cur, &self.bad, out, false)
+            }
+        }
+    }
+}
+
+/// Decodes the complete rows buffered in the cursor's CSV state (all of them at the
+/// end of the file); returns how many records were emitted.
+fn csv_rows<T: DeserializeOwned + 'static>(
+    cur: &mut Cursor,
+    bad: &BadRecords,
+    out: &mut Output<T>,
+    eof: bool,
+) -> OpResult<usize> {
+    let Some(csv) = cur.csv.as_mut() else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    loop {
+        let row = match csv.next_row(eof) {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(n),
+            Err(reason) => {
+                return Err(OperatorError::BadRecord {
+                    position: Some(format!("{}:{}", cur.name, csv.row_line)),
+                    reason,
+                })
+            }
+        };
+        let Some(headers) = &csv.headers else {
+            continue;
+        };
+        match decode_csv_row::<T>(headers, row) {
+            Ok(v) => {
+                out.collect(v, None);
+                n += 1;
+            }
+            Err(reason) => {
+                let pos = format!("{}:{}", cur.name, csv.row_line);
+                bad_record::handle(bad, csv.row_raw(), pos, reason)?;
+            }
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
+    type Out = T;
+
+    fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        let mut emitted = 0;
+        let mut lines = 0;
+        // Cursors in a row that had nothing (follow mode).
+        let mut idle = 0;
+        while !self.cursors.is_empty() && idle < self.cursors.len() {
+            if emitted >= BATCH || lines >= LINES_PER_POLL {
+                return Ok(InputStatus::MoreAvailable);
+            }
+            self.current %= self.cursors.len();
+            let c = self.current;
+            match self.cursors[c].next_line(self.follow)? {
+                Line::Complete => {
+                    idle = 0;
+                    lines += 1;
+                    emitted += self.decode_line(c, out)?;
+                }
+                Line::Wait => {
+                    idle += 1;
+                    self.current += 1;
+                }
+                Line::End => {
+                    let mut cur = self.cursors.remove(c);
+                    if cur.csv.is_some() {
+                        emitted += csv_rows(&mut cur, &self.bad, out, true)?;
+                    }
+                }
+            }
+        }
+        Ok(if self.cursors.is_empty() {
+            InputStatus::End
+        } else if emitted > 0 || lines > 0 {
+            InputStatus::MoreAvailable
+        } else {
+            InputStatus::NothingAvailable
+        })
+    }
+
+    fn close(&mut self) {
+        self.cursors.clear();
+    }
+}
+
+/// Incremental CSV parsing of whole lines (csv-core), so that a followed file can be
+/// read as it grows and a quoted field may span lines.
+struct CsvState {
+    core: csv_core::Reader,
+    headers: Option<StringRecord>,
+    fields: Vec<u8>,
+    ends: Vec<usize>,
+    outlen: usize,
+    endlen: usize,
+    /// Bytes of the current row (and maybe rows after it on the same line).
+    buf: Vec<u8>,
+    /// Bytes of `buf` the parser has consumed.
+    fed: usize,
+    /// Bytes of `buf` that belong to the row last returned.
+    done: usize,
+    /// First line of the current row.
+    row_line: u64,
+}
+
+impl CsvState {
+    fn new() -> Self {
+        CsvState {
+            core: csv_core::Reader::new(),
+            headers: None,
+            fields: vec![0; 1024],
+            ends: vec![0; 64],
+            outlen: 0,
+            endlen: 0,
+            buf: Vec::new(),
+            fed: 0,
+            done: 0,
+            row_line: 0,
+        }
+    }
+
+    /// Forgets the row last returned.
+    fn drop_done(&mut self) {
+        if self.done > 0 {
+            self.buf.drain(..self.done);
+            self.fed -= self.done;
+            self.done = 0;
+        }
+        if self.outlen == 0
+            && self.endlen == 0
+            && self.buf.iter().all(|b| *b == b'\r' || *b == b'\n')
+        {
+            // Only line terminators left (after a row ended by `\r`): the parser would
+            // skip them as an empty line.
+            self.buf.clear();
+            self.fed = 0;
+        }
+    }
+
+    /// Whether a row has started and not ended.
+    fn in_row(&self) -> bool {
+        self.buf.len() > self.done
+    }
+
+    fn push_line(&mut self, line: &[u8], line_no: u64) {
+        self.drop_done();
+        if self.buf.is_empty() {
+            self.row_line = line_no;
+        }
+        self.buf.extend_from_slice(line);
+    }
+
+    /// The raw bytes of the row last returned, without its line terminator.
+    fn row_raw(&self) -> &[u8] {
+        let mut raw = &self.buf[..self.done];
+        while let [rest @ .., b'\r' | b'\n'] = raw {
+            raw = rest;
+        }
+        raw
+    }
+
+    /// The next complete data row; `eof` when no more input will come (completes a
+    /// row without a line terminator). The header row is kept, not returned.
+    /// Errors (a reason) only for a header that is not UTF-8.
+    fn next_row(&mut self, eof: bool) -> Result<Option<ByteRecord>, String> {
+        loop {
+            self.drop_done();
+            let input = &self.buf[self.fed..];
+            if input.is_empty() && !eof {
+                // An empty input means the end of the data to csv-core.
+                return Ok(None);
+            }
+            let was_empty = input.is_empty();
+            let (res, nin, nout, nend) = self.core.read_record(
+                input,
+                &mut self.fields[self.outlen..],
+                &mut self.ends[self.endlen..],
+            );
+            self.fed += nin;
+            self.outlen += nout;
+            self.endlen += nend;
+            match res {
+                csv_core::ReadRecordResult::InputEmpty => {
+                    if was_empty {
+                        return Ok(None);
+                    }
+                }
+                csv_core::ReadRecordResult::OutputFull => {
+                    let n = self.fields.len() * 2;
+                    self.fields.resize(n, 0);
+                }
+                csv_core::ReadRecordResult::OutputEndsFull => {
+                    let n = self.ends.len() * 2;
+                    self.ends.resize(n, 0);
+                }
+                csv_core::ReadRecordResult::Record => {
+                    let mut record = ByteRecord::with_capacity(self.outlen, self.endlen);
+                    let mut start = 0;
+                    for &end in &self.ends[..self.endlen] {
+                        record.push_field(&self.fields[start..end]);
+                        start = end;
+                    }
+                    self.outlen = 0;
+                    self.endlen = 0;
+                    self.done = self.fed;
+                    if self.headers.is_none() {
+                        let headers = StringRecord::from_byte_record(record)
+                            .map_err(|e| format!("the CSV header is not UTF-8: {e}"))?;
+                        self.headers = Some(headers);
+                        continue;
+                    }
+                    return Ok(Some(record));
+                }
+                csv_core::ReadRecordResult::End => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Decodes a CSV row named by `headers` into `T` (see the [module docs](self)).
+fn decode_csv_row<T: DeserializeOwned + 'static>(
+    headers: &StringRecord,
+    row: ByteRecord,
+) -> Result<T, String> {
+    if row.len() != headers.len() {
+        return Err(format!(
+            "the row has {} fields, the header has {}",
+            row.len(),
+            headers.len()
+        ));
+    }
+    let row = StringRecord::from_byte_record(row).map_err(|e| e.to_string())?;
+    let as_json = || serde_json::from_value::<T>(csv_row_to_json(headers, &row));
+    if TypeId::of::<T>() == TypeId::of::<Value>() {
+        return as_json().map_err(|e| e.to_string());
+    }
+    match row.deserialize::<T>(Some(headers)) {
+        Ok(v) => Ok(v),
+        Err(e) => as_json().map_err(|_| csv_error_reason(&e, headers)),
+    }
+}
+
+/// A csv deserialisation error, naming the column.
+fn csv_error_reason(e: &csv::Error, headers: &StringRecord) -> String {
+    if let csv::ErrorKind::Deserialize { err, .. } = e.kind() {
+        if let Some(i) = err.field() {
+            let name = usize::try_from(i).ok().and_then(|i| headers.get(i));
+            let kind = err.kind();
+            return match name {
+                Some(name) => format!("column {name:?}: {kind}"),
+                None => format!("field {}: {kind}", i + 1),
+            };
+        }
+        return err.kind().to_string();
+    }
+    e.to_string()
+}
+
+/// A CSV row as a JSON object keyed by the header: a field that parses as an integer
+/// or a finite float becomes a number, `true` and `false` booleans, an empty field
+/// `null`, anything else a string. Fields beyond the header are left out; missing
+/// ones are `null`.
+///
+/// ```
+/// use brook_connectors::csv_row_to_json;
+/// let headers = csv::StringRecord::from(vec!["id", "name", "score", "ok", "note"]);
+/// let row = csv::StringRecord::from(vec!["7", "mia", "2.5", "true", ""]);
+/// assert_eq!(
+///     csv_row_to_json(&headers, &row),
+///     serde_json::json!({"id": 7, "name": "mia", "score": 2.5, "ok": true, "note": null})
+/// );
+/// ```
+pub fn csv_row_to_json(headers: &StringRecord, record: &StringRecord) -> Value {
+    let map = headers
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.to_string(), record.get(i).map_or(Value::Null, infer)))
+        .collect();
+    Value::Object(map)
+}
+
+fn infer(field: &str) -> Value {
+    match field {
+        "" => Value::Null,
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => {
+            if let Ok(i) = field.parse::<i64>() {
+                Value::from(i)
+            } else if let Ok(u) = field.parse::<u64>() {
+                Value::from(u)
+            } else if let Some(n) = field
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+            {
+                Value::Number(n)
+            } else {
+                Value::String(field.to_string())
+            }
+        }
+    }
+}
+
+/// A sink writing JSON lines or CSV files (see the [module docs](self)).
+pub struct FileSink<T> {
+    path: PathBuf,
+    format: Format,
+    _in: PhantomData<fn(T)>,
+}
+
+impl<T> fmt::Debug for FileSink<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileSink")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .finish()
+    }
+}
+
+impl<T> Clone for FileSink<T> {
+    fn clone(&self) -> Self {
+        FileSink {
+            path: self.path.clone(),
+            format: self.format,
+            _in: PhantomData,
+        }
+    }
+}
+
+impl<T: Serialize + Send + 'static> FileSink<T> {
+    /// One JSON value per line.
+    pub fn jsonl(path: impl Into<PathBuf>) -> Self {
+        FileSink {
+            path: path.into(),
+            format: Format::JsonLines,
+            _in: PhantomData,
+        }
+    }
+
+    /// CSV with a header row.
+    pub fn csv(path: impl Into<PathBuf>) -> Self {
+        FileSink {
+            path: path.into(),
+            format: Format::Csv,
+            _in: PhantomData,
+        }
+    }
+
+    /// The file subtask `index` of `parallelism` writes: the path itself when
+    /// `parallelism` is 1, else `{stem}-{index}{ext}` in the same directory.
+    pub fn path_for(&self, index: u32, parallelism: u32) -> PathBuf {
+        if parallelism <= 1 {
+            return self.path.clone();
+        }
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The first dot after the first character: `.hidden.jsonl` keeps `.hidden`.
+        let (stem, ext) = match name.char_indices().skip(1).find(|(_, c)| *c == '.') {
+            Some((i, _)) => name.split_at(i),
+            None => (name.as_str(), ""),
+        };
+        self.path.with_file_name(format!("{stem}-{index}{ext}"))
+    }
+}
+
+impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
+    type In = T;
+
+    fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        let path = self.path_for(info.index, info.parallelism);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).map_err(|e| ConnectorError::io("create directory", dir, e))?;
+        }
+        let file = File::create(&path).map_err(|e| ConnectorError::io("create", &path, e))?;
+        let buffered = BufWriter::with_capacity(1 << 16, file);
+        let out = if is_gzip(&path) {
+            Out::Gzip(GzEncoder::new(buffered, Compression::default()))
+        } else {
+            Out::Plain(buffered)
+        };
+        Ok(Box::new(FileWriter {
+            name: path.display().to_string(),
+            path,
+            out: Some(out),
+            encoder: match self.format {
+                Format::JsonLines => Encoder::Json,
+                Format::Csv => Encoder::Csv(Box::new(CsvEncoder::new())),
+            },
+            buf: Vec::new(),
+            written: 0,
+            dirty: false,
+            _in: PhantomData,
+        }))
+    }
+}
+
+/// Where a writer's bytes go.
+enum Out {
+    Plain(BufWriter<File>),
+    Gzip(GzEncoder<BufWriter<File>>),
+}
+
+impl Out {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.write_all(bytes),
+            Out::Gzip(w) => w.write_all(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.flush(),
+            // A sync flush: everything so far can be decompressed.
+            Out::Gzip(w) => w.flush(),
+        }
+    }
+
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Out::Plain(mut w) => w.flush(),
+            Out::Gzip(w) => w.finish()?.flush(),
+        }
+    }
+}
+
+enum Encoder {
+    Json,
+    Csv(Box<CsvEncoder>),
+}
+
+/// How CSV rows are produced, decided by the first record.
+enum CsvMode {
+    /// The csv crate's serde support (structs, tuples): header from field names.
+    Serde,
+    /// Records that serialise as maps: header from the first record's keys.
+    Object(Vec<String>),
+}
+
+struct CsvEncoder {
+    writer: csv::Writer<Vec<u8>>,
+    mode: Option<CsvMode>,
+}
+
+impl CsvEncoder {
+    fn new() -> Self {
+        CsvEncoder {
+            writer: csv::Writer::from_writer(Vec::new()),
+            mode: None,
+        }
+    }
+
+    fn encode<T: Serialize>(&mut self, value: &T) -> Result<(), String> {
+        if self.mode.is_none() {
+            let mut probe = csv::Writer::from_writer(Vec::new());
+            let mode = match probe.serialize(value) {
+                Ok(()) => CsvMode::Serde,
+                Err(probe_err) => match serde_json::to_value(value) {
+                    Ok(Value::Object(map)) => {
+                        let headers: Vec<String> = map.keys().cloned().collect();
+                        self.writer
+                            .write_record(&headers)
+                            .map_err(|e| e.to_string())?;
+                        CsvMode::Object(headers)
+                    }
+                    Ok(_) => return Err(probe_err.to_string()),
+                    Err(e) => return Err(e.to_string()),
+                },
+            };
+            self.mode = Some(mode);
+        }
+        match &self.mode {
+            Some(CsvMode::Object(headers)) => {
+                let map = match serde_json::to_value(value).map_err(|e| e.to_string())? {
+                    Value::Object(map) => map,
+                    other => {
+                        return Err(format!(
+                            "expected an object like the first record, got {other}"
+                        ))
+                    }
+                };
+                if let Some(extra) = map.keys().find(|k| !headers.contains(k)) {
+                    return Err(format!(
+                        "field {extra:?} is not in the CSV header (taken from the first record: {})",
+                        headers.join(",")
+                    ));
+                }
+                let row = headers.iter().map(|h| match map.get(h) {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) => v.to_string(),
+                });
+                self.writer.write_record(row).map_err(|e| e.to_string())
+            }
+            _ => self.writer.serialize(value).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Moves the encoded bytes to `out`.
+    fn drain_into(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if self.mode.is_none() {
+            return Ok(());
+        }
+        // The header, if any, is written: the next writer only writes rows.
+        let next = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
+        let done = std::mem::replace(&mut self.writer, next);
+        let mut bytes = done.into_inner().map_err(|e| e.into_error())?;
+        out.append(&mut bytes);
+        Ok(())
+    }
+}
+
+struct FileWriter<T> {
+    path: PathBuf,
+    name: String,
+    /// `None` once finished.
+    out: Option<Out>,
+    encoder: Encoder,
+    buf: Vec<u8>,
+    written: u64,
+    /// Whether bytes were written since the last flush.
+    dirty: bool,
+    _in: PhantomData<fn(T)>,
+}
+
+impl<T> FileWriter<T> {
+    fn out(&mut self) -> OpResult<&mut Out> {
+        self.out.as_mut().ok_or_else(|| {
+            OperatorError::failed(format!("{}: written to after it was finished", self.name))
+        })
+    }
+}
+
+impl<T: Serialize + Send + 'static> SinkWriter for FileWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        self.buf.clear();
+        for r in &batch {
+            self.written += 1;
+            let res = match &mut self.encoder {
+                Encoder::Json => serde_json::to_writer(&mut self.buf, &r.value)
+                    .map(|()| self.buf.push(b'\n'))
+                    .map_err(|e| e.to_string()),
+                Encoder::Csv(csv) => csv.encode(&r.value),
+            };
+            if let Err(reason) = res {
+                return Err(OperatorError::BadRecord {
+                    position: Some(format!("{} record {}", self.name, self.written)),
+                    reason: format!("cannot encode: {reason}"),
+                });
+            }
+        }
+        if let Encoder::Csv(csv) = &mut self.encoder {
+            csv.drain_into(&mut self.buf)
+                .map_err(|e| ConnectorError::io("write", &self.path, e))?;
+        }
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.dirty = true;
+        let buf = std::mem::take(&mut self.buf);
+        let res = self.out()?.write_all(&buf);
+        self.buf = buf;
+        res.map_err(|e| ConnectorError::io("write", &self.path, e).into())
+    }
+
+    fn flush(&mut self) -> OpResult {
+        if !self.dirty {
+            // Nothing new: spare gzip an empty sync block.
+            return Ok(());
+        }
+        self.dirty = false;
+        let path = self.path.clone();
+        match &mut self.out {
+            Some(out) => out
+                .flush()
+                .map_err(|e| ConnectorError::io("flush", path, e).into()),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> OpResult {
+        match self.out.take() {
+            Some(out) => out
+                .finish()
+                .map_err(|e| ConnectorError::io("finish", &self.path, e).into()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(text: &[u8], eof: bool) -> (Vec<(u64, Vec<String>)>, CsvState) {
+        let mut csv = CsvState::new();
+        let mut got = Vec::new();
+        for (i, line) in text.split_inclusive(|b| *b == b'\n').enumerate() {
+            csv.push_line(line, i as u64 + 1);
+            while let Some(r) = csv.next_row(false).unwrap() {
+                got.push((
+                    csv.row_line,
+                    r.iter()
+                        .map(|f| String::from_utf8_lossy(f).into())
+                        .collect(),
+                ));
+            }
+        }
+        if eof {
+            while let Some(r) = csv.next_row(true).unwrap() {
+                got.push((
+                    csv.row_line,
+                    r.iter()
+                        .map(|f| String::from_utf8_lossy(f).into())
+                        .collect(),
+                ));
+            }
+        }
+        (got, csv)
+    }
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn csv_rows_across_lines_and_terminators() {
+        let (got, csv) = rows(b"a,b\r\n1,\"x\ny\"\r\n2,z\n3,w", true);
+        assert_eq!(csv.headers.unwrap(), StringRecord::from(vec!["a", "b"]));
+        assert_eq!(
+            got,
+            vec![
+                (2, strs(&["1", "x\ny"])),
+                (4, strs(&["2", "z"])),
+                (5, strs(&["3", "w"])),
+            ]
+        );
+    }
+
+    #[test]
+    fn csv_row_without_terminator_waits_for_eof() {
+        let (got, _) = rows(b"a\n1\n2", false);
+        assert_eq!(got, vec![(2, strs(&["1"]))]);
+    }
+
+    #[test]
+    fn csv_raw_is_the_row() {
+        let mut csv = CsvState::new();
+        csv.push_line(b"h1,h2\n", 1);
+        assert!(csv.next_row(false).unwrap().is_none());
+        csv.push_line(b"\"a\n", 2);
+        assert!(csv.next_row(false).unwrap().is_none());
+        assert!(csv.in_row());
+        csv.push_line(b"b\",c\r\n", 3);
+        let r = csv.next_row(false).unwrap().unwrap();
+        assert_eq!(&r[0], b"a\nb");
+        assert_eq!(csv.row_raw(), b"\"a\nb\",c");
+        assert_eq!(csv.row_line, 2);
+        assert!(csv.next_row(false).unwrap().is_none());
+        assert!(!csv.in_row());
+    }
+
+    #[test]
+    fn inference() {
+        assert_eq!(infer(""), Value::Null);
+        assert_eq!(infer("true"), Value::Bool(true));
+        assert_eq!(infer("False"), Value::String("False".into()));
+        assert_eq!(infer("-12"), Value::from(-12));
+        assert_eq!(infer("18446744073709551615"), Value::from(u64::MAX));
+        assert_eq!(infer("2.5"), Value::from(2.5));
+        assert_eq!(infer("1e3"), Value::from(1000.0));
+        assert_eq!(infer("NaN"), Value::String("NaN".into()));
+        assert_eq!(infer("mia"), Value::String("mia".into()));
+    }
+
+    #[test]
+    fn subtask_paths() {
+        let s = FileSink::<i64>::jsonl("/tmp/out/data.jsonl.gz");
+        assert_eq!(s.path_for(0, 1), PathBuf::from("/tmp/out/data.jsonl.gz"));
+        assert_eq!(s.path_for(2, 3), PathBuf::from("/tmp/out/data-2.jsonl.gz"));
+        let s = FileSink::<i64>::csv("plain");
+        assert_eq!(s.path_for(1, 2), PathBuf::from("plain-1"));
+        let s = FileSink::<i64>::csv(".hidden.csv");
+        assert_eq!(s.path_for(1, 2), PathBuf::from(".hidden-1.csv"));
+    }
+}

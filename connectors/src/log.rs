@@ -1,0 +1,542 @@
+//! The embedded log: [`LogSource`] reads a topic, [`LogSink`] appends to one.
+//!
+//! # Reading
+//!
+//! [`LogSource::json`] reads the records of a topic of a [`brook_log::Log`], decoding
+//! each value from JSON into `T`; a record's timestamp becomes its event time. The
+//! splits are the topic's partitions (as they are when the job starts), so subtask `i`
+//! of `p` reads partitions `i, i + p, i + 2p, ...`, each in offset order. A reader
+//! tracks the next offset to read per partition ([`LogReader::positions`]).
+//!
+//! Reading starts at the [`StartingOffsets`] (default: the earliest stored record).
+//! A [`bounded`](LogSource::bounded) source reads up to the log end offsets captured
+//! when each reader starts, then ends; otherwise it waits for new records, woken by
+//! the partitions' end-offset notifications rather than by polling.
+//!
+//! A value that does not decode follows the [`BadRecords`] policy; its position is
+//! `topic/partition@offset`.
+//!
+//! # Writing
+//!
+//! [`LogSink::json`] appends each record's value as JSON, with the record's timestamp
+//! (or the log's clock when it has none) and, with [`LogSink::key_by`], a key that
+//! routes it to `toPositive(murmur2(key)) % partitions` as Kafka's default
+//! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records are
+//! spread round-robin. Each batch is one [`Topic::append`](brook_log::Topic::append).
+//!
+//! # Example
+//! ```
+//! use brook_connectors::{LogSink, LogSource};
+//! use brook_engine::{JobConfig, StreamEnvironment};
+//! use brook_engine::testing::{CollectSink, VecSource};
+//! use brook_log::{Log, LogOptions, TopicConfig};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+//! log.create_topic("numbers", 2, TopicConfig::default()).unwrap();
+//!
+//! let env = StreamEnvironment::new(JobConfig::default());
+//! env.source(VecSource::new(vec![1i64, 2, 3]))
+//!     .sink(LogSink::json(&log, "numbers").key_by(|n: &i64| n.to_string()));
+//! env.execute("write").unwrap();
+//!
+//! let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
+//! let out = CollectSink::new();
+//! env.source(LogSource::json::<i64>(&log, "numbers").bounded(true)).sink(out.clone());
+//! env.execute("read").unwrap();
+//! let mut got = out.values();
+//! got.sort();
+//! assert_eq!(got, vec![1, 2, 3]);
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
+use brook_core::sink::{Sink, SinkWriter};
+use brook_core::source::{InputStatus, Source, SourceReader, Split};
+use brook_log::{Log, Partition, ProducerRecord, ReadLimit, Record, Topic};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use brook_core::bad_record::{BadRecordCounts, BadRecords};
+
+use crate::bad_record;
+use crate::error::ConnectorError;
+use crate::BATCH;
+
+/// Where a [`LogSource`] starts reading each partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StartingOffsets {
+    /// The log start offset: the oldest record still stored. The default.
+    #[default]
+    Earliest,
+    /// The log end offset when the reader starts: only records appended after it.
+    Latest,
+    /// These offsets per partition; partitions not listed start at the earliest. An
+    /// offset outside the stored range fails the job when it starts.
+    Offsets(BTreeMap<u32, u64>),
+}
+
+/// A source reading a topic of the embedded log (see the [module docs](self)).
+pub struct LogSource<T> {
+    log: Log,
+    topic: String,
+    start: StartingOffsets,
+    bounded: bool,
+    bad: BadRecords,
+    _out: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for LogSource<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogSource")
+            .field("log", &self.log.dir())
+            .field("topic", &self.topic)
+            .field("start", &self.start)
+            .field("bounded", &self.bounded)
+            .field("bad_records", &self.bad)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Clone for LogSource<T> {
+    fn clone(&self) -> Self {
+        LogSource {
+            log: self.log.clone(),
+            topic: self.topic.clone(),
+            start: self.start.clone(),
+            bounded: self.bounded,
+            bad: self.bad.clone(),
+            _out: PhantomData,
+        }
+    }
+}
+
+/// The constructor names the record type: `LogSource::json::<T>(&log, topic)` (the
+/// `()` is only a place for it).
+impl LogSource<()> {
+    /// Reads `topic`, decoding each record's value from JSON into `T`.
+    pub fn json<T: DeserializeOwned + Send + 'static>(
+        log: &Log,
+        topic: impl Into<String>,
+    ) -> LogSource<T> {
+        LogSource {
+            log: log.clone(),
+            topic: topic.into(),
+            start: StartingOffsets::default(),
+            bounded: false,
+            bad: BadRecords::fail(),
+            _out: PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
+    /// Where to start in each partition. Default [`StartingOffsets::Earliest`].
+    pub fn starting_offsets(mut self, start: StartingOffsets) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// Ends at the log end offsets captured when each reader starts (true), or waits
+    /// for new records forever (false, the default).
+    pub fn bounded(mut self, bounded: bool) -> Self {
+        self.bounded = bounded;
+        self
+    }
+
+    /// What to do with a value that does not decode (semantics.md §5). Default:
+    /// fail, naming its position.
+    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
+        self.bad = bad;
+        self
+    }
+
+    /// The counts of skipped and dead-lettered records of this source (all its
+    /// subtasks and clones).
+    pub fn bad_record_counter(&self) -> Arc<BadRecordCounts> {
+        Arc::clone(self.bad.counts())
+    }
+
+    fn open_topic(&self) -> Result<Arc<Topic>, ConnectorError> {
+        self.log
+            .topic(&self.topic)
+            .map_err(|e| ConnectorError::log(format!("read topic {:?}", self.topic), e))
+    }
+
+    /// The reader of one subtask, as [`Source::create_reader`] makes it, typed so that
+    /// its [`LogReader::positions`] can be seen.
+    ///
+    /// # Errors
+    /// An unknown topic or partition, a starting offset out of range.
+    pub fn reader(&self, _info: &SubtaskInfo, splits: Vec<LogSplit>) -> OpResult<LogReader<T>> {
+        let topic = self.open_topic()?;
+        let mut cursors = Vec::with_capacity(splits.len());
+        for split in splits {
+            let partition = topic
+                .partition(split.partition)
+                .map_err(|e| ConnectorError::log(format!("read topic {:?}", self.topic), e))?;
+            // Subscribe before reading the end offset, so no append goes unnoticed.
+            let changes = partition.subscribe();
+            let (first, end) = (partition.log_start_offset(), partition.log_end_offset());
+            let position = match &self.start {
+                StartingOffsets::Earliest => first,
+                StartingOffsets::Latest => end,
+                StartingOffsets::Offsets(offsets) => match offsets.get(&split.partition).copied() {
+                    None => first,
+                    Some(o) if (first..=end).contains(&o) => o,
+                    Some(o) => {
+                        return Err(ConnectorError::config(
+                            "starting_offsets",
+                            format!(
+                                "offset {o} of {}/{} is out of range: the partition holds \
+                                     offsets {first}..{end}",
+                                self.topic, split.partition
+                            ),
+                        )
+                        .into())
+                    }
+                },
+            };
+            cursors.push(Cursor {
+                id: split.partition,
+                partition,
+                position,
+                end: self.bounded.then_some(end),
+                changes,
+            });
+        }
+        Ok(LogReader {
+            topic: self.topic.clone(),
+            cursors,
+            next: 0,
+            bad: self.bad.clone(),
+            records: Vec::new(),
+            runtime: None,
+            _out: PhantomData,
+        })
+    }
+}
+
+/// One partition of a [`LogSource`]'s topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSplit {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+}
+
+impl Split for LogSplit {
+    fn split_id(&self) -> String {
+        format!("{}/{}", self.topic, self.partition)
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
+    type Out = T;
+    type Split = LogSplit;
+
+    fn enumerate_splits(&self, _parallelism: u32) -> OpResult<Vec<LogSplit>> {
+        let n = self.open_topic()?.partition_count();
+        if let StartingOffsets::Offsets(offsets) = &self.start {
+            if let Some(p) = offsets.keys().find(|p| **p >= n) {
+                return Err(ConnectorError::config(
+                    "starting_offsets",
+                    format!("topic {:?} has no partition {p} (it has {n})", self.topic),
+                )
+                .into());
+            }
+        }
+        Ok((0..n)
+            .map(|partition| LogSplit {
+                topic: self.topic.clone(),
+                partition,
+            })
+            .collect())
+    }
+
+    fn create_reader(
+        &self,
+        info: &SubtaskInfo,
+        splits: Vec<LogSplit>,
+    ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        Ok(Box::new(self.reader(info, splits)?))
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.bounded
+    }
+}
+
+/// Reading position in one partition.
+#[derive(Debug)]
+struct Cursor {
+    id: u32,
+    partition: Arc<Partition>,
+    /// The next offset to read.
+    position: u64,
+    /// Where a bounded reader stops.
+    end: Option<u64>,
+    /// The partition's log end offset, as it changes.
+    changes: watch::Receiver<u64>,
+}
+
+/// Reads some partitions of a topic for one subtask of a [`LogSource`].
+pub struct LogReader<T> {
+    topic: String,
+    cursors: Vec<Cursor>,
+    /// The partition (index into `cursors`) read first on the next poll.
+    next: usize,
+    bad: BadRecords,
+    records: Vec<Record>,
+    /// Waits for new records; created on the first wait.
+    runtime: Option<tokio::runtime::Runtime>,
+    _out: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for LogReader<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogReader")
+            .field("topic", &self.topic)
+            .field("positions", &self.positions())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> LogReader<T> {
+    /// The next offset to read, per partition of this reader.
+    pub fn positions(&self) -> BTreeMap<u32, u64> {
+        self.cursors.iter().map(|c| (c.id, c.position)).collect()
+    }
+
+    /// Whether a bounded reader has read all it will read.
+    pub fn is_finished(&self) -> bool {
+        self.cursors
+            .iter()
+            .all(|c| c.end.is_some_and(|end| c.position >= end))
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
+    type Out = T;
+
+    fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        let n = self.cursors.len();
+        let mut emitted = 0;
+        let mut read_any = false;
+        for k in 0..n {
+            if emitted >= BATCH {
+                break;
+            }
+            let c = &mut self.cursors[(self.next + k) % n];
+            let until = match c.end {
+                Some(end) => end,
+                // Mark the current end as seen: `wait_for_data` wakes on the next one.
+                None => *c.changes.borrow_and_update(),
+            };
+            if c.position >= until {
+                continue;
+            }
+            let mut want = BATCH - emitted;
+            if c.end.is_some() {
+                want = want.min(usize::try_from(until - c.position).unwrap_or(usize::MAX));
+            }
+            let limit = ReadLimit {
+                max_records: want,
+                max_bytes: 8 << 20,
+            };
+            self.records.clear();
+            c.partition
+                .read_into(c.position, limit, &mut self.records)
+                .map_err(|e| {
+                    ConnectorError::log(
+                        format!("read {}/{} at offset {}", self.topic, c.id, c.position),
+                        e,
+                    )
+                })?;
+            for record in self.records.drain(..) {
+                c.position = record.offset + 1;
+                read_any = true;
+                match serde_json::from_slice::<T>(&record.value) {
+                    Ok(v) => {
+                        out.collect(v, Some(record.timestamp));
+                        emitted += 1;
+                    }
+                    Err(e) => bad_record::handle(
+                        &self.bad,
+                        &record.value,
+                        format!("{}/{}@{}", self.topic, c.id, record.offset),
+                        format!("invalid JSON: {e}"),
+                    )?,
+                }
+            }
+        }
+        if n > 0 {
+            self.next = (self.next + 1) % n;
+        }
+        Ok(if self.is_finished() {
+            InputStatus::End
+        } else if read_any {
+            InputStatus::MoreAvailable
+        } else {
+            InputStatus::NothingAvailable
+        })
+    }
+
+    fn wait_for_data(&mut self, timeout_ms: u64) {
+        let timeout = Duration::from_millis(timeout_ms);
+        let fallback = timeout.min(Duration::from_millis(10));
+        if self.cursors.iter().any(|c| c.end.is_some()) {
+            // Bounded: nothing to wait for (only after a read that found nothing).
+            std::thread::sleep(fallback);
+            return;
+        }
+        if self.runtime.is_none() {
+            self.runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .ok();
+        }
+        let Some(rt) = &self.runtime else {
+            std::thread::sleep(fallback);
+            return;
+        };
+        let changes: Vec<_> = self
+            .cursors
+            .iter_mut()
+            .map(|c| Box::pin(c.changes.changed()))
+            .collect();
+        if changes.is_empty() {
+            std::thread::sleep(timeout);
+            return;
+        }
+        let closed = rt.block_on(async move {
+            matches!(
+                tokio::time::timeout(timeout, futures::future::select_all(changes)).await,
+                Ok((Err(_), _, _))
+            )
+        });
+        if closed {
+            // The partition is gone (the log closed): nothing will wake us.
+            std::thread::sleep(fallback);
+        }
+    }
+}
+
+type KeyFn<T> = Arc<dyn Fn(&T) -> Bytes + Send + Sync>;
+
+/// A sink appending JSON values to a topic of the embedded log (see the
+/// [module docs](self)).
+pub struct LogSink<T> {
+    log: Log,
+    topic: String,
+    key: Option<KeyFn<T>>,
+}
+
+impl<T> fmt::Debug for LogSink<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogSink")
+            .field("log", &self.log.dir())
+            .field("topic", &self.topic)
+            .field("keyed", &self.key.is_some())
+            .finish()
+    }
+}
+
+impl<T> Clone for LogSink<T> {
+    fn clone(&self) -> Self {
+        LogSink {
+            log: self.log.clone(),
+            topic: self.topic.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<T: Serialize + Send + 'static> LogSink<T> {
+    /// Appends each record's value, as JSON, to `topic` (which must exist).
+    pub fn json(log: &Log, topic: impl Into<String>) -> Self {
+        LogSink {
+            log: log.clone(),
+            topic: topic.into(),
+            key: None,
+        }
+    }
+
+    /// Gives each record a key (a `String`, `Vec<u8>`, `Bytes`, ...), which chooses
+    /// its partition.
+    pub fn key_by<K, F>(mut self, key: F) -> Self
+    where
+        K: Into<Bytes>,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        self.key = Some(Arc::new(move |t| key(t).into()));
+        self
+    }
+}
+
+impl<T: Serialize + Send + 'static> Sink for LogSink<T> {
+    type In = T;
+
+    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        let topic = self
+            .log
+            .topic(&self.topic)
+            .map_err(|e| ConnectorError::log(format!("write topic {:?}", self.topic), e))?;
+        Ok(Box::new(LogWriter {
+            topic,
+            key: self.key.clone(),
+            written: 0,
+        }))
+    }
+}
+
+struct LogWriter<T> {
+    topic: Arc<Topic>,
+    key: Option<KeyFn<T>>,
+    written: u64,
+}
+
+impl<T: Serialize + Send + 'static> SinkWriter for LogWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut records = Vec::with_capacity(batch.len());
+        for r in &batch {
+            self.written += 1;
+            let value = serde_json::to_vec(&r.value).map_err(|e| OperatorError::BadRecord {
+                position: Some(format!(
+                    "topic {:?} record {}",
+                    self.topic.name(),
+                    self.written
+                )),
+                reason: format!("cannot encode as JSON: {e}"),
+            })?;
+            records.push(ProducerRecord {
+                key: self.key.as_ref().map(|k| k(&r.value)),
+                value: Bytes::from(value),
+                timestamp: r.timestamp,
+                headers: Vec::new(),
+            });
+        }
+        let n = records.len();
+        self.topic.append(records).map_err(|e| {
+            ConnectorError::log(
+                format!("append {n} records to topic {:?}", self.topic.name()),
+                e,
+            )
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! [`StdoutSink`]: prints each record as one JSON line.
+
+use std::fmt;
+use std::io::Write;
+use std::marker::PhantomData;
+
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
+use brook_core::sink::{Sink, SinkWriter};
+use serde::Serialize;
+
+/// A sink printing each record as one JSON line on standard output.
+///
+/// Each batch is encoded first, then written whole under the stdout lock and flushed,
+/// so lines of parallel subtasks never mix (batches of different subtasks interleave).
+pub struct StdoutSink<T> {
+    _in: PhantomData<fn(T)>,
+}
+
+impl<T> fmt::Debug for StdoutSink<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StdoutSink")
+    }
+}
+
+impl<T> Clone for StdoutSink<T> {
+    fn clone(&self) -> Self {
+        StdoutSink { _in: PhantomData }
+    }
+}
+
+impl<T: Serialize + Send + 'static> Default for StdoutSink<T> {
+    fn default() -> Self {
+        StdoutSink { _in: PhantomData }
+    }
+}
+
+impl<T: Serialize + Send + 'static> StdoutSink<T> {
+    /// A sink printing to standard output.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<T: Serialize + Send + 'static> Sink for StdoutSink<T> {
+    type In = T;
+
+    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(StdoutWriter::<T> {
+            buf: Vec::new(),
+            written: 0,
+            _in: PhantomData,
+        }))
+    }
+}
+
+struct StdoutWriter<T> {
+    buf: Vec<u8>,
+    written: u64,
+    _in: PhantomData<fn(T)>,
+}
+
+/// Appends one JSON line per record to `buf`; `written` counts records for errors.
+fn encode_batch<T: Serialize>(batch: &Batch<T>, buf: &mut Vec<u8>, written: &mut u64) -> OpResult {
+    for r in batch {
+        *written += 1;
+        serde_json::to_writer(&mut *buf, &r.value).map_err(|e| OperatorError::BadRecord {
+            position: Some(format!("stdout record {written}")),
+            reason: format!("cannot encode as JSON: {e}"),
+        })?;
+        buf.push(b'\n');
+    }
+    Ok(())
+}
+
+impl<T: Serialize + Send + 'static> SinkWriter for StdoutWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        self.buf.clear();
+        encode_batch(&batch, &mut self.buf, &mut self.written)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&self.buf)
+            .and_then(|()| out.flush())
+            .map_err(|e| OperatorError::failed(format!("write to standard output: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brook_core::element::StreamRecord;
+
+    #[test]
+    fn one_json_line_per_record() {
+        let batch = vec![
+            StreamRecord::new(serde_json::json!({"a": 1})),
+            StreamRecord::with_timestamp(serde_json::json!("x\ny"), 5),
+        ];
+        let mut buf = Vec::new();
+        let mut n = 0;
+        encode_batch(&batch, &mut buf, &mut n).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), "{\"a\":1}\n\"x\\ny\"\n");
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn unencodable_records_name_their_number() {
+        let mut bad = std::collections::HashMap::new();
+        bad.insert((1, 2), 3);
+        let batch = vec![StreamRecord::new(bad)];
+        let mut n = 0;
+        let err = encode_batch(&batch, &mut Vec::new(), &mut n).unwrap_err();
+        assert!(err.to_string().contains("stdout record 1"), "{err}");
+    }
+}

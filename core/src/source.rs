@@ -1,0 +1,65 @@
+//! Sources, split as Flink's FLIP-27: the [`Source`] enumerates splits once per job
+//! (the split enumerator), and each parallel subtask reads its splits with a
+//! [`SourceReader`].
+
+use std::fmt::Debug;
+
+use crate::operator::{OpResult, Output, SubtaskInfo};
+
+/// What a reader had to offer on a poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputStatus {
+    /// More records are available right away: poll again.
+    MoreAvailable,
+    /// Nothing now; more may come (an unbounded source). The runtime calls
+    /// [`SourceReader::wait_for_data`] before polling again.
+    NothingAvailable,
+    /// The reader has read all its splits (a bounded source).
+    End,
+}
+
+/// A unit of work of a source: a file, a log partition, a range of generated events.
+pub trait Split: Clone + Send + Debug + 'static {
+    /// A stable id, for logs, metrics and checkpoints.
+    fn split_id(&self) -> String;
+}
+
+/// A source of records: describes the input and creates a reader per subtask.
+pub trait Source: Send + Sync + 'static {
+    /// Type of the records read.
+    type Out: Send + 'static;
+    /// The source's unit of work.
+    type Split: Split;
+
+    /// All splits of the input, computed once per job (the split enumerator), knowing
+    /// how many subtasks will read them. Split `i` goes to subtask `i % parallelism`.
+    fn enumerate_splits(&self, parallelism: u32) -> OpResult<Vec<Self::Split>>;
+
+    /// A reader for one subtask and its splits.
+    fn create_reader(
+        &self,
+        info: &SubtaskInfo,
+        splits: Vec<Self::Split>,
+    ) -> OpResult<Box<dyn SourceReader<Out = Self::Out>>>;
+
+    /// Whether the input ends (files, generators) or not (a followed log).
+    fn is_bounded(&self) -> bool;
+}
+
+/// Reads the records of some splits, for one subtask.
+pub trait SourceReader: Send {
+    /// Type of the records read.
+    type Out: Send + 'static;
+
+    /// Reads some records (a batch's worth) into `out`.
+    fn poll_next(&mut self, out: &mut Output<Self::Out>) -> OpResult<InputStatus>;
+
+    /// Blocks for up to `timeout_ms` until data may be available (after
+    /// [`InputStatus::NothingAvailable`]). The default sleeps for at most 10 ms.
+    fn wait_for_data(&mut self, timeout_ms: u64) {
+        std::thread::sleep(std::time::Duration::from_millis(timeout_ms.min(10)));
+    }
+
+    /// Always called last: release resources.
+    fn close(&mut self) {}
+}

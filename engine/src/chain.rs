@@ -1,0 +1,368 @@
+//! Links of an operator chain: operators, sinks, fan-out and channel writers, called
+//! one after the other inside a task (chaining is a function call, not a channel).
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
+use brook_core::sink::SinkWriter;
+use brook_core::time::{Millis, Stopwatch, Watermark};
+use std::sync::atomic::Ordering;
+
+use crate::error::{EngineError, TaskFailure, TaskResult};
+use crate::metrics::OperatorMetrics;
+
+/// One element of a chain, receiving what the previous one emits.
+pub(crate) trait Link<T>: Send {
+    fn open(&mut self) -> TaskResult;
+    fn batch(&mut self, batch: Batch<T>) -> TaskResult;
+    fn watermark(&mut self, wm: Watermark) -> TaskResult;
+    fn idle(&mut self, idle: bool) -> TaskResult;
+    /// Earliest processing time at which some operator of the chain wants a callback.
+    fn next_callback(&self) -> Option<Millis>;
+    fn processing_time(&mut self, now: Millis) -> TaskResult;
+    /// Sends what is buffered for downstream (the task is about to wait for input).
+    fn flush(&mut self) -> TaskResult;
+    /// End of input: finish and pass the end on.
+    fn end(&mut self) -> TaskResult;
+    /// Always called last.
+    fn close(&mut self);
+}
+
+/// A type-erased `Box<dyn Link<T>>`, for plumbing between typed builders.
+pub(crate) type ErasedLink = Box<dyn Any + Send>;
+
+pub(crate) fn erase<T: 'static>(link: Box<dyn Link<T>>) -> ErasedLink {
+    Box::new(link)
+}
+
+pub(crate) fn unerase<T: 'static>(
+    link: ErasedLink,
+    what: &str,
+) -> Result<Box<dyn Link<T>>, EngineError> {
+    link.downcast::<Box<dyn Link<T>>>()
+        .map(|b| *b)
+        .map_err(|_| EngineError::InvalidGraph(format!("record type mismatch at {what}")))
+}
+
+pub(crate) fn panic_message(p: Box<dyn Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".into()
+    }
+}
+
+/// Runs `f`, turning an error or a panic into a task failure naming `info`.
+pub(crate) fn guarded<R>(info: &SubtaskInfo, f: impl FnOnce() -> OpResult<R>) -> TaskResult<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(TaskFailure::Failed(EngineError::Task {
+            task: info.to_string(),
+            message: e.to_string(),
+        })),
+        Err(p) => Err(TaskFailure::Failed(EngineError::Task {
+            task: info.to_string(),
+            message: format!("panicked: {}", panic_message(p)),
+        })),
+    }
+}
+
+/// An operator followed by the rest of its chain.
+pub(crate) struct OperatorLink<O: Operator> {
+    op: O,
+    ctx: OperatorContext,
+    out: Output<O::Out>,
+    next: Box<dyn Link<O::Out>>,
+    metrics: Arc<OperatorMetrics>,
+    callback: Option<Millis>,
+}
+
+impl<O: Operator> OperatorLink<O> {
+    pub(crate) fn new(
+        op: O,
+        ctx: OperatorContext,
+        next: Box<dyn Link<O::Out>>,
+        metrics: Arc<OperatorMetrics>,
+    ) -> Self {
+        OperatorLink {
+            op,
+            ctx,
+            out: Output::new(),
+            next,
+            metrics,
+            callback: None,
+        }
+    }
+
+    fn emit(&mut self) -> TaskResult {
+        if let Some(t) = self.ctx.take_processing_time_callback() {
+            self.callback = Some(self.callback.map_or(t, |c| c.min(t)));
+        }
+        if !self.out.is_empty() {
+            let b = self.out.take();
+            OperatorMetrics::add(&self.metrics.records_out, b.len() as u64);
+            self.next.batch(b)?;
+        }
+        Ok(())
+    }
+
+    fn timed<R>(
+        &mut self,
+        f: impl FnOnce(&mut O, &mut OperatorContext, &mut Output<O::Out>) -> OpResult<R>,
+    ) -> TaskResult<R> {
+        let sw = Stopwatch::start();
+        let (op, ctx, out) = (&mut self.op, &mut self.ctx, &mut self.out);
+        let info = ctx.info().clone();
+        let r = guarded(&info, || f(op, ctx, out));
+        OperatorMetrics::add(&self.metrics.busy_ns, sw.elapsed_nanos());
+        r
+    }
+}
+
+impl<O: Operator> Link<O::In> for OperatorLink<O> {
+    fn open(&mut self) -> TaskResult {
+        self.timed(|op, ctx, _| op.open(ctx))?;
+        self.emit()?;
+        self.next.open()
+    }
+
+    fn batch(&mut self, batch: Batch<O::In>) -> TaskResult {
+        OperatorMetrics::add(&self.metrics.records_in, batch.len() as u64);
+        OperatorMetrics::add(&self.metrics.batches_in, 1);
+        self.timed(|op, ctx, out| op.process_batch(batch, ctx, out))?;
+        self.emit()
+    }
+
+    fn watermark(&mut self, wm: Watermark) -> TaskResult {
+        self.ctx.set_current_watermark(wm);
+        self.metrics.watermark.store(wm.millis(), Ordering::Relaxed);
+        let fwd = self.timed(|op, ctx, out| op.on_watermark(wm, ctx, out))?;
+        self.emit()?;
+        match fwd {
+            Some(w) => self.next.watermark(w),
+            None => Ok(()),
+        }
+    }
+
+    fn idle(&mut self, idle: bool) -> TaskResult {
+        self.next.idle(idle)
+    }
+
+    fn next_callback(&self) -> Option<Millis> {
+        match (self.callback, self.next.next_callback()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn processing_time(&mut self, now: Millis) -> TaskResult {
+        if self.callback.is_some_and(|t| t <= now) {
+            self.callback = None;
+            self.timed(|op, ctx, out| op.on_processing_time(now, ctx, out))?;
+            self.emit()?;
+        }
+        self.next.processing_time(now)
+    }
+
+    fn flush(&mut self) -> TaskResult {
+        self.next.flush()
+    }
+
+    fn end(&mut self) -> TaskResult {
+        self.timed(|op, ctx, out| op.finish(ctx, out))?;
+        self.emit()?;
+        self.next.end()
+    }
+
+    fn close(&mut self) {
+        let info = self.ctx.info().clone();
+        let op = &mut self.op;
+        let _ = guarded(&info, || {
+            op.close();
+            Ok(())
+        });
+        self.next.close();
+    }
+}
+
+/// A sink writer at the end of a chain.
+pub(crate) struct SinkLink<T> {
+    writer: Box<dyn SinkWriter<In = T>>,
+    info: SubtaskInfo,
+    metrics: Arc<OperatorMetrics>,
+}
+
+impl<T> SinkLink<T> {
+    pub(crate) fn new(
+        writer: Box<dyn SinkWriter<In = T>>,
+        info: SubtaskInfo,
+        metrics: Arc<OperatorMetrics>,
+    ) -> Self {
+        SinkLink {
+            writer,
+            info,
+            metrics,
+        }
+    }
+}
+
+impl<T: Send + 'static> Link<T> for SinkLink<T> {
+    fn open(&mut self) -> TaskResult {
+        Ok(())
+    }
+
+    fn batch(&mut self, batch: Batch<T>) -> TaskResult {
+        OperatorMetrics::add(&self.metrics.records_in, batch.len() as u64);
+        OperatorMetrics::add(&self.metrics.batches_in, 1);
+        let sw = Stopwatch::start();
+        let w = &mut self.writer;
+        let r = guarded(&self.info, || w.write_batch(batch));
+        OperatorMetrics::add(&self.metrics.busy_ns, sw.elapsed_nanos());
+        r
+    }
+
+    fn watermark(&mut self, wm: Watermark) -> TaskResult {
+        self.metrics.watermark.store(wm.millis(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn idle(&mut self, _idle: bool) -> TaskResult {
+        Ok(())
+    }
+
+    fn next_callback(&self) -> Option<Millis> {
+        None
+    }
+
+    fn processing_time(&mut self, _now: Millis) -> TaskResult {
+        Ok(())
+    }
+
+    fn flush(&mut self) -> TaskResult {
+        let w = &mut self.writer;
+        guarded(&self.info, || w.flush())
+    }
+
+    fn end(&mut self) -> TaskResult {
+        let w = &mut self.writer;
+        guarded(&self.info, || w.finish())
+    }
+
+    fn close(&mut self) {
+        let w = &mut self.writer;
+        let _ = guarded(&self.info, || {
+            w.close();
+            Ok(())
+        });
+    }
+}
+
+/// Sends everything to several downstream links (a stream consumed twice).
+pub(crate) struct FanOut<T> {
+    outputs: Vec<Box<dyn Link<T>>>,
+}
+
+impl<T> FanOut<T> {
+    pub(crate) fn new(outputs: Vec<Box<dyn Link<T>>>) -> Self {
+        FanOut { outputs }
+    }
+}
+
+impl<T: Clone + Send + 'static> Link<T> for FanOut<T> {
+    fn open(&mut self) -> TaskResult {
+        self.outputs.iter_mut().try_for_each(|o| o.open())
+    }
+
+    fn batch(&mut self, batch: Batch<T>) -> TaskResult {
+        let n = self.outputs.len();
+        for (i, o) in self.outputs.iter_mut().enumerate() {
+            if i + 1 == n {
+                return o.batch(batch);
+            }
+            o.batch(batch.clone())?;
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, wm: Watermark) -> TaskResult {
+        self.outputs.iter_mut().try_for_each(|o| o.watermark(wm))
+    }
+
+    fn idle(&mut self, idle: bool) -> TaskResult {
+        self.outputs.iter_mut().try_for_each(|o| o.idle(idle))
+    }
+
+    fn next_callback(&self) -> Option<Millis> {
+        self.outputs.iter().filter_map(|o| o.next_callback()).min()
+    }
+
+    fn processing_time(&mut self, now: Millis) -> TaskResult {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.processing_time(now))
+    }
+
+    fn flush(&mut self) -> TaskResult {
+        self.outputs.iter_mut().try_for_each(|o| o.flush())
+    }
+
+    fn end(&mut self) -> TaskResult {
+        self.outputs.iter_mut().try_for_each(|o| o.end())
+    }
+
+    fn close(&mut self) {
+        self.outputs.iter_mut().for_each(|o| o.close());
+    }
+}
+
+/// Drops everything: the end of a stream nobody consumes.
+pub(crate) struct Discard;
+
+impl<T: Send + 'static> Link<T> for Discard {
+    fn open(&mut self) -> TaskResult {
+        Ok(())
+    }
+    fn batch(&mut self, _batch: Batch<T>) -> TaskResult {
+        Ok(())
+    }
+    fn watermark(&mut self, _wm: Watermark) -> TaskResult {
+        Ok(())
+    }
+    fn idle(&mut self, _idle: bool) -> TaskResult {
+        Ok(())
+    }
+    fn next_callback(&self) -> Option<Millis> {
+        None
+    }
+    fn processing_time(&mut self, _now: Millis) -> TaskResult {
+        Ok(())
+    }
+    fn flush(&mut self) -> TaskResult {
+        Ok(())
+    }
+    fn end(&mut self) -> TaskResult {
+        Ok(())
+    }
+    fn close(&mut self) {}
+}
+
+/// Combines the erased output links of a vertex into one typed link.
+pub(crate) fn combine_outputs<T: Clone + Send + 'static>(
+    outputs: Vec<ErasedLink>,
+    what: &str,
+) -> Result<Box<dyn Link<T>>, EngineError> {
+    let mut links: Vec<Box<dyn Link<T>>> = outputs
+        .into_iter()
+        .map(|o| unerase::<T>(o, what))
+        .collect::<Result<_, _>>()?;
+    Ok(match links.len() {
+        0 => Box::new(Discard),
+        1 => links.remove(0),
+        _ => Box::new(FanOut::new(links)),
+    })
+}

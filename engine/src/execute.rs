@@ -1,0 +1,312 @@
+//! Planning and running a job: chain forward edges, create channels, assemble one task
+//! per subtask of each chain, run each on its own thread, and report the first failure.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use brook_core::operator::SubtaskInfo;
+use brook_core::partition::Partitioner;
+use brook_core::time::Stopwatch;
+use tracing::{error, info};
+
+use crate::chain::{panic_message, ErasedLink};
+use crate::error::{EngineError, TaskFailure};
+use crate::graph::JobGraph;
+use crate::graph::{BuildEnv, ErasedGate, VertexKind};
+use crate::metrics::{JobMetrics, VertexTotals};
+use crate::task::{TaskEnv, TaskRunner};
+
+/// A running job.
+#[derive(Debug)]
+pub struct JobHandle {
+    name: String,
+    threads: Vec<(String, JoinHandle<()>)>,
+    cancelled: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<EngineError>>>,
+    metrics: JobMetrics,
+    started: Stopwatch,
+}
+
+/// What a finished job did.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    /// The job's name.
+    pub name: String,
+    /// Wall-clock duration in ms.
+    pub elapsed_ms: u64,
+    /// Per vertex (in graph order): name and totals.
+    pub vertices: Vec<(String, VertexTotals)>,
+}
+
+impl JobHandle {
+    /// Live metrics of the job.
+    pub fn metrics(&self) -> &JobMetrics {
+        &self.metrics
+    }
+
+    /// Asks every task to stop; [`JobHandle::join`] then returns
+    /// [`EngineError::Cancelled`] (unless a task had failed first).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether every task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.threads.iter().all(|(_, h)| h.is_finished())
+    }
+
+    /// Waits for the job to end.
+    ///
+    /// # Errors
+    /// The first task failure (naming operator and subtask), or
+    /// [`EngineError::Cancelled`].
+    pub fn join(self) -> Result<JobResult, EngineError> {
+        for (name, h) in self.threads {
+            if let Err(p) = h.join() {
+                // A panic outside operator code: a bug in the engine.
+                let e = EngineError::Task {
+                    task: name,
+                    message: format!("panicked in the runtime: {}", panic_message(p)),
+                };
+                self.failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+            }
+        }
+        if let Some(e) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            return Err(e);
+        }
+        if self.cancelled.load(Ordering::SeqCst) {
+            return Err(EngineError::Cancelled);
+        }
+        let elapsed_ms = self.started.elapsed_nanos() / 1_000_000;
+        let vertices = self
+            .metrics
+            .vertices()
+            .into_iter()
+            .map(|v| (v.name.clone(), v.totals()))
+            .collect();
+        info!(job = %self.name, elapsed_ms, "job finished");
+        Ok(JobResult {
+            name: self.name,
+            elapsed_ms,
+            vertices,
+        })
+    }
+}
+
+pub(crate) fn start(name: &str, g: &JobGraph) -> Result<JobHandle, EngineError> {
+    g.config.validate()?;
+    let n = g.vertices.len();
+    if n == 0 {
+        return Err(EngineError::InvalidGraph("the job has no sources".into()));
+    }
+    let par: Vec<u32> = g
+        .vertices
+        .iter()
+        .map(|v| v.parallelism.unwrap_or(g.config.parallelism))
+        .collect();
+    if let Some(v) = g.vertices.iter().zip(&par).find(|(_, p)| **p == 0) {
+        return Err(EngineError::InvalidGraph(format!(
+            "{}: parallelism must be at least 1",
+            v.0.name
+        )));
+    }
+    let mut in_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut out_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, e) in g.edges.iter().enumerate() {
+        out_edges[e.from].push(i);
+        in_edges[e.to].push(i);
+    }
+    // Resolve partitioners: by default forward when the parallelism matches, else
+    // rebalance (as Flink); forward cannot change the parallelism.
+    let partitioners: Vec<Partitioner> = g
+        .edges
+        .iter()
+        .map(|e| match e.partitioner {
+            None | Some(Partitioner::Forward) if par[e.from] == par[e.to] => Partitioner::Forward,
+            None | Some(Partitioner::Forward) => Partitioner::Rebalance,
+            Some(p) => p,
+        })
+        .collect();
+    let chained: Vec<bool> = g
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            partitioners[i] == Partitioner::Forward
+                && in_edges[e.to].len() == 1
+                && out_edges[e.from].len() == 1
+                && !matches!(g.vertices[e.from].kind, VertexKind::Sink(_))
+        })
+        .collect();
+
+    let metrics = JobMetrics::default();
+    let vmetrics: Vec<_> = g
+        .vertices
+        .iter()
+        .zip(&par)
+        .map(|(v, p)| metrics.register(&v.name, *p))
+        .collect();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let env = BuildEnv {
+        max_parallelism: g.config.max_parallelism,
+        batch_size: g.config.batch_size,
+        channel_capacity: g.config.channel_capacity,
+        clock: g.config.clock.clone(),
+        state_backend: Arc::clone(&g.config.state_backend),
+        task: TaskEnv {
+            clock: g.config.clock.clone(),
+            cancelled: Arc::clone(&cancelled),
+            batch_size: g.config.batch_size,
+        },
+    };
+    let info = |v: usize, i: u32| SubtaskInfo {
+        name: g.vertices[v].name.clone(),
+        index: i,
+        parallelism: par[v],
+        max_parallelism: g.config.max_parallelism,
+    };
+
+    // Channels of the edges that are not chained.
+    let mut writers: Vec<Vec<Option<ErasedLink>>> = Vec::with_capacity(g.edges.len());
+    let mut gates: Vec<Vec<Option<ErasedGate>>> = Vec::with_capacity(g.edges.len());
+    for (i, e) in g.edges.iter().enumerate() {
+        if chained[i] {
+            writers.push(Vec::new());
+            gates.push(Vec::new());
+            continue;
+        }
+        let (w, gs) = e.builder.build(
+            partitioners[i],
+            par[e.from],
+            par[e.to],
+            &vmetrics[e.from],
+            &env,
+        );
+        writers.push(w.into_iter().map(Some).collect());
+        gates.push(gs.into_iter().map(Some).collect());
+    }
+
+    // Links, from the sinks back to the sources (edges only go forward in id order).
+    for (v, p) in g.vertices.iter().zip(&par) {
+        if let VertexKind::Source(src) = &v.kind {
+            src.enumerate(*p)?;
+        }
+    }
+    let mut links: Vec<Vec<Option<ErasedLink>>> = (0..n).map(|_| Vec::new()).collect();
+    let mut runners: Vec<Box<dyn TaskRunner>> = Vec::new();
+    for v in (0..n).rev() {
+        let mut built = Vec::with_capacity(par[v] as usize);
+        for i in 0..par[v] {
+            let mut outputs = Vec::with_capacity(out_edges[v].len());
+            for &e in &out_edges[v] {
+                let slot = if chained[e] {
+                    links[g.edges[e].to]
+                        .get_mut(i as usize)
+                        .and_then(Option::take)
+                } else {
+                    writers[e].get_mut(i as usize).and_then(Option::take)
+                };
+                outputs.push(slot.ok_or_else(|| {
+                    EngineError::InvalidGraph(format!("missing output of {}", g.vertices[v].name))
+                })?);
+            }
+            let m = Arc::clone(&vmetrics[v][i as usize]);
+            match &g.vertices[v].kind {
+                VertexKind::Source(s) => runners.push(s.build(&info(v, i), outputs, m, &env)?),
+                VertexKind::Operator(f) | VertexKind::Sink(f) => {
+                    built.push(Some(f.build(&info(v, i), outputs, m, &env)?))
+                }
+            }
+        }
+        links[v] = built;
+    }
+    // Tasks of chain heads fed by channels.
+    for v in 0..n {
+        if matches!(g.vertices[v].kind, VertexKind::Source(_)) {
+            continue;
+        }
+        if in_edges[v].is_empty() {
+            return Err(EngineError::InvalidGraph(format!(
+                "{} has no input",
+                g.vertices[v].name
+            )));
+        }
+        if in_edges[v].iter().any(|&e| chained[e]) {
+            continue;
+        }
+        for i in 0..par[v] {
+            let mut gs = Vec::new();
+            for &e in &in_edges[v] {
+                gs.push(
+                    gates[e][i as usize]
+                        .take()
+                        .ok_or_else(|| EngineError::InvalidGraph("missing input gate".into()))?,
+                );
+            }
+            let head = links[v][i as usize]
+                .take()
+                .ok_or_else(|| EngineError::InvalidGraph("missing chain head".into()))?;
+            let builder = &g.edges[in_edges[v][0]].builder;
+            runners.push(builder.runner(
+                info(v, i).to_string(),
+                gs,
+                head,
+                Arc::clone(&vmetrics[v][i as usize]),
+                &env,
+            )?);
+        }
+    }
+
+    let failure: Arc<Mutex<Option<EngineError>>> = Arc::new(Mutex::new(None));
+    let mut threads = Vec::with_capacity(runners.len());
+    info!(job = name, tasks = runners.len(), "starting job");
+    for r in runners {
+        let task = r.name();
+        let (cancel, fail) = (Arc::clone(&cancelled), Arc::clone(&failure));
+        let t = task.clone();
+        let h = std::thread::Builder::new()
+            .name(thread_name(&task))
+            .spawn(move || {
+                if let Err(TaskFailure::Failed(e)) = r.run() {
+                    error!(task = %t, error = %e, "task failed");
+                    fail.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(e);
+                    cancel.store(true, Ordering::SeqCst);
+                }
+            })
+            .map_err(|source| EngineError::Spawn {
+                task: task.clone(),
+                source,
+            });
+        match h {
+            Ok(h) => threads.push((task, h)),
+            Err(e) => {
+                cancelled.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        }
+    }
+    Ok(JobHandle {
+        name: name.to_string(),
+        threads,
+        cancelled,
+        failure,
+        metrics,
+        started: Stopwatch::start(),
+    })
+}
+
+fn thread_name(task: &str) -> String {
+    // Linux shows 15 bytes of a thread name.
+    task.chars().take(15).collect()
+}

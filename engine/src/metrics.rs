@@ -1,0 +1,199 @@
+//! Metrics per operator subtask: records in and out, batches, busy time and time
+//! blocked on backpressure. Updated once per batch with relaxed atomics, readable while
+//! the job runs.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters of one operator subtask.
+#[derive(Debug, Default)]
+pub struct OperatorMetrics {
+    /// Records received.
+    pub records_in: AtomicU64,
+    /// Records emitted.
+    pub records_out: AtomicU64,
+    /// Batches received.
+    pub batches_in: AtomicU64,
+    /// Nanoseconds spent in the operator's methods.
+    pub busy_ns: AtomicU64,
+    /// Nanoseconds spent blocked sending downstream (backpressure).
+    pub backpressure_ns: AtomicU64,
+    /// Most batches seen waiting in this subtask's input channels at once.
+    pub max_queued_batches: AtomicU64,
+    /// Current watermark (ms), `i64::MIN` before the first.
+    pub watermark: std::sync::atomic::AtomicI64,
+}
+
+impl OperatorMetrics {
+    pub(crate) fn new() -> Arc<Self> {
+        let m = OperatorMetrics::default();
+        m.watermark.store(i64::MIN, Ordering::Relaxed);
+        Arc::new(m)
+    }
+
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The metrics of one vertex of the job graph, per subtask.
+#[derive(Debug, Clone)]
+pub struct VertexMetrics {
+    /// The vertex's name.
+    pub name: String,
+    /// One entry per subtask.
+    pub subtasks: Vec<Arc<OperatorMetrics>>,
+}
+
+/// Totals of one vertex.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VertexTotals {
+    /// Records received over all subtasks.
+    pub records_in: u64,
+    /// Records emitted over all subtasks.
+    pub records_out: u64,
+    /// Batches received.
+    pub batches_in: u64,
+    /// Busy time, ms.
+    pub busy_ms: u64,
+    /// Time blocked on backpressure, ms.
+    pub backpressure_ms: u64,
+}
+
+impl VertexMetrics {
+    /// Sums over the subtasks.
+    pub fn totals(&self) -> VertexTotals {
+        let mut t = VertexTotals::default();
+        for m in &self.subtasks {
+            t.records_in += m.records_in.load(Ordering::Relaxed);
+            t.records_out += m.records_out.load(Ordering::Relaxed);
+            t.batches_in += m.batches_in.load(Ordering::Relaxed);
+            t.busy_ms += m.busy_ns.load(Ordering::Relaxed) / 1_000_000;
+            t.backpressure_ms += m.backpressure_ns.load(Ordering::Relaxed) / 1_000_000;
+        }
+        t
+    }
+}
+
+/// All metrics of a job, shared with whoever watches it.
+#[derive(Debug, Default, Clone)]
+pub struct JobMetrics {
+    vertices: Arc<Mutex<Vec<VertexMetrics>>>,
+}
+
+impl JobMetrics {
+    pub(crate) fn register(&self, name: &str, parallelism: u32) -> Vec<Arc<OperatorMetrics>> {
+        let subtasks: Vec<_> = (0..parallelism).map(|_| OperatorMetrics::new()).collect();
+        let mut v = self.vertices.lock().unwrap_or_else(|e| e.into_inner());
+        v.push(VertexMetrics {
+            name: name.to_string(),
+            subtasks: subtasks.clone(),
+        });
+        subtasks
+    }
+
+    /// A snapshot of the vertices' metrics (the counters stay live).
+    pub fn vertices(&self) -> Vec<VertexMetrics> {
+        self.vertices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The metrics in Prometheus' text exposition format.
+    pub fn prometheus(&self) -> String {
+        let vertices = self.vertices();
+        let mut s = String::new();
+        for series in SERIES {
+            let _ = writeln!(
+                s,
+                "# HELP {} {}\n# TYPE {} {}",
+                series.name, series.help, series.name, series.kind
+            );
+            for v in &vertices {
+                for (i, m) in v.subtasks.iter().enumerate() {
+                    let raw = (series.get)(m);
+                    let value = if series.nanos {
+                        raw as f64 / 1e9
+                    } else {
+                        raw as f64
+                    };
+                    let _ = writeln!(
+                        s,
+                        "{}{{operator=\"{}\",subtask=\"{i}\"}} {value}",
+                        series.name,
+                        escape(&v.name)
+                    );
+                }
+            }
+        }
+        s
+    }
+}
+
+/// One exported metric.
+struct Series {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    /// The counter is in nanoseconds and is exported in seconds.
+    nanos: bool,
+    get: fn(&OperatorMetrics) -> i64,
+}
+
+fn load(c: &AtomicU64) -> i64 {
+    c.load(Ordering::Relaxed) as i64
+}
+
+const SERIES: [Series; 6] = [
+    Series {
+        name: "brook_records_in_total",
+        help: "Records received",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.records_in),
+    },
+    Series {
+        name: "brook_records_out_total",
+        help: "Records emitted",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.records_out),
+    },
+    Series {
+        name: "brook_batches_in_total",
+        help: "Batches received",
+        kind: "counter",
+        nanos: false,
+        get: |m| load(&m.batches_in),
+    },
+    Series {
+        name: "brook_busy_seconds_total",
+        help: "Time spent processing",
+        kind: "counter",
+        nanos: true,
+        get: |m| load(&m.busy_ns),
+    },
+    Series {
+        name: "brook_backpressure_seconds_total",
+        help: "Time blocked sending downstream",
+        kind: "counter",
+        nanos: true,
+        get: |m| load(&m.backpressure_ns),
+    },
+    Series {
+        name: "brook_watermark_ms",
+        help: "Current event-time watermark (ms)",
+        kind: "gauge",
+        nanos: false,
+        get: |m| m.watermark.load(Ordering::Relaxed),
+    },
+];
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -1,0 +1,341 @@
+//! Operators on dynamic rows (JSON objects), with expressions in CEL (the Common
+//! Expression Language, evaluated by the `cel` crate): what YAML job specs run.
+//!
+//! In an expression, each top-level field of the row is a variable (`price_cents * 2`,
+//! `item == "chocolate milk"`), and `row` is the whole row (for fields whose names are
+//! not identifiers: `row["unit price"]`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use brook_core::bad_record::BadRecords;
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
+use cel::{Context, Program};
+use serde_json::{Map, Value};
+
+/// A dynamic row.
+pub type Row = Value;
+
+/// A compiled CEL expression.
+#[derive(Debug)]
+pub struct Expr {
+    source: String,
+    program: Program,
+    /// The row fields the expression reads, so only those are converted per record.
+    fields: Vec<String>,
+    whole_row: bool,
+}
+
+impl Clone for Expr {
+    fn clone(&self) -> Self {
+        // Compiled from source that already compiled once, so this cannot fail.
+        Expr::compile(&self.source)
+            .unwrap_or_else(|_| unreachable!("recompiling a valid expression"))
+    }
+}
+
+impl Expr {
+    /// Compiles `source`.
+    ///
+    /// # Errors
+    /// The parser's message.
+    pub fn compile(source: &str) -> Result<Expr, String> {
+        let program = Program::compile(source).map_err(|e| e.to_string())?;
+        let refs = program.references();
+        let vars: BTreeSet<String> = refs.variables().into_iter().map(str::to_string).collect();
+        let whole_row = vars.contains("row");
+        let fields = vars.into_iter().filter(|v| v != "row").collect();
+        Ok(Expr {
+            source: source.to_string(),
+            program,
+            fields,
+            whole_row,
+        })
+    }
+
+    /// The source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates against `row` within `root` (a context holding the functions).
+    ///
+    /// # Errors
+    /// A message naming the expression and what went wrong (an unknown field, a type
+    /// mismatch, ...).
+    pub fn eval(&self, root: &Context<'_>, row: &Row) -> Result<Value, String> {
+        let mut ctx = root.new_inner_scope();
+        let obj = row.as_object();
+        for f in &self.fields {
+            match obj.and_then(|o| o.get(f)) {
+                Some(v) => ctx.add_variable_from_value(f.as_str(), to_cel(v)),
+                None => return Err(format!("{}: the row has no field {f:?}", self.source)),
+            }
+        }
+        if self.whole_row {
+            ctx.add_variable_from_value("row", to_cel(row));
+        }
+        let v = self
+            .program
+            .execute(&ctx)
+            .map_err(|e| format!("{}: {e}", self.source))?;
+        v.json()
+            .map_err(|e| format!("{}: result cannot be a JSON value: {e:?}", self.source))
+    }
+}
+
+/// Converts a JSON value for CEL. Integers become CEL `int` (signed) whenever they fit,
+/// so `price * 2` works on JSON numbers; larger ones `uint`, others `double`.
+fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(o) => {
+            let m: HashMap<cel::objects::Key, cel::Value> = o
+                .iter()
+                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            cel::Value::Map(cel::objects::Map { map: Arc::new(m) })
+        }
+    }
+}
+
+fn position(ctx: &OperatorContext) -> String {
+    ctx.info().to_string()
+}
+
+/// Keeps rows for which a CEL expression is `true`.
+#[derive(Debug)]
+pub struct RowFilter {
+    expr: Expr,
+    bad: BadRecords,
+}
+
+impl RowFilter {
+    /// A filter on `expr`, with a bad-record policy for rows it cannot evaluate.
+    pub fn new(expr: Expr, bad: BadRecords) -> Self {
+        RowFilter { expr, bad }
+    }
+}
+
+impl Operator for RowFilter {
+    type In = Row;
+    type Out = Row;
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
+        let root = Context::default();
+        for r in batch {
+            match self.expr.eval(&root, &r.value) {
+                Ok(Value::Bool(true)) => out.push(r),
+                Ok(Value::Bool(false)) => {}
+                Ok(other) => self.bad.handle(
+                    &r.value.to_string(),
+                    &position(ctx),
+                    &format!("{}: expected true or false, got {other}", self.expr.source),
+                )?,
+                Err(e) => self.bad.handle(&r.value.to_string(), &position(ctx), &e)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Computes fields: `map` adds (or replaces) them on the row, `select` keeps only them.
+#[derive(Debug)]
+pub struct RowMap {
+    fields: Vec<(String, Expr)>,
+    keep_others: bool,
+    bad: BadRecords,
+}
+
+impl RowMap {
+    /// Adds or replaces `fields` on every row (YAML `map`).
+    pub fn map(fields: Vec<(String, Expr)>, bad: BadRecords) -> Self {
+        RowMap {
+            fields,
+            keep_others: true,
+            bad,
+        }
+    }
+
+    /// Projects every row to exactly `fields` (YAML `select`).
+    pub fn select(fields: Vec<(String, Expr)>, bad: BadRecords) -> Self {
+        RowMap {
+            fields,
+            keep_others: false,
+            bad,
+        }
+    }
+}
+
+impl Operator for RowMap {
+    type In = Row;
+    type Out = Row;
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
+        let root = Context::default();
+        'rows: for r in batch {
+            let mut computed = Vec::with_capacity(self.fields.len());
+            for (name, e) in &self.fields {
+                match e.eval(&root, &r.value) {
+                    Ok(v) => computed.push((name.clone(), v)),
+                    Err(err) => {
+                        self.bad
+                            .handle(&r.value.to_string(), &position(ctx), &err)?;
+                        continue 'rows;
+                    }
+                }
+            }
+            let mut obj = if self.keep_others {
+                match r.value {
+                    Value::Object(m) => m,
+                    other => {
+                        let reason = format!("expected a JSON object, got {other}");
+                        self.bad
+                            .handle(&other.to_string(), &position(ctx), &reason)?;
+                        continue;
+                    }
+                }
+            } else {
+                Map::new()
+            };
+            for (k, v) in computed {
+                obj.insert(k, v);
+            }
+            out.collect(Value::Object(obj), r.timestamp);
+        }
+        Ok(())
+    }
+}
+
+/// The key of a row for `key_by`: the canonical JSON text of the key fields' values
+/// (missing fields are `null`).
+pub fn row_key(row: &Row, fields: &[String]) -> String {
+    let vals: Vec<&Value> = fields
+        .iter()
+        .map(|f| row.get(f).unwrap_or(&Value::Null))
+        .collect();
+    serde_json::to_string(&vals).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
+    use brook_core::element::StreamRecord;
+    use brook_core::operator::SubtaskInfo;
+    use brook_core::time::ManualClock;
+    use serde_json::json;
+
+    fn ctx() -> OperatorContext {
+        let info = SubtaskInfo {
+            name: "step".into(),
+            index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+        };
+        OperatorContext::new(info, ManualClock::new(0).shared())
+    }
+
+    fn rows(v: Vec<Value>) -> Batch<Row> {
+        v.into_iter().map(StreamRecord::new).collect()
+    }
+
+    #[test]
+    fn filter_map_select() {
+        let skip = BadRecords::new(
+            BadRecordPolicy::Skip,
+            Arc::new(BadRecordCounts::default()),
+            None,
+        );
+        let mut f = RowFilter::new(
+            Expr::compile("item == \"milk\" && price > 50").unwrap(),
+            skip.clone(),
+        );
+        let mut out = Output::new();
+        let input = rows(vec![
+            json!({"item": "milk", "price": 60}),
+            json!({"item": "milk", "price": 40}),
+            json!({"item": "tea", "price": 90}),
+            json!({"price": 1}),
+        ]);
+        f.process_batch(input, &mut ctx(), &mut out).unwrap();
+        assert_eq!(
+            out.take().into_iter().map(|r| r.value).collect::<Vec<_>>(),
+            vec![json!({"item": "milk", "price": 60})]
+        );
+        assert_eq!(skip.counts().skipped(), 1, "the row without item");
+
+        let fields = vec![
+            (
+                "dollars".to_string(),
+                Expr::compile("double(price) / 100.0").unwrap(),
+            ),
+            (
+                "label".to_string(),
+                Expr::compile("row[\"item\"] + \"!\"").unwrap(),
+            ),
+        ];
+        let mut m = RowMap::map(fields, BadRecords::default());
+        m.process_batch(
+            rows(vec![json!({"item": "milk", "price": 60})]),
+            &mut ctx(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out.take()[0].value,
+            json!({"item": "milk", "price": 60, "dollars": 0.6, "label": "milk!"})
+        );
+
+        let mut s = RowMap::select(
+            vec![("p".to_string(), Expr::compile("price * 2").unwrap())],
+            BadRecords::default(),
+        );
+        s.process_batch(
+            rows(vec![json!({"item": "milk", "price": 60})]),
+            &mut ctx(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.take()[0].value, json!({"p": 120}));
+
+        let mut failing =
+            RowFilter::new(Expr::compile("price > 1").unwrap(), BadRecords::default());
+        let e = failing
+            .process_batch(rows(vec![json!({"item": "x"})]), &mut ctx(), &mut out)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("price > 1: the row has no field \"price\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_are_canonical() {
+        let r = json!({"a": 1, "b": "x"});
+        assert_eq!(
+            row_key(&r, &["b".into(), "a".into(), "c".into()]),
+            "[\"x\",1,null]"
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! `brook run job.yaml`: runs a YAML job in the foreground.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use brook::engine::metrics::JobMetrics;
+use brook::engine::{EngineError, JobConfig};
+use brook::log::Log;
+use brook::spec::{self, SinkSpec, SourceSpec};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `brook run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The job spec (YAML).
+    spec: PathBuf,
+    /// Default parallelism of every source, step and sink (overrides the spec's).
+    #[arg(long)]
+    parallelism: Option<u32>,
+    /// Changes the spec before it runs: a dotted path and a YAML value, such as
+    /// `sources.sales.path=other.jsonl` or `steps.0.filter='price > 100'` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the job runs.
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// No progress bar and no summary.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn uses_log(spec: &spec::JobSpec) -> bool {
+    spec.sources
+        .iter()
+        .any(|s| matches!(s, SourceSpec::Log { .. }))
+        || spec.sinks.iter().any(|s| matches!(s, SinkSpec::Log { .. }))
+}
+
+fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
+    metrics
+        .vertices()
+        .iter()
+        .filter(|v| names.contains(&v.name))
+        .map(|v| {
+            if input {
+                v.totals().records_in
+            } else {
+                v.totals().records_out
+            }
+        })
+        .sum()
+}
+
+pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Result<()> {
+    let text = std::fs::read_to_string(&args.spec)
+        .with_context(|| format!("reading {}", args.spec.display()))?;
+    let mut doc: serde_norway::Value = serde_norway::from_str(&text)
+        .with_context(|| format!("{}: not valid YAML", args.spec.display()))?;
+    for s in &args.set {
+        spec::apply_set(&mut doc, s)?;
+    }
+    let mut parsed: spec::JobSpec = serde_norway::from_value(doc)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?;
+    if let Some(p) = args.parallelism {
+        parsed.parallelism = Some(p);
+    }
+    // Relative paths in the spec are relative to the spec's directory.
+    let base = args
+        .spec
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
+    let valid = spec::validate(spec::resolve_paths(parsed, &base))
+        .with_context(|| format!("{}: invalid job spec", args.spec.display()))?;
+    let log = if uses_log(&valid.spec) {
+        Some(open_log()?)
+    } else {
+        None
+    };
+    let built = spec::build(&valid, JobConfig::default(), log.as_ref())
+        .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
+    let name = valid.spec.name.clone();
+    let job = built.env.start(&name)?;
+    let metrics = job.metrics().clone();
+    let _server = match args.metrics_addr {
+        Some(addr) => Some(crate::metrics_http::serve(addr, metrics.clone())?),
+        None => None,
+    };
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let mut interrupted = false;
+    rt.block_on(async {
+        let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+        loop {
+            if job.is_finished() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = &mut ctrl_c, if !interrupted => {
+                    interrupted = true;
+                    job.cancel();
+                }
+            }
+            if let Some(b) = &bar {
+                let read = totals(&metrics, &built.sources, false);
+                let written = totals(&metrics, &built.sinks, true);
+                b.set_message(format!("read {read}  written {written}"));
+                b.tick();
+            }
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let result = match job.join() {
+        Ok(r) => r,
+        Err(EngineError::Cancelled) if interrupted => {
+            eprintln!("job {name} cancelled");
+            return Ok(());
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),
+    };
+    if !args.quiet {
+        let read = totals(&metrics, &built.sources, false);
+        let written = totals(&metrics, &built.sinks, true);
+        let secs = (result.elapsed_ms as f64 / 1000.0).max(0.001);
+        let skipped = built.bad_records.skipped();
+        let dead = built.bad_records.dead_lettered();
+        eprintln!("job {name} finished in {secs:.2} s");
+        eprintln!(
+            "  read            {read:>12} records ({:.0} records/s)",
+            read as f64 / secs
+        );
+        eprintln!("  written         {written:>12} records");
+        eprintln!("  skipped         {skipped:>12}");
+        eprintln!("  dead-lettered   {dead:>12}");
+        eprintln!(
+            "  {:<24} {:>12} {:>12} {:>10} {:>14}",
+            "operator", "records in", "records out", "busy ms", "backpressure ms"
+        );
+        for (n, t) in &result.vertices {
+            eprintln!(
+                "  {:<24} {:>12} {:>12} {:>10} {:>14}",
+                n, t.records_in, t.records_out, t.busy_ms, t.backpressure_ms
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,683 @@
+//! YAML job specs: a declarative job of sources, steps and sinks over dynamic rows.
+//!
+//! ```yaml
+//! name: chocolate-milk
+//! parallelism: 2
+//! sources:
+//!   - name: sales
+//!     connector: file
+//!     path: examples/data/snack_sales.jsonl
+//! steps:
+//!   - filter: 'item == "chocolate milk"'
+//!   - map: { dollars: "double(price_cents) / 100.0" }
+//!   - key_by: [student]
+//! sinks:
+//!   - name: out
+//!     connector: stdout
+//! ```
+//!
+//! A step's input is the previous step (or the only source) unless `input` names one
+//! or more sources or steps (several = a union). Expressions are CEL, with the row's
+//! fields as variables. Every spec is checked before anything runs: unknown fields,
+//! missing inputs, bad expressions, missing files and invalid names are errors that
+//! name the field, as `steps[1] (choc).filter: ...`.
+
+mod build;
+mod overrides;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use brook_core::bad_record::BadRecordPolicy;
+use brook_core::names::validate_name;
+use brook_operators::row::Expr;
+use serde::Deserialize;
+
+pub use build::{build, BuiltJob};
+pub use overrides::apply_set;
+
+/// A spec that cannot run; `field` says where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// Path of the offending field, e.g. `sources[0] (sales).path`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A job spec, as written in YAML.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// The job's name: letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// Default parallelism of every source, step and sink (default 1).
+    #[serde(default)]
+    pub parallelism: Option<u32>,
+    /// Key groups (default 128); fixed for the life of the job's state.
+    #[serde(default)]
+    pub max_parallelism: Option<u32>,
+    /// Policy for bad records where a source or step does not set one (default
+    /// `dead-letter` when `dead_letter` is set, else `fail`).
+    #[serde(default)]
+    pub on_bad_record: Option<BadRecordPolicy>,
+    /// File receiving dead letters as JSON lines `{raw, position, reason}`.
+    #[serde(default)]
+    pub dead_letter: Option<PathBuf>,
+    /// Where rows come from.
+    pub sources: Vec<SourceSpec>,
+    /// What happens to them, in order.
+    #[serde(default)]
+    pub steps: Vec<StepSpec>,
+    /// Where results go.
+    pub sinks: Vec<SinkSpec>,
+}
+
+/// Row format of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    /// One JSON object per line.
+    Jsonl,
+    /// CSV with a header line.
+    Csv,
+}
+
+/// Where a log source starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartPosition {
+    /// The oldest stored record.
+    Earliest,
+    /// Only records appended after the job starts.
+    Latest,
+}
+
+/// A source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "connector", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SourceSpec {
+    /// JSON lines or CSV files (plain or `.gz`): a file or a directory of files.
+    File {
+        /// Name, referenced by `input`.
+        name: String,
+        /// A file or a directory.
+        path: PathBuf,
+        /// `jsonl` or `csv`; by default from the extension.
+        #[serde(default)]
+        format: Option<FileFormat>,
+        /// Keep reading as the file grows (the job never ends).
+        #[serde(default)]
+        follow: bool,
+        /// Bad-record policy for lines that do not parse.
+        #[serde(default)]
+        on_bad_record: Option<BadRecordPolicy>,
+        /// Parallel readers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
+    /// A topic of the embedded log (the `--data-dir`).
+    Log {
+        /// Name, referenced by `input`.
+        name: String,
+        /// The topic.
+        topic: String,
+        /// `earliest` (default) or `latest`.
+        #[serde(default)]
+        start: Option<StartPosition>,
+        /// Stop at the end offsets seen at start (default true); false follows.
+        #[serde(default)]
+        bounded: Option<bool>,
+        /// Bad-record policy for values that are not JSON objects.
+        #[serde(default)]
+        on_bad_record: Option<BadRecordPolicy>,
+        /// Parallel readers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
+    /// Synthetic events `{key, ts, value}`: for i in 0..count, key = (i * 2654435761)
+    /// mod keys, ts = start_ms + i * step_ms, value = i mod 100.
+    Generator {
+        /// Name, referenced by `input`.
+        name: String,
+        /// Number of events.
+        count: u64,
+        /// Number of distinct keys (default 10000).
+        #[serde(default)]
+        keys: Option<u64>,
+        /// First timestamp, ms (default 0).
+        #[serde(default)]
+        start_ms: Option<i64>,
+        /// Milliseconds between events (default 1).
+        #[serde(default)]
+        step_ms: Option<i64>,
+        /// Events per second over all readers; as fast as possible when absent.
+        #[serde(default)]
+        rate: Option<f64>,
+        /// Parallel generators.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
+}
+
+impl SourceSpec {
+    /// The source's name.
+    pub fn name(&self) -> &str {
+        match self {
+            SourceSpec::File { name, .. }
+            | SourceSpec::Log { name, .. }
+            | SourceSpec::Generator { name, .. } => name,
+        }
+    }
+}
+
+/// One or several inputs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Inputs {
+    /// One input.
+    One(String),
+    /// Several inputs, merged (a union).
+    Many(Vec<String>),
+}
+
+impl Inputs {
+    fn names(&self) -> Vec<String> {
+        match self {
+            Inputs::One(s) => vec![s.clone()],
+            Inputs::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// A step: exactly one of `filter`, `map`, `select`, `key_by`, `union`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    /// Name, referenced by `input` (default `step-<n>`, 1-based).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Input(s); default the previous step, or the only source.
+    #[serde(default)]
+    pub input: Option<Inputs>,
+    /// Parallel instances.
+    #[serde(default)]
+    pub parallelism: Option<u32>,
+    /// Policy for rows the step cannot evaluate.
+    #[serde(default)]
+    pub on_bad_record: Option<BadRecordPolicy>,
+    /// Keep rows for which this CEL expression is true.
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// Add or replace fields: name -> CEL expression.
+    #[serde(default)]
+    pub map: Option<BTreeMap<String, String>>,
+    /// Keep only these fields: name -> CEL expression.
+    #[serde(default)]
+    pub select: Option<BTreeMap<String, String>>,
+    /// Partition by these fields: each key's rows go to one subtask, in order.
+    #[serde(default)]
+    pub key_by: Option<Vec<String>>,
+    /// Merge these inputs (same as `input` with a list).
+    #[serde(default)]
+    pub union: Option<Vec<String>>,
+}
+
+/// A sink.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "connector", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SinkSpec {
+    /// JSON lines or CSV (`.gz` compresses); with parallelism p > 1, subtask i writes
+    /// `<stem>-<i>.<ext>`.
+    File {
+        /// Name.
+        name: String,
+        /// Input; default the last step (or the only source).
+        #[serde(default)]
+        input: Option<String>,
+        /// The output file.
+        path: PathBuf,
+        /// `jsonl` or `csv`; by default from the extension.
+        #[serde(default)]
+        format: Option<FileFormat>,
+        /// Parallel writers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
+    /// Print rows as JSON lines.
+    Stdout {
+        /// Name.
+        name: String,
+        /// Input; default the last step (or the only source).
+        #[serde(default)]
+        input: Option<String>,
+    },
+    /// Append rows as JSON to a topic of the embedded log.
+    Log {
+        /// Name.
+        name: String,
+        /// Input; default the last step (or the only source).
+        #[serde(default)]
+        input: Option<String>,
+        /// The topic (must exist).
+        topic: String,
+        /// Field whose value is the record key (Kafka's partitioner picks the
+        /// partition); keyless records are spread.
+        #[serde(default)]
+        key_field: Option<String>,
+        /// Parallel writers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
+}
+
+impl SinkSpec {
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        match self {
+            SinkSpec::File { name, .. }
+            | SinkSpec::Stdout { name, .. }
+            | SinkSpec::Log { name, .. } => name,
+        }
+    }
+
+    fn input(&self) -> Option<&String> {
+        match self {
+            SinkSpec::File { input, .. }
+            | SinkSpec::Stdout { input, .. }
+            | SinkSpec::Log { input, .. } => input.as_ref(),
+        }
+    }
+}
+
+/// What a validated step does.
+#[derive(Debug, Clone)]
+pub(crate) enum StepOp {
+    Filter(Expr),
+    Map(Vec<(String, Expr)>),
+    Select(Vec<(String, Expr)>),
+    KeyBy(Vec<String>),
+    Union,
+}
+
+/// A step after validation: its name, resolved inputs and operation.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedStep {
+    pub(crate) name: String,
+    pub(crate) inputs: Vec<String>,
+    pub(crate) op: StepOp,
+    pub(crate) parallelism: Option<u32>,
+    pub(crate) policy: BadRecordPolicy,
+}
+
+/// A spec checked and resolved, ready to build.
+#[derive(Debug, Clone)]
+pub struct ValidSpec {
+    /// The spec as written.
+    pub spec: JobSpec,
+    pub(crate) steps: Vec<ResolvedStep>,
+    /// Resolved input of each sink.
+    pub(crate) sink_inputs: Vec<String>,
+    pub(crate) default_policy: BadRecordPolicy,
+}
+
+impl fmt::Display for JobSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "job {} ({} sources, {} steps, {} sinks)",
+            self.name,
+            self.sources.len(),
+            self.steps.len(),
+            self.sinks.len()
+        )
+    }
+}
+
+/// Parses YAML text into a spec (no semantic checks yet).
+///
+/// # Errors
+/// [`SpecError`] naming the position or field serde reports (unknown fields,
+/// missing fields, wrong types).
+pub fn parse(yaml: &str) -> Result<JobSpec, SpecError> {
+    serde_norway::from_str(yaml).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!("line {} column {}", l.line(), l.column()))
+            .unwrap_or_else(|| "spec".into());
+        SpecError::new(at, e.to_string())
+    })
+}
+
+fn check_parallelism(field: &str, p: Option<u32>) -> Result<(), SpecError> {
+    match p {
+        Some(0) => Err(SpecError::new(
+            format!("{field}.parallelism"),
+            "must be at least 1",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn compile(field: String, src: &str) -> Result<Expr, SpecError> {
+    Expr::compile(src)
+        .map_err(|e| SpecError::new(field, format!("invalid expression {src:?}: {e}")))
+}
+
+fn fields(field: &str, m: &BTreeMap<String, String>) -> Result<Vec<(String, Expr)>, SpecError> {
+    if m.is_empty() {
+        return Err(SpecError::new(field, "needs at least one field"));
+    }
+    m.iter()
+        .map(|(k, v)| Ok((k.clone(), compile(format!("{field}.{k}"), v)?)))
+        .collect()
+}
+
+/// Checks a spec completely, before anything runs.
+///
+/// # Errors
+/// The first problem found, naming its field.
+pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
+    validate_name("job", &spec.name).map_err(|e| SpecError::new("name", e.to_string()))?;
+    check_parallelism("job", spec.parallelism)?;
+    if let Some(m) = spec.max_parallelism {
+        if m == 0 || m > brook_core::keys::MAX_MAX_PARALLELISM {
+            return Err(SpecError::new(
+                "max_parallelism",
+                format!(
+                    "must be between 1 and {}",
+                    brook_core::keys::MAX_MAX_PARALLELISM
+                ),
+            ));
+        }
+    }
+    if spec.sources.is_empty() {
+        return Err(SpecError::new("sources", "a job needs at least one source"));
+    }
+    if spec.sinks.is_empty() {
+        return Err(SpecError::new("sinks", "a job needs at least one sink"));
+    }
+    let default_policy = spec.on_bad_record.unwrap_or(if spec.dead_letter.is_some() {
+        BadRecordPolicy::DeadLetter
+    } else {
+        BadRecordPolicy::Fail
+    });
+    let mut names: HashSet<String> = HashSet::new();
+    let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
+    for (i, s) in spec.sources.iter().enumerate() {
+        let field = format!("sources[{i}] ({})", s.name());
+        validate_name("source", s.name())
+            .map_err(|e| SpecError::new(format!("sources[{i}].name"), e.to_string()))?;
+        if !names.insert(s.name().to_string()) {
+            return Err(SpecError::new(format!("{field}.name"), "is used twice"));
+        }
+        match s {
+            SourceSpec::File {
+                path,
+                format,
+                on_bad_record,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                if !path.exists() {
+                    return Err(SpecError::new(
+                        format!("{field}.path"),
+                        format!("{} does not exist", path.display()),
+                    ));
+                }
+                if format.is_none() && (path.is_dir() || file_format(path).is_none()) {
+                    let why = if path.is_dir() {
+                        "cannot tell for a directory"
+                    } else {
+                        "cannot tell from the extension"
+                    };
+                    return Err(SpecError::new(
+                        format!("{field}.format"),
+                        format!("{why}: set jsonl or csv"),
+                    ));
+                }
+                uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
+            }
+            SourceSpec::Log {
+                topic,
+                on_bad_record,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                validate_name("topic", topic)
+                    .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
+            }
+            SourceSpec::Generator {
+                keys,
+                step_ms,
+                rate,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                if *keys == Some(0) {
+                    return Err(SpecError::new(
+                        format!("{field}.keys"),
+                        "must be at least 1",
+                    ));
+                }
+                if step_ms.is_some_and(|s| s < 0) {
+                    return Err(SpecError::new(
+                        format!("{field}.step_ms"),
+                        "must not be negative",
+                    ));
+                }
+                if rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
+                    return Err(SpecError::new(
+                        format!("{field}.rate"),
+                        "must be a positive number of events per second",
+                    ));
+                }
+            }
+        }
+    }
+    let mut steps = Vec::with_capacity(spec.steps.len());
+    let mut previous: Option<String> =
+        (spec.sources.len() == 1).then(|| spec.sources[0].name().to_string());
+    for (i, s) in spec.steps.iter().enumerate() {
+        let name = s.name.clone().unwrap_or_else(|| format!("step-{}", i + 1));
+        let field = format!("steps[{i}] ({name})");
+        validate_name("step", &name)
+            .map_err(|e| SpecError::new(format!("steps[{i}].name"), e.to_string()))?;
+        if !names.insert(name.clone()) {
+            return Err(SpecError::new(format!("{field}.name"), "is used twice"));
+        }
+        check_parallelism(&field, s.parallelism)?;
+        let set = [
+            s.filter.is_some(),
+            s.map.is_some(),
+            s.select.is_some(),
+            s.key_by.is_some(),
+            s.union.is_some(),
+        ];
+        if set.iter().filter(|b| **b).count() != 1 {
+            return Err(SpecError::new(
+                field,
+                "needs exactly one of filter, map, select, key_by, union",
+            ));
+        }
+        let op = if let Some(f) = &s.filter {
+            StepOp::Filter(compile(format!("{field}.filter"), f)?)
+        } else if let Some(m) = &s.map {
+            StepOp::Map(fields(&format!("{field}.map"), m)?)
+        } else if let Some(m) = &s.select {
+            StepOp::Select(fields(&format!("{field}.select"), m)?)
+        } else if let Some(k) = &s.key_by {
+            if k.is_empty() {
+                return Err(SpecError::new(
+                    format!("{field}.key_by"),
+                    "needs at least one field",
+                ));
+            }
+            StepOp::KeyBy(k.clone())
+        } else {
+            StepOp::Union
+        };
+        let inputs = match (&s.union, &s.input) {
+            (Some(_), Some(_)) => {
+                return Err(SpecError::new(
+                    field,
+                    "give the inputs of a union in `union`, not also in `input`",
+                ))
+            }
+            (Some(u), None) => {
+                if u.len() < 2 {
+                    return Err(SpecError::new(
+                        format!("{field}.union"),
+                        "needs at least two inputs",
+                    ));
+                }
+                u.clone()
+            }
+            (None, Some(i)) => i.names(),
+            (None, None) => match &previous {
+                Some(p) => vec![p.clone()],
+                None => {
+                    return Err(SpecError::new(
+                        format!("{field}.input"),
+                        "is required: there are several sources",
+                    ))
+                }
+            },
+        };
+        for inp in &inputs {
+            if !names.contains(inp) || *inp == name {
+                return Err(SpecError::new(
+                    format!("{field}.input"),
+                    format!("{inp:?} is not a source or an earlier step"),
+                ));
+            }
+        }
+        let policy = s.on_bad_record.unwrap_or(default_policy);
+        uses_dead_letter |= policy == BadRecordPolicy::DeadLetter;
+        previous = Some(name.clone());
+        steps.push(ResolvedStep {
+            name,
+            inputs,
+            op,
+            parallelism: s.parallelism,
+            policy,
+        });
+    }
+    let mut sink_inputs = Vec::with_capacity(spec.sinks.len());
+    for (i, s) in spec.sinks.iter().enumerate() {
+        let field = format!("sinks[{i}] ({})", s.name());
+        validate_name("sink", s.name())
+            .map_err(|e| SpecError::new(format!("sinks[{i}].name"), e.to_string()))?;
+        if !names.insert(s.name().to_string()) {
+            return Err(SpecError::new(format!("{field}.name"), "is used twice"));
+        }
+        let input = match s.input() {
+            Some(i) => i.clone(),
+            None => previous.clone().ok_or_else(|| {
+                SpecError::new(
+                    format!("{field}.input"),
+                    "is required: there are several sources and no steps",
+                )
+            })?,
+        };
+        if !names.contains(&input) || spec.sinks.iter().any(|o| o.name() == input) {
+            return Err(SpecError::new(
+                format!("{field}.input"),
+                format!("{input:?} is not a source or a step"),
+            ));
+        }
+        match s {
+            SinkSpec::File {
+                path,
+                format,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                if format.is_none() && file_format(path).is_none() {
+                    return Err(SpecError::new(
+                        format!("{field}.format"),
+                        "cannot tell from the extension: set jsonl or csv",
+                    ));
+                }
+            }
+            SinkSpec::Log {
+                topic, parallelism, ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                validate_name("topic", topic)
+                    .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+            }
+            SinkSpec::Stdout { .. } => {}
+        }
+        sink_inputs.push(input);
+    }
+    if uses_dead_letter && spec.dead_letter.is_none() {
+        return Err(SpecError::new(
+            "dead_letter",
+            "a source or step uses on_bad_record: dead-letter, so a dead_letter file is required",
+        ));
+    }
+    Ok(ValidSpec {
+        spec,
+        steps,
+        sink_inputs,
+        default_policy,
+    })
+}
+
+/// Makes the relative file paths of a spec (sources, sinks, `dead_letter`) relative to
+/// `base`, the directory of the spec file, so a spec runs the same from anywhere.
+pub fn resolve_paths(mut spec: JobSpec, base: &std::path::Path) -> JobSpec {
+    let fix = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    };
+    for s in &mut spec.sources {
+        if let SourceSpec::File { path, .. } = s {
+            fix(path);
+        }
+    }
+    for s in &mut spec.sinks {
+        if let SinkSpec::File { path, .. } = s {
+            fix(path);
+        }
+    }
+    if let Some(p) = &mut spec.dead_letter {
+        fix(p);
+    }
+    spec
+}
+
+/// The format a path's extension implies (`.jsonl`, `.json`, `.ndjson`, `.csv`, each
+/// optionally followed by `.gz`).
+pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let name = name.strip_suffix(".gz").unwrap_or(&name);
+    if name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson") {
+        Some(FileFormat::Jsonl)
+    } else if name.ends_with(".csv") {
+        Some(FileFormat::Csv)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

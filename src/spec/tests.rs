@@ -1,0 +1,158 @@
+use super::*;
+
+const GOOD: &str = r#"
+name: choc
+sources:
+  - name: sales
+    connector: file
+    path: examples/data/snack_sales.jsonl
+steps:
+  - name: milk
+    filter: 'item == "chocolate milk"'
+  - map: { dollars: "double(price_cents) / 100.0" }
+  - key_by: [student]
+sinks:
+  - name: out
+    connector: stdout
+"#;
+
+fn check(yaml: &str) -> Result<ValidSpec, SpecError> {
+    validate(parse(yaml)?)
+}
+
+#[test]
+fn a_good_spec_resolves_inputs() {
+    // Paths are relative to the package root when tests run.
+    let v = check(GOOD).unwrap();
+    let names: Vec<_> = v
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.inputs.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("milk", vec!["sales".to_string()]),
+            ("step-2", vec!["milk".to_string()]),
+            ("step-3", vec!["step-2".to_string()])
+        ]
+    );
+    assert_eq!(v.sink_inputs, vec!["step-3".to_string()]);
+}
+
+/// Each broken spec, and (part of) the message it must produce.
+#[test]
+fn broken_specs_are_rejected_naming_the_field() {
+    let table: &[(&str, &str)] = &[
+        (
+            "name: x\nsources: []\nsinks: []\n",
+            "sources: a job needs at least one source",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks: []\n",
+            "sinks: a job needs at least one sink",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5, colour: red}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "line 3 column 3: sources: unknown field `colour`, expected one of `name`, `count`",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka2, topic: t}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0].connector: unknown variant `kafka2`, expected one of `file`, `log`, `generator`",
+        ),
+        (
+            "name: ../etc\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "name: invalid job name \"../etc\"",
+        ),
+        (
+            "name: x\nparallelism: 0\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "job.parallelism: must be at least 1",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: file, path: no/such/file.jsonl}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).path: no/such/file.jsonl does not exist",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: log, topic: a/b}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).topic: invalid topic name \"a/b\"",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5, rate: -1}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).rate: must be a positive number",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value >'}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1).filter: invalid expression \"value >\"",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value > 1', map: {a: '1'}}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1): needs exactly one of filter, map, select, key_by, union",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {input: nope, filter: 'value > 1'}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1).input: \"nope\" is not a source or an earlier step",
+        ),
+        (
+            "name: x\nsources:\n  - {name: a, connector: generator, count: 5}\n  - {name: b, connector: generator, count: 5}\nsteps:\n  - {filter: 'value > 1'}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1).input: is required: there are several sources",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {union: [s]}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1).union: needs at least two inputs",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {name: s, filter: 'value > 1'}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (s).name: is used twice",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {select: {}}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "steps[0] (step-1).select: needs at least one field",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: file, path: out.txt}\n",
+            "sinks[0] (o).format: cannot tell from the extension",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout, input: ghost}\n",
+            "sinks[0] (o).input: \"ghost\" is not a source or a step",
+        ),
+        (
+            "name: x\non_bad_record: dead-letter\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "dead_letter: a source or step uses on_bad_record: dead-letter",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value > 1', on_bad_record: sometimes}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "unknown variant `sometimes`, expected one of `fail`, `skip`, `dead-letter`",
+        ),
+    ];
+    for (yaml, expected) in table {
+        let err = check(yaml).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "spec:\n{yaml}\nexpected: {expected}\ngot:      {err}"
+        );
+    }
+}
+
+#[test]
+fn set_overrides_by_name_and_index() {
+    let mut doc: serde_norway::Value = serde_norway::from_str(GOOD).unwrap();
+    apply_set(&mut doc, "parallelism=3").unwrap();
+    apply_set(&mut doc, "steps.milk.filter=item == \"pretzel\"").unwrap();
+    apply_set(&mut doc, "sinks.0.name=printed").unwrap();
+    let spec: JobSpec = serde_norway::from_value(doc.clone()).unwrap();
+    assert_eq!(spec.parallelism, Some(3));
+    assert_eq!(spec.steps[0].filter.as_deref(), Some("item == \"pretzel\""));
+    assert_eq!(spec.sinks[0].name(), "printed");
+    let e = apply_set(&mut doc, "sources.nope.path=x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no element named or numbered \"nope\" in sources"),
+        "{e}"
+    );
+    assert!(apply_set(&mut doc, "parallelism")
+        .unwrap_err()
+        .to_string()
+        .contains("expected KEY=VALUE"));
+}

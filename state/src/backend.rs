@@ -1,0 +1,94 @@
+//! The byte-level keyed state backend.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::Bound;
+
+use brook_core::keys::KeyGroup;
+
+/// Builds the full key of an entry: `key group (2 bytes BE) | key length (4 bytes BE) |
+/// key | namespace length (4 bytes BE) | namespace`. Big-endian key groups sort
+/// numerically, so a key-group range is one contiguous key range; the length prefixes
+/// keep key, namespace and (for map state) the user key after them apart.
+pub fn compose_key(out: &mut Vec<u8>, kg: KeyGroup, key: &[u8], ns: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&(kg as u16).to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(ns.len() as u32).to_be_bytes());
+    out.extend_from_slice(ns);
+}
+
+/// A store of keyed state entries, one keyspace per named state.
+///
+/// Keys are composed with [`compose_key`]. Implementations: [`MemoryStateBackend`]
+/// (here) and RocksDB (issue 5).
+pub trait KeyedStateBackend: Send + Debug {
+    /// The value of an entry.
+    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]>;
+    /// Sets an entry.
+    fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>);
+    /// Removes an entry.
+    fn delete(&mut self, state: &str, key: &[u8]);
+    /// Entries whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)>;
+    /// Number of entries over all states (for metrics and tests).
+    fn len(&self) -> usize;
+    /// Whether the backend holds no entries.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Keyed state in memory: one ordered map per state.
+#[derive(Debug, Default)]
+pub struct MemoryStateBackend {
+    states: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemoryStateBackend {
+    /// An empty backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl KeyedStateBackend for MemoryStateBackend {
+    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
+        self.states.get(state)?.get(key).map(Vec::as_slice)
+    }
+
+    fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        match self.states.get_mut(state) {
+            Some(m) => {
+                m.insert(key.to_vec(), value);
+            }
+            None => {
+                self.states
+                    .entry(state.to_string())
+                    .or_default()
+                    .insert(key.to_vec(), value);
+            }
+        }
+    }
+
+    fn delete(&mut self, state: &str, key: &[u8]) {
+        if let Some(m) = self.states.get_mut(state) {
+            m.remove(key);
+        }
+    }
+
+    fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(m) = self.states.get(state) else {
+            return Vec::new();
+        };
+        m.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        self.states.values().map(BTreeMap::len).sum()
+    }
+}

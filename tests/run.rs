@@ -1,0 +1,263 @@
+//! `brook run`: YAML jobs end to end through the binary.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn brook(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn sorted(mut v: Vec<Value>) -> Vec<Value> {
+    v.sort_by_key(|x| x.to_string());
+    v
+}
+
+const SALES: &str = r#"{"student":"mia","item":"chocolate milk","price_cents":120}
+{"student":"leo","item":"apple","price_cents":50}
+not json at all
+{"student":"ava","item":"chocolate milk","price_cents":130}
+{"student":"mia","item":"chocolate milk"}
+"#;
+
+#[test]
+fn a_yaml_job_filters_maps_and_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sales.jsonl"), SALES).unwrap();
+    let spec = r#"
+name: milk
+dead_letter: dead.jsonl
+sources:
+  - {name: sales, connector: file, path: sales.jsonl}
+steps:
+  - filter: 'item == "chocolate milk"'
+  - select: {who: student, dollars: "double(price_cents) / 100.0"}
+sinks:
+  - {name: out, connector: file, path: out.jsonl}
+"#;
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let o = brook(
+        dir.path(),
+        &["run", dir.path().join("job.yaml").to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = sorted(lines(&dir.path().join("out.jsonl")));
+    assert_eq!(
+        out,
+        sorted(vec![
+            serde_json::json!({"who": "mia", "dollars": 1.2}),
+            serde_json::json!({"who": "ava", "dollars": 1.3})
+        ])
+    );
+    // The line that is not JSON (source) and the row without a price (step) are
+    // dead letters, with their positions.
+    let dead = lines(&dir.path().join("dead.jsonl"));
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead.iter().any(
+        |d| d["position"].as_str().unwrap().ends_with("sales.jsonl:3")
+            && d["raw"] == "not json at all"
+    ));
+    assert!(dead.iter().any(|d| d["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no field \"price_cents\"")));
+    let err = stderr(&o);
+    assert!(err.contains("dead-lettered              2"), "{err}");
+    assert!(
+        err.contains("read                       4 records"),
+        "{err}"
+    );
+}
+
+#[test]
+fn parallelism_does_not_change_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = r#"
+name: gen
+sources:
+  - {name: events, connector: generator, count: 20000, keys: 50}
+steps:
+  - filter: 'value % 3 == 0'
+  - map: {double: "value * 2"}
+  - key_by: [key]
+  - select: {key: key, double: double}
+sinks:
+  - {name: out, connector: file, path: out.jsonl, parallelism: 1}
+"#;
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let mut results = Vec::new();
+    for p in ["1", "2", "4"] {
+        let o = brook(
+            dir.path(),
+            &[
+                "run",
+                dir.path().join("job.yaml").to_str().unwrap(),
+                "--parallelism",
+                p,
+                "--quiet",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        results.push(sorted(lines(&dir.path().join("out.jsonl"))));
+    }
+    assert_eq!(
+        results[0].len(),
+        (0..20000).filter(|i| (i % 100) % 3 == 0).count()
+    );
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0], results[2]);
+}
+
+#[test]
+fn invalid_specs_fail_before_running_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value >'}\nsinks:\n  - {name: o, connector: stdout}\n";
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let o = brook(
+        dir.path(),
+        &["run", dir.path().join("job.yaml").to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("invalid job spec: steps[0] (step-1).filter: invalid expression"),
+        "{}",
+        stderr(&o)
+    );
+    let o = brook(
+        dir.path(),
+        &[
+            "run",
+            dir.path().join("job.yaml").to_str().unwrap(),
+            "--set",
+            "steps.0.filter=value > 1",
+            "--set",
+            "sinks.o.connector=carrier-pigeon",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("unknown variant `carrier-pigeon`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_job_reads_and_writes_log_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    for t in ["sales", "milk"] {
+        assert!(
+            brook(dir.path(), &["topic", "create", t, "--partitions", "3"])
+                .status
+                .success()
+        );
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["produce", "sales", "--key-field", "student"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(SALES.replace("not json at all\n", "").as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let spec = r#"
+name: log-to-log
+sources:
+  - {name: sales, connector: log, topic: sales}
+steps:
+  - filter: 'item == "chocolate milk" && has(row.price_cents)'
+sinks:
+  - {name: milk, connector: log, topic: milk, key_field: student}
+"#;
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let o = brook(
+        dir.path(),
+        &[
+            "run",
+            dir.path().join("job.yaml").to_str().unwrap(),
+            "--parallelism",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = brook(dir.path(), &["consume", "milk", "--from-beginning"]);
+    let got: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut students: Vec<&str> = got.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    students.sort();
+    assert_eq!(students, vec!["ava", "mia"]);
+    for r in &got {
+        let expected =
+            brook::log::partitioner::partition_for_key(r["key"].as_str().unwrap().as_bytes(), 3);
+        assert_eq!(r["partition"], expected, "{r}");
+    }
+}
+
+#[test]
+fn metrics_are_served_while_a_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: slow\nsources:\n  - {name: g, connector: generator, count: 400, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args([
+            "run",
+            dir.path().join("job.yaml").to_str().unwrap(),
+            "--metrics-addr",
+            &addr,
+            "--quiet",
+        ])
+        .spawn()
+        .unwrap();
+    let mut body = String::new();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Ok(mut s) = TcpStream::connect(&addr) {
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            s.read_to_string(&mut body).unwrap();
+            break;
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.contains("brook_records_out_total{operator=\"g\",subtask=\"0\"}"),
+        "{body}"
+    );
+}
