@@ -146,6 +146,22 @@ enum GroupCommand {
     },
 }
 
+/// `println!` that returns an error instead of panicking when stdout is closed (for
+/// example piped into `head`).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(io::stdout(), $($arg)*).context("writing to stdout")?
+    };
+}
+
+/// Whether the error is a closed stdout, which ends the command quietly.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROOK_LOG")
         // The CLI prints its own warning when partitions are added.
@@ -160,6 +176,9 @@ fn main() {
         .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
+        if is_broken_pipe(&e) {
+            return;
+        }
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
@@ -244,18 +263,18 @@ fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 ..TopicConfig::default()
             };
             log.create_topic(&name, partitions, config)?;
-            println!("created topic {name} with {partitions} partition(s)");
+            outln!("created topic {name} with {partitions} partition(s)");
         }
         TopicCommand::List => {
             for name in log.topics() {
-                println!("{name}");
+                outln!("{name}");
             }
         }
         TopicCommand::Describe { name } => {
             let info = log.describe_topic(&name)?;
             let c = &info.config;
             let show_ms = |v: Option<i64>| v.map_or("none".to_string(), |ms| format!("{ms}ms"));
-            println!(
+            outln!(
                 "topic {}  partitions {}  retention {}  retention-bytes {}  segment-bytes {}  segment-ms {}  max-record-bytes {}",
                 info.name,
                 info.partitions.len(),
@@ -265,20 +284,28 @@ fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 show_ms(c.segment_ms),
                 c.max_record_bytes,
             );
-            println!(
+            outln!(
                 "{:>9} {:>12} {:>12} {:>14} {:>9}",
-                "PARTITION", "START", "END", "BYTES", "SEGMENTS"
+                "PARTITION",
+                "START",
+                "END",
+                "BYTES",
+                "SEGMENTS"
             );
             for p in info.partitions {
-                println!(
+                outln!(
                     "{:>9} {:>12} {:>12} {:>14} {:>9}",
-                    p.partition, p.log_start_offset, p.log_end_offset, p.size_bytes, p.segments
+                    p.partition,
+                    p.log_start_offset,
+                    p.log_end_offset,
+                    p.size_bytes,
+                    p.segments
                 );
             }
         }
         TopicCommand::Delete { name } => {
             log.delete_topic(&name)?;
-            println!("deleted topic {name}");
+            outln!("deleted topic {name}");
         }
         TopicCommand::AddPartitions { name, partitions } => {
             let before = log.topic(&name)?.partition_count();
@@ -288,7 +315,7 @@ fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                  different partitions, so a key's new records may land on another partition than \
                  its old ones and their order across the change is not kept"
             );
-            println!("topic {name} now has {partitions} partition(s)");
+            outln!("topic {name} now has {partitions} partition(s)");
         }
     }
     Ok(())
@@ -520,7 +547,7 @@ fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
     match cmd {
         GroupCommand::List => {
             for g in log.groups() {
-                println!("{g}");
+                outln!("{g}");
             }
         }
         GroupCommand::Describe { group } => {
@@ -528,13 +555,17 @@ fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
             if rows.is_empty() {
                 bail!("group {group:?} has no committed offsets and no members");
             }
-            println!(
+            outln!(
                 "{:<24} {:>9} {:>12} {:>12} {:>10}  MEMBER",
-                "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"
+                "TOPIC",
+                "PARTITION",
+                "COMMITTED",
+                "END",
+                "LAG"
             );
             let dash = || "-".to_string();
             for r in rows {
-                println!(
+                outln!(
                     "{:<24} {:>9} {:>12} {:>12} {:>10}  {}",
                     r.topic,
                     r.partition,

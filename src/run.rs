@@ -58,13 +58,18 @@ fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
 pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Result<()> {
     let text = std::fs::read_to_string(&args.spec)
         .with_context(|| format!("reading {}", args.spec.display()))?;
-    let mut doc: serde_norway::Value = serde_norway::from_str(&text)
-        .with_context(|| format!("{}: not valid YAML", args.spec.display()))?;
-    for s in &args.set {
-        spec::apply_set(&mut doc, s)?;
-    }
-    let mut parsed: spec::JobSpec = serde_norway::from_value(doc)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?;
+    let mut parsed: spec::JobSpec = if args.set.is_empty() {
+        // Straight from the text, so errors carry line and column.
+        spec::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?
+    } else {
+        let mut doc: serde_norway::Value = serde_norway::from_str(&text)
+            .with_context(|| format!("{}: not valid YAML", args.spec.display()))?;
+        for s in &args.set {
+            spec::apply_set(&mut doc, s)?;
+        }
+        serde_norway::from_value(doc)
+            .map_err(|e| anyhow::anyhow!("{} (after --set): {e}", args.spec.display()))?
+    };
     if let Some(p) = args.parallelism {
         parsed.parallelism = Some(p);
     }
@@ -84,12 +89,13 @@ pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Resu
     let built = spec::build(&valid, JobConfig::default(), log.as_ref())
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     let name = valid.spec.name.clone();
-    let job = built.env.start(&name)?;
-    let metrics = job.metrics().clone();
+    // Everything that can fail is done before the job starts writing anywhere.
+    let metrics = brook::engine::metrics::JobMetrics::default();
     let _server = match args.metrics_addr {
         Some(addr) => Some(crate::metrics_http::serve(addr, metrics.clone())?),
         None => None,
     };
+    let job = built.env.start_with_metrics(&name, metrics.clone())?;
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new_spinner();
         b.set_style(

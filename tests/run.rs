@@ -82,7 +82,7 @@ sinks:
     assert!(dead.iter().any(|d| d["reason"]
         .as_str()
         .unwrap()
-        .contains("no field \"price_cents\"")));
+        .contains("Undeclared reference to 'price_cents'")));
     let err = stderr(&o);
     assert!(err.contains("dead-lettered              2"), "{err}");
     assert!(

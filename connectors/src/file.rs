@@ -733,12 +733,23 @@ pub fn csv_row_to_json(headers: &StringRecord, record: &StringRecord) -> Value {
     Value::Object(map)
 }
 
+/// The JSON value of a CSV field: numbers and booleans where that loses nothing.
+/// Fields that only look numeric stay strings: leading zeros (`02134`), a leading `+`,
+/// integers too big for 64 bits (which a float would round) and `NaN`/`inf`, so zip
+/// codes, phone numbers and long ids keep their text.
 fn infer(field: &str) -> Value {
     match field {
         "" => Value::Null,
         "true" => Value::Bool(true),
         "false" => Value::Bool(false),
         _ => {
+            let digits = field.strip_prefix('-').unwrap_or(field);
+            let leading_zero =
+                digits.len() > 1 && digits.starts_with('0') && !digits.starts_with("0.");
+            let plain = !field.starts_with('+') && !leading_zero;
+            if !plain {
+                return Value::String(field.to_string());
+            }
             if let Ok(i) = field.parse::<i64>() {
                 Value::from(i)
             } else if let Ok(u) = field.parse::<u64>() {
@@ -746,6 +757,13 @@ fn infer(field: &str) -> Value {
             } else if let Some(n) = field
                 .parse::<f64>()
                 .ok()
+                .filter(|f| {
+                    f.is_finite()
+                        && digits.contains(['.', 'e', 'E'])
+                        && digits
+                            .bytes()
+                            .all(|b| b.is_ascii_digit() || b".eE+-".contains(&b))
+                })
                 .and_then(serde_json::Number::from_f64)
             {
                 Value::Number(n)
@@ -1133,6 +1151,19 @@ mod tests {
         assert_eq!(infer("1e3"), Value::from(1000.0));
         assert_eq!(infer("NaN"), Value::String("NaN".into()));
         assert_eq!(infer("mia"), Value::String("mia".into()));
+        for text in [
+            "02134",
+            "+15551234",
+            "-007",
+            "9999999999999999999999",
+            "inf",
+            "1.2.3",
+        ] {
+            assert_eq!(infer(text), Value::String(text.into()), "{text}");
+        }
+        assert_eq!(infer("0"), Value::from(0));
+        assert_eq!(infer("0.5"), Value::from(0.5));
+        assert_eq!(infer("-1.5e-3"), Value::from(-0.0015));
     }
 
     #[test]

@@ -170,8 +170,21 @@ impl StreamEnvironment {
     /// [`EngineError::InvalidGraph`], a source that cannot list its input, a task that
     /// cannot be created.
     pub fn start(&self, name: &str) -> Result<JobHandle, EngineError> {
+        self.start_with_metrics(name, crate::metrics::JobMetrics::default())
+    }
+
+    /// As [`StreamEnvironment::start`], registering the job's metrics in `metrics`
+    /// (for example one already served over HTTP).
+    ///
+    /// # Errors
+    /// As [`StreamEnvironment::start`].
+    pub fn start_with_metrics(
+        &self,
+        name: &str,
+        metrics: crate::metrics::JobMetrics,
+    ) -> Result<JobHandle, EngineError> {
         let g = self.inner.borrow();
-        start(name, &g)
+        start(name, &g, metrics)
     }
 
     /// Runs the job to completion (a bounded job) and returns its metrics.

@@ -102,7 +102,11 @@ impl JobHandle {
     }
 }
 
-pub(crate) fn start(name: &str, g: &JobGraph) -> Result<JobHandle, EngineError> {
+pub(crate) fn start(
+    name: &str,
+    g: &JobGraph,
+    metrics: JobMetrics,
+) -> Result<JobHandle, EngineError> {
     g.config.validate()?;
     let n = g.vertices.len();
     if n == 0 {
@@ -113,10 +117,16 @@ pub(crate) fn start(name: &str, g: &JobGraph) -> Result<JobHandle, EngineError> 
         .iter()
         .map(|v| v.parallelism.unwrap_or(g.config.parallelism))
         .collect();
-    if let Some(v) = g.vertices.iter().zip(&par).find(|(_, p)| **p == 0) {
+    let max = g.config.max_parallelism;
+    if let Some((v, p)) = g
+        .vertices
+        .iter()
+        .zip(&par)
+        .find(|(_, p)| **p == 0 || **p > max)
+    {
         return Err(EngineError::InvalidGraph(format!(
-            "{}: parallelism must be at least 1",
-            v.0.name
+            "{}: parallelism {p} must be between 1 and max_parallelism ({max}), the number of key groups",
+            v.name
         )));
     }
     let mut in_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -148,7 +158,6 @@ pub(crate) fn start(name: &str, g: &JobGraph) -> Result<JobHandle, EngineError> 
         })
         .collect();
 
-    let metrics = JobMetrics::default();
     let vmetrics: Vec<_> = g
         .vertices
         .iter()

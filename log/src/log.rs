@@ -228,14 +228,24 @@ impl Log {
         let meta = new_meta(partitions, config);
         meta.store(&dir)?;
         sync_dir(&self.inner.dir.join("topics"))?;
-        let topic = Arc::new(Topic::open(
+        let opened = Topic::open(
             name,
-            dir,
+            dir.clone(),
             &meta,
             self.inner.options.fsync,
             self.inner.options.clock.clone(),
             false,
-        )?);
+        );
+        let topic = match opened {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                // Roll back, so a half-created topic (for example one that ran out of
+                // file descriptors) cannot keep the data directory from opening.
+                let _ = fs::remove_dir_all(&dir);
+                let _ = sync_dir(&self.inner.dir.join("topics"));
+                return Err(e);
+            }
+        };
         topics.insert(name.to_string(), Arc::clone(&topic));
         info!(topic = name, partitions, "created topic");
         Ok(topic)

@@ -214,7 +214,7 @@ impl Topic {
         }
         let mut added = Vec::new();
         for p in current..total {
-            added.push(Arc::new(Partition::open(
+            let opened = Partition::open(
                 Arc::clone(&self.name),
                 p,
                 self.dir.join(p.to_string()),
@@ -222,7 +222,18 @@ impl Topic {
                 self.fsync,
                 self.clock.clone(),
                 recover,
-            )?));
+            );
+            match opened {
+                Ok(part) => added.push(Arc::new(part)),
+                Err(e) => {
+                    // Roll back: the topic keeps its old partitions, without debris.
+                    drop(added);
+                    for q in current..=p {
+                        let _ = std::fs::remove_dir_all(self.dir.join(q.to_string()));
+                    }
+                    return Err(e);
+                }
+            }
         }
         TopicMeta {
             version: TOPIC_META_VERSION,

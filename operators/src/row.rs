@@ -66,11 +66,14 @@ impl Expr {
     /// mismatch, ...).
     pub fn eval(&self, root: &Context<'_>, row: &Row) -> Result<Value, String> {
         let mut ctx = root.new_inner_scope();
-        let obj = row.as_object();
-        for f in &self.fields {
-            match obj.and_then(|o| o.get(f)) {
-                Some(v) => ctx.add_variable_from_value(f.as_str(), to_cel(v)),
-                None => return Err(format!("{}: the row has no field {f:?}", self.source)),
+        // Fields the row lacks stay undeclared: `has(row.x) ? x : 0` and macro
+        // variables (`[1, 2].exists(v, v > n)`) must not fail up front; an expression
+        // that really reads a missing field fails with CEL's "undeclared reference".
+        if let Some(obj) = row.as_object() {
+            for f in &self.fields {
+                if let Some(v) = obj.get(f) {
+                    ctx.add_variable_from_value(f.as_str(), to_cel(v));
+                }
             }
         }
         if self.whole_row {
@@ -325,9 +328,22 @@ mod tests {
             .unwrap_err();
         assert!(
             e.to_string()
-                .contains("price > 1: the row has no field \"price\""),
+                .contains("price > 1: Undeclared reference to 'price'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn macros_and_optional_fields_evaluate() {
+        let root = Context::default();
+        let e = Expr::compile("[1, 2, 3].exists(x, x == id)").unwrap();
+        assert_eq!(e.eval(&root, &json!({"id": 2})).unwrap(), json!(true));
+        let e = Expr::compile("has(row.name) ? name : \"?\"").unwrap();
+        assert_eq!(
+            e.eval(&root, &json!({"name": "mia"})).unwrap(),
+            json!("mia")
+        );
+        assert_eq!(e.eval(&root, &json!({})).unwrap(), json!("?"));
     }
 
     #[test]

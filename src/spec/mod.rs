@@ -627,6 +627,64 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         }
         sink_inputs.push(input);
     }
+    // Every source and step must lead somewhere: a dangling one would run for nothing.
+    let used: HashSet<&String> = steps
+        .iter()
+        .flat_map(|s| s.inputs.iter())
+        .chain(sink_inputs.iter())
+        .collect();
+    for (i, s) in spec.sources.iter().enumerate() {
+        if !used.contains(&s.name().to_string()) {
+            return Err(SpecError::new(
+                format!("sources[{i}] ({})", s.name()),
+                "is not read by any step or sink",
+            ));
+        }
+    }
+    for (i, s) in steps.iter().enumerate() {
+        if !used.contains(&s.name) {
+            return Err(SpecError::new(
+                format!("steps[{i}] ({})", s.name),
+                "is not read by any step or sink",
+            ));
+        }
+    }
+    // No output may overwrite an input or another output.
+    let mut files: Vec<(String, PathBuf, bool)> = Vec::new();
+    for (i, s) in spec.sources.iter().enumerate() {
+        if let SourceSpec::File { path, .. } = s {
+            files.push((
+                format!("sources[{i}] ({}).path", s.name()),
+                path.clone(),
+                false,
+            ));
+        }
+    }
+    for (i, s) in spec.sinks.iter().enumerate() {
+        if let SinkSpec::File { path, .. } = s {
+            files.push((
+                format!("sinks[{i}] ({}).path", s.name()),
+                path.clone(),
+                true,
+            ));
+        }
+    }
+    if let Some(d) = &spec.dead_letter {
+        files.push(("dead_letter".into(), d.clone(), true));
+    }
+    let norm = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
+    for (i, (field, path, written)) in files.iter().enumerate() {
+        for (other, other_path, other_written) in &files[..i] {
+            let inside =
+                |dir: &PathBuf, f: &PathBuf| dir.is_dir() && norm(f).starts_with(norm(dir));
+            let clash = norm(path) == norm(other_path)
+                || (*written && inside(other_path, path))
+                || (*other_written && inside(path, other_path));
+            if (*written || *other_written) && clash {
+                return Err(SpecError::new(field.clone(), format!("{} is also {other}: an output must not overwrite an input or another output", path.display())));
+            }
+        }
+    }
     if uses_dead_letter && spec.dead_letter.is_none() {
         return Err(SpecError::new(
             "dead_letter",

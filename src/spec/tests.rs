@@ -124,6 +124,18 @@ fn broken_specs_are_rejected_naming_the_field() {
             "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value > 1', on_bad_record: sometimes}\nsinks:\n  - {name: o, connector: stdout}\n",
             "unknown variant `sometimes`, expected one of `fail`, `skip`, `dead-letter`",
         ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\n  - {name: t, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout, input: s}\n",
+            "sources[1] (t): is not read by any step or sink",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: file, path: examples/data/snack_sales.jsonl}\nsinks:\n  - {name: o, connector: file, path: examples/data/snack_sales.jsonl}\n",
+            "sinks[0] (o).path: examples/data/snack_sales.jsonl is also sources[0] (s).path",
+        ),
+        (
+            "name: x\ndead_letter: out.jsonl\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n",
+            "dead_letter: out.jsonl is also sinks[0] (o).path",
+        ),
     ];
     for (yaml, expected) in table {
         let err = check(yaml).map(|_| ()).unwrap_err().to_string();
