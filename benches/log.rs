@@ -10,7 +10,8 @@
 //!   baseline run, interleaved; the table shows medians;
 //! - `BROOK_BENCH_DIR` is where the data goes (default: a temporary directory);
 //! - `BROOK_BENCH_INTERVAL_MS` (default 250) is the `interval` fsync policy measured;
-//! - `BROOK_BENCH_ONLY=append|read` runs only that part (for profiling).
+//! - `BROOK_BENCH_ONLY=append|read` runs only that part (for profiling);
+//!   `read_into` or `read_with` runs only the reads with that API.
 //!
 //! All records have a 100-byte value, no key, no headers. MB/s counts payload bytes
 //! (100 per record) on both sides, so the log's framing overhead is its own cost.
@@ -120,7 +121,8 @@ fn baseline_append(path: &Path, fsync: Fsync, records: usize) -> Duration {
 }
 
 /// Reads the whole partition with `Partition::read_into`, `limit` per call, as a
-/// consumer would (each call's records are dropped before the next).
+/// consumer would (each call's records are dropped before the next), touching every
+/// value.
 fn log_read(log: &Log, records: usize, limit: ReadLimit) -> Duration {
     let part = log.topic("bench").unwrap().partition(0).unwrap();
     let mut out = Vec::with_capacity(limit.max_records.min(1 << 20));
@@ -139,6 +141,28 @@ fn log_read(log: &Log, records: usize, limit: ReadLimit) -> Duration {
         offset += n as u64;
     }
     out.clear();
+    let elapsed = start.elapsed();
+    assert_eq!(offset as usize, records);
+    assert_eq!(bytes, records * VALUE_LEN);
+    elapsed
+}
+
+/// Reads the whole partition with `Partition::read_with` (borrowed records, no owned
+/// `Record` per record), `limit` per call, touching every value as `log_read` does.
+fn log_read_with(log: &Log, records: usize, limit: ReadLimit) -> Duration {
+    let part = log.topic("bench").unwrap().partition(0).unwrap();
+    let start = Instant::now();
+    let mut offset = 0u64;
+    let mut bytes = 0usize;
+    loop {
+        let s = part
+            .read_with(offset, limit, |r| bytes += black_box(r.value).len())
+            .unwrap();
+        if s.records == 0 {
+            break;
+        }
+        offset = s.next_offset;
+    }
     let elapsed = start.elapsed();
     assert_eq!(offset as usize, records);
     assert_eq!(bytes, records * VALUE_LEN);
@@ -165,8 +189,14 @@ fn baseline_read(path: &Path, records: usize) -> Duration {
 
 /// Sequential read: one partition written in batches of 1000, and the same payloads
 /// in a plain file; both are in the page cache (warm-up reads first). One row per
-/// read limit.
-fn read_rows(log_dir: &Path, base_file: &Path, records: usize, reps: usize) -> Vec<Row> {
+/// read limit and read API (`read_into`, `read_with`).
+fn read_rows(
+    log_dir: &Path,
+    base_file: &Path,
+    records: usize,
+    reps: usize,
+    only: &str,
+) -> Vec<Row> {
     let _ = std::fs::remove_dir_all(log_dir);
     let log = Log::open(log_dir, log_options(FsyncPolicy::Never)).unwrap();
     {
@@ -190,27 +220,35 @@ fn read_rows(log_dir: &Path, base_file: &Path, records: usize, reps: usize) -> V
         ("100k records / 64 MiB", 100_000, 64 << 20),
         ("500 records / 1 MiB (default)", 500, 1 << 20),
     ];
+    type ReadFn = fn(&Log, usize, ReadLimit) -> Duration;
+    let apis: [(&str, ReadFn); 2] = [("read_into", log_read), ("read_with", log_read_with)];
     let mut rows = Vec::new();
     for (name, max_records, max_bytes) in limits {
         let limit = ReadLimit {
             max_records,
             max_bytes,
         };
-        eprintln!("read, {name} per call: {records} records x {reps}");
-        log_read(&log, records, limit);
-        baseline_read(base_file, records);
-        let (l, b) = interleaved(
-            reps,
-            || log_read(&log, records, limit),
-            || baseline_read(base_file, records),
-        );
-        rows.push(Row {
-            name: format!("read, {name} per call"),
-            records,
-            log: l,
-            base: b,
-            target: Some(0.8),
-        });
+        for (api, read) in apis {
+            if only.starts_with("read_") && only != api {
+                continue;
+            }
+            let name = format!("read ({api}), {name} per call");
+            eprintln!("{name}: {records} records x {reps}");
+            read(&log, records, limit);
+            baseline_read(base_file, records);
+            let (l, b) = interleaved(
+                reps,
+                || read(&log, records, limit),
+                || baseline_read(base_file, records),
+            );
+            rows.push(Row {
+                name,
+                records,
+                log: l,
+                base: b,
+                target: Some(0.8),
+            });
+        }
     }
     drop(log);
     let _ = std::fs::remove_dir_all(log_dir);
@@ -334,16 +372,16 @@ fn main() {
         }
     }
 
-    if only.is_empty() || only == "read" {
+    if only.is_empty() || only.starts_with("read") {
         let records = scaled(8_000_000) / 1000 * 1000;
-        rows.extend(read_rows(&log_dir, &base_file, records, reps));
+        rows.extend(read_rows(&log_dir, &base_file, records, reps, &only));
     }
 
     println!();
     println!("median of {reps} interleaved runs; 100-byte values, no key; MB/s = payload bytes");
     println!();
     println!(
-        "| {:<50} | {:>9} | {:>12} | {:>8} | {:>12} | {:>8} | {:>8} | {:<9} |",
+        "| {:<58} | {:>9} | {:>12} | {:>8} | {:>12} | {:>8} | {:>8} | {:<9} |",
         "measurement",
         "records",
         "log rec/s",
@@ -354,7 +392,7 @@ fn main() {
         "target"
     );
     println!(
-        "|{:-<52}|{:-<11}|{:-<14}|{:-<10}|{:-<14}|{:-<10}|{:-<10}|{:-<11}|",
+        "|{:-<60}|{:-<11}|{:-<14}|{:-<10}|{:-<14}|{:-<10}|{:-<10}|{:-<11}|",
         "", "", "", "", "", "", "", ""
     );
     for r in &rows {
@@ -367,7 +405,7 @@ fn main() {
             None => String::new(),
         };
         println!(
-            "| {:<50} | {:>9} | {:>12.0} | {:>8.1} | {:>12.0} | {:>8.1} | {:>8.2} | {:<9} |",
+            "| {:<58} | {:>9} | {:>12.0} | {:>8.1} | {:>12.0} | {:>8.1} | {:>8.2} | {:<9} |",
             r.name, r.records, lr, lm, br, bm, ratio, target
         );
     }

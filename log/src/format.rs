@@ -184,12 +184,14 @@ pub fn encode_batch(
     }
 }
 
+#[inline]
 fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
 }
 
+#[inline]
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -278,6 +280,7 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
+    #[cold]
     fn malformed(&self, reason: &'static str) -> FormatError {
         FormatError::Malformed {
             index: self.index,
@@ -318,9 +321,229 @@ impl Fields<'_> {
     }
 }
 
+/// A stored record borrowed from the buffer it was read into, as
+/// [`Partition::read_with`](crate::Partition::read_with) hands them out: nothing is
+/// allocated or reference-counted per record.
+///
+/// [`RecordRef::to_record`] makes an owned [`Record`] (copying the bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// Its offset in the partition.
+    pub offset: u64,
+    /// Its timestamp (ms since the Unix epoch).
+    pub timestamp: i64,
+    /// Its key.
+    pub key: Option<&'a [u8]>,
+    /// Its value.
+    pub value: &'a [u8],
+    /// Its headers, decoded when iterated.
+    pub headers: HeadersRef<'a>,
+}
+
+impl RecordRef<'_> {
+    /// An owned copy of the record (keys, values and header values are copied).
+    pub fn to_record(&self) -> Record {
+        Record {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.map(Bytes::copy_from_slice),
+            value: Bytes::copy_from_slice(self.value),
+            headers: self
+                .headers
+                .iter()
+                .map(|h| Header {
+                    key: h.key.to_string(),
+                    value: h.value.map(Bytes::copy_from_slice),
+                })
+                .collect(),
+        }
+    }
+
+    /// An owned record whose key and values share `buf`, the buffer this record
+    /// borrows from (no copy of the bytes).
+    fn to_record_in(self, buf: &Bytes) -> Record {
+        let headers = if self.headers.is_empty() {
+            Vec::new()
+        } else {
+            self.headers
+                .iter()
+                .map(|h| Header {
+                    key: h.key.to_string(),
+                    value: h.value.map(|v| buf.slice_ref(v)),
+                })
+                .collect()
+        };
+        Record {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.map(|k| buf.slice_ref(k)),
+            value: buf.slice_ref(self.value),
+            headers,
+        }
+    }
+}
+
+/// The headers of a [`RecordRef`]: a borrowed view of their encoded bytes, decoded
+/// one at a time by [`HeadersRef::iter`]. A record without headers has an empty view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeadersRef<'a> {
+    /// The encoded headers (already checked when the record was decoded).
+    buf: &'a [u8],
+    count: u16,
+}
+
+impl<'a> HeadersRef<'a> {
+    /// Number of headers.
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The headers, in order.
+    pub fn iter(&self) -> HeadersIter<'a> {
+        HeadersIter {
+            buf: self.buf,
+            left: self.count,
+        }
+    }
+}
+
+impl<'a> IntoIterator for HeadersRef<'a> {
+    type Item = HeaderRef<'a>;
+    type IntoIter = HeadersIter<'a>;
+    fn into_iter(self) -> HeadersIter<'a> {
+        self.iter()
+    }
+}
+
+/// One header of a [`RecordRef`], borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderRef<'a> {
+    /// The header's name.
+    pub key: &'a str,
+    /// The header's value; `None` is distinct from empty.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Iterator over the headers of a [`RecordRef`] (see [`HeadersRef::iter`]).
+#[derive(Debug, Clone)]
+pub struct HeadersIter<'a> {
+    buf: &'a [u8],
+    left: u16,
+}
+
+impl<'a> Iterator for HeadersIter<'a> {
+    type Item = HeaderRef<'a>;
+
+    fn next(&mut self) -> Option<HeaderRef<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // The bytes were checked (lengths and UTF-8) when the record was decoded, and a
+        // `HeadersRef` is only made from checked bytes; the fallbacks are unreachable.
+        let b = self.buf;
+        let klen = usize::from(u16::from_le_bytes([*b.first()?, *b.get(1)?]));
+        let key = std::str::from_utf8(b.get(2..2 + klen)?).unwrap_or_default();
+        let at = 2 + klen;
+        let vlen = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as i32;
+        let at = at + 4;
+        let (value, end) = if vlen < 0 {
+            (None, at)
+        } else {
+            let end = at + vlen as usize;
+            (Some(b.get(at..end)?), end)
+        };
+        self.buf = &b[end..];
+        Some(HeaderRef { key, value })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (usize::from(self.left), Some(usize::from(self.left)))
+    }
+}
+
+/// How many records of the batch `header` [`for_each_record`] yields from
+/// `from_offset` on, at most `max_records`.
+#[inline]
+pub fn records_wanted(header: &BatchHeader, from_offset: u64, max_records: usize) -> usize {
+    let skip = from_offset
+        .saturating_sub(header.base_offset)
+        .min(u64::from(header.record_count));
+    ((u64::from(header.record_count) - skip) as usize).min(max_records)
+}
+
+/// Decodes the records of one validated batch (`batch` is exactly the batch), calling
+/// `f` with each record with offset `>= from_offset`, at most `max_records` of them,
+/// borrowed from `batch`. Returns how many were passed to `f`
+/// ([`records_wanted`]). Records before `from_offset` are parsed (to find where the
+/// wanted ones start) and checked, but not passed on.
+///
+/// # Errors
+/// [`FormatError::Malformed`] when a record does not parse; `f` has then been called
+/// for the records before it.
+#[inline]
+pub fn for_each_record<'a>(
+    batch: &'a [u8],
+    header: &BatchHeader,
+    from_offset: u64,
+    max_records: usize,
+    mut f: impl FnMut(RecordRef<'a>),
+) -> Result<usize, FormatError> {
+    let wanted = records_wanted(header, from_offset, max_records);
+    if wanted == 0 {
+        return Ok(0);
+    }
+    let skip = from_offset.saturating_sub(header.base_offset) as u32;
+    let last = skip + wanted as u32;
+    let mut fl = Fields {
+        buf: batch,
+        pos: BATCH_HEADER_LEN,
+        index: 0,
+    };
+    for i in 0..last {
+        fl.index = i;
+        let at = fl.take(8)?;
+        let timestamp = u64_at(batch, at) as i64;
+        let key = fl.opt_range()?;
+        let vlen = fl.u32()? as usize;
+        let vat = fl.take(vlen)?;
+        let hcount = fl.u16()?;
+        let hstart = fl.pos;
+        if hcount > 0 {
+            for _ in 0..hcount {
+                let klen = usize::from(fl.u16()?);
+                let kat = fl.take(klen)?;
+                if std::str::from_utf8(&batch[kat..kat + klen]).is_err() {
+                    return Err(fl.malformed("header key is not UTF-8"));
+                }
+                fl.opt_range()?;
+            }
+        }
+        if i >= skip {
+            f(RecordRef {
+                offset: header.base_offset + u64::from(i),
+                timestamp,
+                key: key.map(|(at, n)| &batch[at..at + n]),
+                value: &batch[vat..vat + vlen],
+                headers: HeadersRef {
+                    buf: &batch[hstart..fl.pos],
+                    count: hcount,
+                },
+            });
+        }
+    }
+    Ok(wanted)
+}
+
 /// Decodes the records of one validated batch (`batch` is exactly the batch), pushing
 /// those with offset `>= from_offset` onto `out`, at most `max_records` of them.
-/// Returns how many were pushed. Keys and values share `batch`'s buffer.
+/// Returns how many were pushed. Keys and values share `batch`'s buffer. This is
+/// [`for_each_record`] with each record made owned.
 ///
 /// # Errors
 /// [`FormatError::Malformed`] when a record does not parse.
@@ -331,55 +554,10 @@ pub fn decode_records(
     max_records: usize,
     out: &mut Vec<Record>,
 ) -> Result<usize, FormatError> {
-    let count = header.record_count;
-    // Records before `from_offset` are parsed (to find where the wanted ones start)
-    // but not returned.
-    let skip = from_offset
-        .saturating_sub(header.base_offset)
-        .min(u64::from(count)) as u32;
-    let wanted = ((count - skip) as usize).min(max_records);
-    if wanted == 0 {
-        return Ok(0);
-    }
-    let last = skip + wanted as u32;
-    out.reserve(wanted);
-    let mut f = Fields {
-        buf: batch,
-        pos: BATCH_HEADER_LEN,
-        index: 0,
-    };
-    for i in 0..last {
-        f.index = i;
-        let at = f.take(8)?;
-        let timestamp = u64_at(f.buf, at) as i64;
-        let key = f.opt_range()?;
-        let vlen = f.u32()? as usize;
-        let vat = f.take(vlen)?;
-        let hcount = f.u16()?;
-        let mut headers = Vec::new();
-        if hcount > 0 {
-            headers.reserve_exact(usize::from(hcount));
-            for _ in 0..hcount {
-                let klen = usize::from(f.u16()?);
-                let kat = f.take(klen)?;
-                let key = std::str::from_utf8(&f.buf[kat..kat + klen])
-                    .map_err(|_| f.malformed("header key is not UTF-8"))?
-                    .to_string();
-                let value = f.opt_range()?.map(|(at, n)| batch.slice(at..at + n));
-                headers.push(Header { key, value });
-            }
-        }
-        if i >= skip {
-            out.push(Record {
-                offset: header.base_offset + u64::from(i),
-                timestamp,
-                key: key.map(|(at, n)| batch.slice(at..at + n)),
-                value: batch.slice(vat..vat + vlen),
-                headers,
-            });
-        }
-    }
-    Ok(wanted)
+    out.reserve(records_wanted(header, from_offset, max_records));
+    for_each_record(batch, header, from_offset, max_records, |r| {
+        out.push(r.to_record_in(batch));
+    })
 }
 
 #[cfg(test)]
@@ -436,6 +614,13 @@ mod tests {
                 prop_assert_eq!(&o.headers, &r.headers);
             }
             prop_assert_eq!(h.max_timestamp, out.iter().map(|r| r.timestamp).max().unwrap());
+            // Borrowed records, from any offset and limit, are the owned ones.
+            let from = base + (records.len() as u64) / 2;
+            let mut borrowed = Vec::new();
+            let n = for_each_record(&bytes, &h, from, 7, |r| borrowed.push(r.to_record())).unwrap();
+            let skip = records.len() / 2;
+            prop_assert_eq!(n, borrowed.len());
+            prop_assert_eq!(&borrowed[..], &out[skip..(skip + 7).min(out.len())]);
         }
 
         #[test]

@@ -3,7 +3,7 @@
 //! A [`Log`] keeps topics in a data directory. A [`Topic`] has N [`Partition`]s; a
 //! partition is an append-only sequence of [`Record`]s with dense offsets 0, 1, 2, ...,
 //! stored as segment files with an offset index and a time index
-//! ([`format`] describes the bytes). The semantics are those of
+//! ([`format`](mod@format) describes the bytes). The semantics are those of
 //! `docs/semantics.md` §1, after Apache Kafka:
 //!
 //! - keyed records go to `toPositive(murmur2(key)) % N` ([`partitioner`]), keyless
@@ -50,11 +50,12 @@ mod topic;
 
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
+pub use crate::format::{HeaderRef, HeadersRef, RecordRef};
 pub use crate::group::{
     AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition,
 };
 pub use crate::log::{Log, PartitionLag};
 pub use crate::options::{FsyncPolicy, LogOptions, TopicConfig, MAX_SEGMENT_BYTES};
-pub use crate::partition::{AppendInfo, Partition, PartitionInfo, ReadLimit};
+pub use crate::partition::{AppendInfo, Partition, PartitionInfo, ReadLimit, ReadSummary};
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
 pub use crate::topic::{Topic, TopicInfo};

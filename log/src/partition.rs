@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use brook_core::time::SharedClock;
+use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::error::{IoContext, LogError, Result};
-use crate::format;
+use crate::format::{self, BatchHeader, FormatError, RecordRef};
 use crate::options::{FsyncPolicy, TopicConfig};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
@@ -41,6 +42,16 @@ impl ReadLimit {
             max_bytes: 64 << 20,
         }
     }
+}
+
+/// What a [`Partition::read_with`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadSummary {
+    /// How many records were passed on.
+    pub records: usize,
+    /// The offset to read from next: after the last record passed on, or the offset
+    /// read from when there was none.
+    pub next_offset: u64,
 }
 
 /// Where an append landed.
@@ -402,12 +413,52 @@ impl Partition {
     }
 
     /// Reads records from `offset` on, within `limit`, appending them to `out`; returns
-    /// how many were read. Reading at the log end offset returns 0.
+    /// how many were read. Reading at the log end offset returns 0. Keys and values
+    /// share the buffer they were read into; [`Partition::read_with`] reads without
+    /// building a [`Record`] per record.
     ///
     /// # Errors
     /// [`LogError::OffsetOutOfRange`] below the log start offset or past the end
     /// (naming both), [`LogError::Corrupt`] if a batch fails its CRC.
     pub fn read_into(&self, offset: u64, limit: ReadLimit, out: &mut Vec<Record>) -> Result<usize> {
+        let summary = self.read_batches(offset, limit, |batch, h, max| {
+            format::decode_records(batch, h, offset, max, out)
+        })?;
+        Ok(summary.records)
+    }
+
+    /// Reads records from `offset` on, within `limit`, as [`Partition::read_into`]
+    /// (same records, limits and errors), but calls `f` with each record borrowed from
+    /// the read buffer instead of building an owned [`Record`]: no allocation or
+    /// reference count per record. [`RecordRef::to_record`] makes an owned copy of
+    /// one.
+    ///
+    /// Returns how many records were passed to `f` and the offset to read from next.
+    /// Reading at the log end offset passes none.
+    ///
+    /// # Errors
+    /// As [`Partition::read_into`]. On an error `f` may already have been called for
+    /// records before the failing batch.
+    pub fn read_with<F>(&self, offset: u64, limit: ReadLimit, mut f: F) -> Result<ReadSummary>
+    where
+        F: FnMut(RecordRef<'_>),
+    {
+        self.read_batches(offset, limit, |batch, h, max| {
+            format::for_each_record(batch, h, offset, max, &mut f)
+        })
+    }
+
+    /// The read path shared by [`Partition::read_into`] and [`Partition::read_with`]:
+    /// checks `offset`, finds the segments and hands each batch to `decode` (see
+    /// [`SegmentView::read`]).
+    fn read_batches<F>(&self, offset: u64, limit: ReadLimit, mut decode: F) -> Result<ReadSummary>
+    where
+        F: FnMut(&Bytes, &BatchHeader, usize) -> std::result::Result<usize, FormatError>,
+    {
+        let none = ReadSummary {
+            records: 0,
+            next_offset: offset,
+        };
         let views = {
             let st = self.lock()?;
             let start = st.segments.first().map_or(0, |s| s.base_offset);
@@ -416,7 +467,7 @@ impl Partition {
                 return Err(self.out_of_range(offset, &st));
             }
             if offset == end || limit.max_records == 0 {
-                return Ok(0);
+                return Ok(none);
             }
             let i = st
                 .segments
@@ -437,20 +488,25 @@ impl Partition {
             }
             views
         };
-        let before = out.len();
-        let mut progress = ReadProgress::default();
+        let mut progress = ReadProgress {
+            next_offset: offset,
+            ..Default::default()
+        };
         for v in &views {
             if !v.read(
                 offset,
                 limit.max_records,
                 limit.max_bytes,
                 &mut progress,
-                out,
+                &mut decode,
             )? {
                 break;
             }
         }
-        Ok(out.len() - before)
+        Ok(ReadSummary {
+            records: progress.records,
+            next_offset: progress.next_offset,
+        })
     }
 
     /// Reads records from `offset` on, within `limit`. See [`Partition::read_into`].
@@ -496,7 +552,13 @@ impl Partition {
                 out.clear();
                 let mut progress = ReadProgress::default();
                 // No record limit: whole batches are decoded, so `progress.bytes` is where to go on.
-                let done = view.read(base, usize::MAX, 4 << 20, &mut progress, &mut out)?;
+                let done = view.read(
+                    base,
+                    usize::MAX,
+                    4 << 20,
+                    &mut progress,
+                    &mut |batch, h, max| format::decode_records(batch, h, base, max, &mut out),
+                )?;
                 if let Some(r) = out.iter().find(|r| r.timestamp >= ts) {
                     return Ok(Some(r.offset));
                 }

@@ -25,7 +25,6 @@ use tracing::warn;
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, EncodedBatch, FormatError, BATCH_HEADER_LEN};
-use crate::record::Record;
 
 /// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
 /// that a chunk is checked and decoded while it is still in the CPU cache.
@@ -565,21 +564,29 @@ impl Segment {
 pub(crate) struct ReadProgress {
     pub(crate) records: usize,
     pub(crate) bytes: usize,
+    /// The offset after the last record taken (unchanged while none was).
+    pub(crate) next_offset: u64,
 }
 
 impl SegmentView {
-    /// Reads batches from `self.start`, pushing records with offset `>= from` onto
-    /// `out`, within the remaining budgets. Returns `Ok(true)` when the segment's end
-    /// was reached. At least one batch is read when nothing has been read yet, even if
-    /// it is bigger than the byte budget (as Kafka's fetch).
-    pub(crate) fn read(
+    /// Reads batches from `self.start`, handing each CRC-checked batch that holds
+    /// records with offset `>= from` to `decode` (the batch, its header and how many
+    /// more records may be taken), within the remaining budgets. `decode` returns how
+    /// many records it took: those from `from` on, at most the number given (as
+    /// [`format::for_each_record`]). Returns `Ok(true)` when the segment's end was
+    /// reached. At least one batch is read when nothing has been read yet, even if it
+    /// is bigger than the byte budget (as Kafka's fetch).
+    pub(crate) fn read<F>(
         &self,
         from: u64,
         max_records: usize,
         max_bytes: usize,
         progress: &mut ReadProgress,
-        out: &mut Vec<Record>,
-    ) -> Result<bool> {
+        decode: &mut F,
+    ) -> Result<bool>
+    where
+        F: FnMut(&Bytes, &BatchHeader, usize) -> std::result::Result<usize, FormatError>,
+    {
         let mut pos = self.start;
         while pos < self.end && progress.records < max_records {
             let budget = max_bytes.saturating_sub(progress.bytes);
@@ -624,16 +631,13 @@ impl SegmentView {
                 let batch = chunk.slice(at..at + len);
                 format::verify_crc(&h, &batch).map_err(|e| self.corrupt(pos + at as u64, e))?;
                 if h.next_offset() > from {
-                    let n = format::decode_records(
-                        &batch,
-                        &h,
-                        from,
-                        max_records - progress.records,
-                        out,
-                    )
-                    .map_err(|e| self.corrupt(pos + at as u64, e))?;
+                    let n = decode(&batch, &h, max_records - progress.records)
+                        .map_err(|e| self.corrupt(pos + at as u64, e))?;
                     progress.records += n;
                     progress.bytes += len;
+                    if n > 0 {
+                        progress.next_offset = from.max(h.base_offset) + n as u64;
+                    }
                 }
                 at += len;
             }

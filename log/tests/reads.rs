@@ -5,7 +5,8 @@
 //!
 //! Every read is checked against a model of the documented limits: records from the
 //! requested offset on, at most `max_records`, and whole batches up to `max_bytes`
-//! (at least one batch).
+//! (at least one batch). `read_with` (borrowed records) must read exactly what
+//! `read_into` (owned records) reads.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use std::thread;
 
 use brook_log::format::{record_len, BATCH_HEADER_LEN};
 use brook_log::{
-    FsyncPolicy, Log, LogOptions, Partition, ProducerRecord, ReadLimit, Record, TopicConfig,
+    FsyncPolicy, Log, LogError, LogOptions, Partition, ProducerRecord, ReadLimit, ReadSummary,
+    Record, RecordRef, TopicConfig,
 };
 use bytes::Bytes;
 use rand::rngs::StdRng;
@@ -250,4 +252,172 @@ fn records_kept_by_readers_are_never_overwritten() {
     for h in handles {
         h.join().unwrap();
     }
+}
+
+/// A record with or without key, timestamp and headers (some with no value, some with
+/// an empty one), of `len` value bytes.
+fn mixed_record(rng: &mut StdRng, offset: u64, len: usize) -> ProducerRecord {
+    let mut r = ProducerRecord::new(value(offset, len));
+    if rng.gen_bool(0.3) {
+        r.key = Some(Bytes::from(format!("k{}", rng.gen_range(0..1000))));
+    }
+    if rng.gen_bool(0.5) {
+        r.timestamp = Some(rng.gen_range(-5..1_000_000));
+    }
+    if rng.gen_bool(0.2) {
+        for i in 0..rng.gen_range(1..4) {
+            let v = match rng.gen_range(0..3) {
+                0 => None,
+                1 => Some(Bytes::new()),
+                _ => Some(Bytes::from(vec![i as u8; rng.gen_range(1..20)])),
+            };
+            r = r.with_header(format!("h{i}\u{e9}"), v);
+        }
+    }
+    r
+}
+
+/// `read_with`, made owned, with its summary.
+fn read_owned(p: &Partition, offset: u64, limit: ReadLimit) -> (Vec<Record>, ReadSummary) {
+    let mut got = Vec::new();
+    let summary = p
+        .read_with(offset, limit, |r: RecordRef<'_>| {
+            assert_eq!(r.headers.len(), r.headers.iter().count());
+            got.push(r.to_record());
+        })
+        .unwrap();
+    (got, summary)
+}
+
+/// `read_with` and `read_into` agree on one read: the same records (offset,
+/// timestamp, key, value, headers) and a consistent summary.
+fn same_read(p: &Partition, offset: u64, limit: ReadLimit) -> ReadSummary {
+    let mut want = Vec::new();
+    let n = p.read_into(offset, limit, &mut want).unwrap();
+    let (got, summary) = read_owned(p, offset, limit);
+    assert_eq!(got, want, "read at {offset} with {limit:?}");
+    assert_eq!(summary.records, n, "read at {offset} with {limit:?}");
+    let next = want.last().map_or(offset, |r| r.offset + 1);
+    assert_eq!(summary.next_offset, next, "read at {offset} with {limit:?}");
+    summary
+}
+
+#[test]
+fn read_with_yields_what_read_into_yields() {
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let config = TopicConfig {
+        segment_bytes: 4 << 20,
+        ..Default::default()
+    };
+    let p = log
+        .create_topic("with", 1, config)
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    let mut next = 0u64;
+    for _ in 0..100 {
+        let (n, len) = match rng.gen_range(0..10) {
+            0 => (rng.gen_range(1..=3), rng.gen_range(300_000..1_000_000)),
+            1..=2 => (1, rng.gen_range(0..5_000)),
+            _ => (rng.gen_range(1..=1500), rng.gen_range(0..300)),
+        };
+        let records: Vec<ProducerRecord> = (0..n)
+            .map(|i| mixed_record(&mut rng, next + i as u64, len))
+            .collect();
+        p.append(&records).unwrap();
+        next += n as u64;
+    }
+    let end = p.log_end_offset();
+    assert!(p.info().segments > 1);
+
+    // Sequential reads by `next_offset` cover everything exactly once.
+    for limit in [
+        ReadLimit::default(),
+        ReadLimit::records(7_000),
+        ReadLimit {
+            max_records: usize::MAX,
+            max_bytes: 1,
+        },
+    ] {
+        let mut offset = 0;
+        while offset < end {
+            let s = same_read(&p, offset, limit);
+            assert!(s.records > 0);
+            offset = s.next_offset;
+        }
+        assert_eq!(offset, end);
+    }
+    for _ in 0..200 {
+        let offset = rng.gen_range(0..end);
+        same_read(&p, offset, random_limit(&mut rng));
+    }
+    // At the end, with no records allowed, and out of range.
+    assert_eq!(
+        same_read(&p, end, ReadLimit::default()),
+        ReadSummary {
+            records: 0,
+            next_offset: end
+        }
+    );
+    let zero = ReadLimit {
+        max_records: 0,
+        max_bytes: 1 << 20,
+    };
+    assert_eq!(same_read(&p, 3, zero).records, 0);
+    let mut calls = 0;
+    let err = p
+        .read_with(end + 1, ReadLimit::default(), |_| calls += 1)
+        .unwrap_err();
+    assert!(
+        matches!(err, LogError::OffsetOutOfRange { requested, log_end, .. } if requested == end + 1 && log_end == end),
+        "{err:?}"
+    );
+    assert_eq!(calls, 0);
+}
+
+#[test]
+fn read_with_reports_corruption_as_read_into_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    let p = log
+        .create_topic("bad", 1, TopicConfig::default())
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    for b in 0..4u64 {
+        let records: Vec<ProducerRecord> = (0..100)
+            .map(|i| ProducerRecord::new(value(b * 100 + i, 50)))
+            .collect();
+        p.append(&records).unwrap();
+    }
+    p.roll().unwrap();
+    // Flip a value byte in the third batch of the closed segment.
+    let seg = std::fs::read_dir(p.dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .min()
+        .unwrap();
+    let batch_len = BATCH_HEADER_LEN + 100 * record_len(&ProducerRecord::new(value(0, 50)));
+    let at = 2 * batch_len + BATCH_HEADER_LEN + 40;
+    let mut data = std::fs::read(&seg).unwrap();
+    data[at] ^= 0x10;
+    std::fs::write(&seg, &data).unwrap();
+
+    let limit = ReadLimit::records(1_000);
+    let mut out = Vec::new();
+    let want = p.read_into(0, limit, &mut out).unwrap_err();
+    let mut seen = Vec::new();
+    let got = p.read_with(0, limit, |r| seen.push(r.offset)).unwrap_err();
+    assert!(matches!(want, LogError::Corrupt { .. }), "{want:?}");
+    assert_eq!(got.to_string(), want.to_string());
+    // The batches before the damaged one were passed on, as read_into pushed them.
+    assert_eq!(seen, out.iter().map(|r| r.offset).collect::<Vec<_>>());
+    // Reads that stop before the damage, or start after it, are fine.
+    same_read(&p, 0, ReadLimit::records(200));
+    same_read(&p, 300, ReadLimit::default());
 }
