@@ -162,6 +162,23 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// The error and its causes on one line, skipping a cause whose text the line already
+/// ends with (library errors often show their source in their own message too).
+fn render(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROOK_LOG")
         // The CLI prints its own warning when partitions are added.
@@ -179,7 +196,7 @@ fn main() {
         if is_broken_pipe(&e) {
             return;
         }
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", render(&e));
         std::process::exit(1);
     }
 }
