@@ -225,7 +225,7 @@ pub fn build(
                 SpecError::new(format!("{field}.input"), format!("unknown input {input}"))
             })?
             .plain();
-        let handle = match s {
+        let (handle, parallelism) = match s {
             SinkSpec::File {
                 path,
                 format,
@@ -239,13 +239,10 @@ pub fn build(
                     FileFormat::Jsonl => FileSink::<Row>::jsonl(path.clone()),
                     FileFormat::Csv => FileSink::<Row>::csv(path.clone()),
                 };
-                let h = stream.sink(sink);
-                match parallelism {
-                    Some(p) => h.set_parallelism(*p),
-                    None => h,
-                }
+                (stream.sink(sink), *parallelism)
             }
-            SinkSpec::Stdout { .. } => stream.sink(StdoutSink::<Row>::new()).set_parallelism(1),
+            // One writer, so printed lines never interleave.
+            SinkSpec::Stdout { .. } => (stream.sink(StdoutSink::<Row>::new()), Some(1)),
             SinkSpec::Log {
                 topic,
                 key_field,
@@ -263,12 +260,12 @@ pub fn build(
                         None => String::new(),
                     });
                 }
-                let h = stream.sink(sink);
-                match parallelism {
-                    Some(p) => h.set_parallelism(*p),
-                    None => h,
-                }
+                (stream.sink(sink), *parallelism)
             }
+        };
+        let handle = match parallelism {
+            Some(p) => handle.set_parallelism(p),
+            None => handle,
         };
         handle.name(s.name());
         sinks.push(s.name().to_string());

@@ -45,7 +45,7 @@ pub struct KeyedStateStore {
     buf: Vec<u8>,
 }
 
-fn encode<T: Serialize>(state: &str, v: &T) -> Result<Vec<u8>> {
+fn encode<T: Serialize + ?Sized>(state: &str, v: &T) -> Result<Vec<u8>> {
     bincode::serialize(v).map_err(|source| StateError::Codec {
         state: state.into(),
         op: "encode",
@@ -112,6 +112,30 @@ impl KeyedStateStore {
         Ok(())
     }
 
+    /// Reads the entry of state `name` under the current key and namespace.
+    fn read<V: DeserializeOwned>(&mut self, name: &str) -> Result<Option<V>> {
+        self.full_key(name)?;
+        match self.backend.get(name, &self.buf) {
+            Some(b) => decode(name, b).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the entry of state `name` under the current key and namespace.
+    fn write<V: Serialize + ?Sized>(&mut self, name: &str, v: &V) -> Result<()> {
+        let bytes = encode(name, v)?;
+        self.full_key(name)?;
+        self.backend.put(name, &self.buf, bytes);
+        Ok(())
+    }
+
+    /// Removes the entry of state `name` under the current key and namespace.
+    fn remove(&mut self, name: &str) -> Result<()> {
+        self.full_key(name)?;
+        self.backend.delete(name, &self.buf);
+        Ok(())
+    }
+
     /// The value state of the current key.
     pub fn value<T: Serialize + DeserializeOwned>(
         &mut self,
@@ -164,11 +188,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
     pub fn get(&mut self) -> Result<Option<T>> {
-        self.store.full_key(self.name)?;
-        match self.store.backend.get(self.name, &self.store.buf) {
-            Some(b) => decode(self.name, b).map(Some),
-            None => Ok(None),
-        }
+        self.store.read(self.name)
     }
 
     /// Sets the value.
@@ -176,10 +196,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
     /// # Errors
     /// As [`ValueState::get`].
     pub fn set(&mut self, v: &T) -> Result<()> {
-        let bytes = encode(self.name, v)?;
-        self.store.full_key(self.name)?;
-        self.store.backend.put(self.name, &self.store.buf, bytes);
-        Ok(())
+        self.store.write(self.name, v)
     }
 
     /// Removes the value.
@@ -187,9 +204,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`].
     pub fn clear(&mut self) -> Result<()> {
-        self.store.full_key(self.name)?;
-        self.store.backend.delete(self.name, &self.store.buf);
-        Ok(())
+        self.store.remove(self.name)
     }
 }
 
@@ -207,11 +222,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
     pub fn get(&mut self) -> Result<Vec<T>> {
-        self.store.full_key(self.name)?;
-        match self.store.backend.get(self.name, &self.store.buf) {
-            Some(b) => decode(self.name, b),
-            None => Ok(Vec::new()),
-        }
+        Ok(self.store.read(self.name)?.unwrap_or_default())
     }
 
     /// Appends a value.
@@ -229,10 +240,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
     /// # Errors
     /// As [`ListState::get`].
     pub fn update(&mut self, all: &[T]) -> Result<()> {
-        let bytes = encode(self.name, &all)?;
-        self.store.full_key(self.name)?;
-        self.store.backend.put(self.name, &self.store.buf, bytes);
-        Ok(())
+        self.store.write(self.name, all)
     }
 
     /// Removes all values.
@@ -240,9 +248,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`].
     pub fn clear(&mut self) -> Result<()> {
-        self.store.full_key(self.name)?;
-        self.store.backend.delete(self.name, &self.store.buf);
-        Ok(())
+        self.store.remove(self.name)
     }
 }
 
