@@ -17,3 +17,4 @@
 pub mod basic;
 pub mod process;
 pub mod row;
+pub mod window;
