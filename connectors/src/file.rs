@@ -305,7 +305,8 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
             follow: self.follow,
             cursors: splits
                 .into_iter()
-                .map(|s| Cursor::new(s.path, self.format))
+                .enumerate()
+                .map(|(i, s)| Cursor::new(s.path, self.format, i as u32))
                 .collect(),
             current: 0,
             bad: self.bad.clone(),
@@ -331,6 +332,8 @@ enum Line {
 /// Reading position in one file.
 struct Cursor {
     path: PathBuf,
+    /// Index of the split among the reader's splits (for per-split watermarks).
+    split: u32,
     name: String,
     input: Option<Box<dyn BufRead + Send>>,
     /// The line being read, with its terminator; partial while `complete` is false.
@@ -342,10 +345,11 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn new(path: PathBuf, format: Format) -> Self {
+    fn new(path: PathBuf, format: Format, split: u32) -> Self {
         Cursor {
             name: path.display().to_string(),
             path,
+            split,
             input: None,
             line: Vec::new(),
             complete: false,
@@ -506,6 +510,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
             }
             self.current %= self.cursors.len();
             let c = self.current;
+            out.set_split(self.cursors[c].split);
             match self.cursors[c].next_line(self.follow)? {
                 Line::Complete => {
                     idle = 0;
@@ -521,6 +526,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
                     if cur.csv.is_some() {
                         emitted += csv_rows(&mut cur, &self.bad, out, true)?;
                     }
+                    out.finish_split(cur.split);
                 }
             }
         }

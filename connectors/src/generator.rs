@@ -315,6 +315,7 @@ impl SourceReader for GeneratorReader {
             };
             let start = self.next.unwrap_or(split.start);
             let end = split.end.min(start + budget);
+            out.set_split(self.split as u32);
             for i in start..end {
                 let e = event(&self.cfg, i);
                 out.collect(e, Some(e.ts));
@@ -323,6 +324,7 @@ impl SourceReader for GeneratorReader {
             budget -= n;
             self.emitted += n;
             if end >= split.end {
+                out.finish_split(self.split as u32);
                 self.split += 1;
                 self.next = None;
             } else {

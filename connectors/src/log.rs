@@ -206,6 +206,8 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
                 },
             };
             cursors.push(Cursor {
+                split: cursors.len() as u32,
+                finished: false,
                 id: split.partition,
                 partition,
                 position,
@@ -279,6 +281,10 @@ impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
 /// Reading position in one partition.
 #[derive(Debug)]
 struct Cursor {
+    /// Index of the split among the reader's splits (for per-split watermarks).
+    split: u32,
+    /// A bounded cursor reached its end offset (reported once).
+    finished: bool,
     id: u32,
     partition: Arc<Partition>,
     /// The next offset to read.
@@ -343,8 +349,13 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                 None => *c.changes.borrow_and_update(),
             };
             if c.position >= until {
+                if c.end.is_some() && !c.finished {
+                    c.finished = true;
+                    out.finish_split(c.split);
+                }
                 continue;
             }
+            out.set_split(c.split);
             let mut want = BATCH - emitted;
             if c.end.is_some() {
                 want = want.min(usize::try_from(until - c.position).unwrap_or(usize::MAX));

@@ -14,6 +14,7 @@
 //! - [`keys`]: key hashing and key groups, with Flink's arithmetic.
 //! - [`partition`]: the [`partition::Partitioner`] of a job-graph edge.
 //! - [`operator`]: the [`operator::Operator`] trait, its context and output.
+//! - [`watermark`]: [`watermark::WatermarkStrategy`] and per-split watermark tracking.
 //! - [`source`] and [`sink`]: the [`source::Source`] / [`source::SourceReader`] and
 //!   [`sink::Sink`] / [`sink::SinkWriter`] traits connectors implement.
 //!
@@ -31,3 +32,4 @@ pub mod partition;
 pub mod sink;
 pub mod source;
 pub mod time;
+pub mod watermark;

@@ -88,6 +88,7 @@ pub struct OperatorContext {
     clock: SharedClock,
     watermark: Watermark,
     processing_time_callback: Option<Millis>,
+    late_records: u64,
 }
 
 impl OperatorContext {
@@ -98,6 +99,7 @@ impl OperatorContext {
             clock,
             watermark: Watermark::MIN,
             processing_time_callback: None,
+            late_records: 0,
         }
     }
 
@@ -135,6 +137,17 @@ impl OperatorContext {
         );
     }
 
+    /// Counts `n` late records (dropped or sent to a late-data side output), for the
+    /// operator's `late_records` metric.
+    pub fn count_late_records(&mut self, n: u64) {
+        self.late_records += n;
+    }
+
+    /// Late records counted so far.
+    pub fn late_records(&self) -> u64 {
+        self.late_records
+    }
+
     /// Takes the pending processing-time request (for the runtime).
     pub fn take_processing_time_callback(&mut self) -> Option<Millis> {
         self.processing_time_callback.take()
@@ -145,12 +158,30 @@ impl OperatorContext {
 #[derive(Debug)]
 pub struct Output<T> {
     records: Batch<T>,
+    /// Source readers only: which split the records come from (see
+    /// [`Output::set_split`]).
+    splits: SplitMarks,
+}
+
+/// Which split the records of a source reader's output come from, kept as runs so that
+/// a reader reading one split at a time pays nothing per record.
+#[derive(Debug, Default)]
+struct SplitMarks {
+    /// The split of the records collected from now on.
+    current: u32,
+    /// The split of the first records of the batch being built.
+    first: u32,
+    /// `(record index, split)` where the split changes within the batch.
+    changes: Vec<(usize, u32)>,
+    /// Splits the reader finished since the last take.
+    finished: Vec<u32>,
 }
 
 impl<T> Default for Output<T> {
     fn default() -> Self {
         Output {
             records: Vec::new(),
+            splits: SplitMarks::default(),
         }
     }
 }
@@ -165,7 +196,41 @@ impl<T> Output<T> {
     pub fn with_capacity(n: usize) -> Self {
         Output {
             records: Vec::with_capacity(n),
+            splits: SplitMarks::default(),
         }
+    }
+
+    /// Source readers: the records collected from now on come from split `index` (the
+    /// position of the split in the list the reader was created with). Per-split
+    /// watermarks depend on it; a reader with one split never needs to call it.
+    #[inline]
+    pub fn set_split(&mut self, index: u32) {
+        if index != self.splits.current {
+            self.splits.current = index;
+            if self.records.is_empty() {
+                self.splits.first = index;
+                self.splits.changes.clear();
+            } else {
+                self.splits.changes.push((self.records.len(), index));
+            }
+        }
+    }
+
+    /// Source readers: split `index` has been read completely (a bounded split); it no
+    /// longer holds back the watermark.
+    pub fn finish_split(&mut self, index: u32) {
+        self.splits.finished.push(index);
+    }
+
+    /// The split of each run of records now waiting, as `(start index, split)`, in
+    /// order (for the runtime, before [`Output::take`]).
+    pub fn split_runs(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        std::iter::once((0, self.splits.first)).chain(self.splits.changes.iter().copied())
+    }
+
+    /// Takes the splits finished since the last call (for the runtime).
+    pub fn take_finished_splits(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.splits.finished)
     }
 
     /// Emits a value with a timestamp (or none).
@@ -204,6 +269,8 @@ impl<T> Output<T> {
 
     /// Takes the records emitted so far (for the runtime).
     pub fn take(&mut self) -> Batch<T> {
+        self.splits.first = self.splits.current;
+        self.splits.changes.clear();
         std::mem::take(&mut self.records)
     }
 }

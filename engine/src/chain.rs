@@ -100,6 +100,10 @@ impl<O: Operator> OperatorLink<O> {
     }
 
     fn emit(&mut self) -> TaskResult {
+        let late = self.ctx.late_records();
+        if late != 0 {
+            self.metrics.late_records.store(late, Ordering::Relaxed);
+        }
         if let Some(t) = self.ctx.take_processing_time_callback() {
             self.callback = Some(self.callback.map_or(t, |c| c.min(t)));
         }

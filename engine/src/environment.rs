@@ -14,6 +14,7 @@ use brook_core::partition::Partitioner;
 use brook_core::sink::Sink;
 use brook_core::source::Source;
 use brook_core::time::{SharedClock, SystemClock};
+use brook_core::watermark::WatermarkStrategy;
 use brook_operators::basic::{Filter, FlatMap, Map};
 use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
 use brook_state::MemoryStateBackend;
@@ -141,8 +142,25 @@ impl StreamEnvironment {
         id
     }
 
-    /// Reads a source; its parallelism is the job's unless set on the stream.
+    /// Reads a source without event time (no watermarks until a bounded input ends);
+    /// its parallelism is the job's unless set on the stream.
     pub fn source<S>(&self, source: S) -> DataStream<S::Out>
+    where
+        S: Source,
+        S::Out: Clone,
+    {
+        self.from_source(source, WatermarkStrategy::no_watermarks())
+    }
+
+    /// Reads a source with event time, as Flink's `fromSource(source, strategy, name)`:
+    /// each subtask assigns timestamps with the strategy and tracks a watermark per
+    /// split (a log partition, a file), emitting the minimum over its active splits
+    /// (semantics.md §2).
+    pub fn from_source<S>(
+        &self,
+        source: S,
+        strategy: WatermarkStrategy<S::Out>,
+    ) -> DataStream<S::Out>
     where
         S: Source,
         S::Out: Clone,
@@ -151,6 +169,7 @@ impl StreamEnvironment {
             "source",
             VertexKind::Source(Arc::new(TypedSource {
                 source,
+                strategy,
                 splits: Mutex::new(None),
             })),
         );

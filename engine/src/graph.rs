@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use brook_core::operator::{Operator, OperatorContext, SubtaskInfo};
 use brook_core::partition::Partitioner;
 use brook_core::sink::Sink;
-use brook_core::source::Source;
+use brook_core::source::{Source, Split};
 use brook_core::time::SharedClock;
+use brook_core::watermark::WatermarkStrategy;
 use brook_state::KeyedStateBackend;
 
 use crate::chain::{combine_outputs, erase, unerase, ErasedLink, OperatorLink, SinkLink};
@@ -179,6 +180,7 @@ impl<S: Sink> LinkVertex for SinkVertex<S> {
 
 pub(crate) struct TypedSource<S: Source> {
     pub(crate) source: S,
+    pub(crate) strategy: WatermarkStrategy<S::Out>,
     pub(crate) splits: Mutex<Option<Vec<S::Split>>>,
 }
 
@@ -216,6 +218,7 @@ where
                 .map(|(_, s)| s.clone())
                 .collect()
         };
+        let split_ids = mine.iter().map(|s| s.split_id()).collect();
         let reader = self
             .source
             .create_reader(info, mine)
@@ -230,6 +233,8 @@ where
             head,
             metrics,
             env: env.task.clone(),
+            strategy: self.strategy.clone(),
+            split_ids,
         }))
     }
 }

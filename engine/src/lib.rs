@@ -45,3 +45,4 @@ pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvi
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
 pub use graph::StateBackendFactory;
+pub use metrics::SplitMetrics;

@@ -6,16 +6,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brook_core::element::StreamElement;
+use brook_core::element::{Batch, StreamElement, StreamRecord};
 use brook_core::operator::{Output, SubtaskInfo};
 use brook_core::source::{InputStatus, SourceReader};
 use brook_core::time::{Millis, SharedClock, Watermark};
+use brook_core::watermark::{SplitWatermarks, WatermarkStrategy, WatermarkUpdate};
 use crossbeam_channel::Select;
 
 use crate::chain::{guarded, Link};
 use crate::channel::{note_queue, queued, InputGate, WatermarkTracker};
 use crate::error::{TaskFailure, TaskResult};
-use crate::metrics::OperatorMetrics;
+use crate::metrics::{OperatorMetrics, SplitMetrics};
 
 /// How long a task waits for input before checking timers and cancellation (ms).
 const POLL_MS: i64 = 50;
@@ -65,44 +66,222 @@ fn wait_ms<T>(head: &dyn Link<T>, clock: &SharedClock) -> Millis {
     }
 }
 
-/// A source subtask: polls its reader and feeds the chain.
+/// A source subtask: polls its reader, assigns event time, tracks watermarks per
+/// split (semantics.md §2) and feeds the chain.
 pub(crate) struct SourceTask<T> {
     pub(crate) info: SubtaskInfo,
     pub(crate) reader: Box<dyn SourceReader<Out = T>>,
     pub(crate) head: Box<dyn Link<T>>,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) env: TaskEnv,
+    pub(crate) strategy: WatermarkStrategy<T>,
+    /// Ids of this subtask's splits, in the order the reader got them.
+    pub(crate) split_ids: Vec<String>,
 }
+
+/// How often per-split watermarks are copied into the metrics (ms).
+const SPLIT_METRICS_MS: Millis = 200;
 
 impl<T: Send + 'static> SourceTask<T> {
     fn run_loop(&mut self) -> TaskResult {
         self.head.open()?;
+        let clock = self.env.clock.clone();
+        let mut now = clock.now_ms();
+        let mut wms = self.strategy.split_watermarks(self.split_ids.len(), now);
+        let interval = self.strategy.emit_interval_ms();
+        let per_record = wms.enabled() && interval == 0;
+        let mut next_emit = now.saturating_add(interval);
+        let mut next_metrics = now;
+        let mut counts = vec![0u64; self.split_ids.len()];
+        let mut runs: Vec<(usize, u32)> = Vec::new();
         let mut out = Output::with_capacity(self.env.batch_size);
         loop {
             self.env.check_cancelled()?;
             let reader = &mut self.reader;
             let status = guarded(&self.info, || reader.poll_next(&mut out))?;
+            now = clock.now_ms();
             if !out.is_empty() {
+                runs.clear();
+                runs.extend(out.split_runs());
                 let b = out.take();
                 OperatorMetrics::add(&self.metrics.records_out, b.len() as u64);
-                self.head.batch(b)?;
+                self.emit_records(b, &runs, &mut wms, &mut counts, per_record, now)?;
+            }
+            for s in out.take_finished_splits() {
+                wms.finish_split(s as usize);
+            }
+            if wms.enabled() && (per_record || now >= next_emit) {
+                let u = wms.update(now);
+                self.apply(u)?;
+                next_emit = now.saturating_add(interval.max(1));
+                if now >= next_metrics {
+                    self.split_metrics(&wms);
+                    next_metrics = now + SPLIT_METRICS_MS;
+                }
             }
             fire_callbacks(self.head.as_mut(), &self.env.clock)?;
             match status {
                 InputStatus::MoreAvailable => {}
                 InputStatus::NothingAvailable => {
                     self.head.flush()?;
-                    let wait = wait_ms(self.head.as_ref(), &self.env.clock);
+                    let mut wait = wait_ms(self.head.as_ref(), &self.env.clock);
+                    if wms.enabled() {
+                        wait = wait.min(next_emit.saturating_sub(now));
+                    }
                     self.reader.wait_for_data(wait.max(1) as u64);
                 }
                 InputStatus::End => {
                     // Bounded input: the final watermark fires every window and timer.
                     self.head.watermark(Watermark::MAX)?;
                     self.metrics.watermark.store(i64::MAX, Ordering::Relaxed);
+                    self.split_metrics(&wms);
                     return self.head.end();
                 }
             }
         }
+    }
+
+    /// Sends an idleness change, then a watermark advance, downstream.
+    fn apply(&mut self, u: WatermarkUpdate) -> TaskResult {
+        if let Some(idle) = u.idle {
+            self.head.idle(idle)?;
+        }
+        if let Some(w) = u.watermark {
+            self.metrics.watermark.store(w.millis(), Ordering::Relaxed);
+            self.head.watermark(w)?;
+        }
+        Ok(())
+    }
+
+    fn split_metrics(&self, wms: &SplitWatermarks) {
+        let splits = self
+            .split_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| SplitMetrics {
+                split: id.clone(),
+                watermark: wms.split_watermark(i).map_or(i64::MIN, |w| w.millis()),
+                idle: wms.split_idle(i),
+            })
+            .collect();
+        *self
+            .metrics
+            .splits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = splits;
+    }
+
+    /// Assigns a record's event time; `Ok(false)` when the record is bad and was
+    /// skipped or dead-lettered by the strategy's policy.
+    fn assign(&self, r: &mut StreamRecord<T>, split: usize, count: u64) -> TaskResult<bool> {
+        let Some(a) = self.strategy.timestamp_assigner() else {
+            return Ok(true);
+        };
+        match a(&r.value, r.timestamp) {
+            Ok(ts) => {
+                r.timestamp = Some(ts);
+                Ok(true)
+            }
+            Err(e) => {
+                let position = format!(
+                    "{}, split {}, record {count}",
+                    self.info,
+                    self.split_ids.get(split).map_or("?", String::as_str),
+                );
+                let info = &self.info;
+                guarded(info, || {
+                    self.strategy
+                        .bad_records()
+                        .handle(&e.raw, &position, &e.reason)
+                })?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Assigns timestamps, updates the split watermarks and sends the records; with
+    /// per-record emission, a watermark follows each record that advances it.
+    fn emit_records(
+        &mut self,
+        batch: Batch<T>,
+        runs: &[(usize, u32)],
+        wms: &mut SplitWatermarks,
+        counts: &mut [u64],
+        per_record: bool,
+        now: Millis,
+    ) -> TaskResult {
+        if !wms.enabled() && self.strategy.timestamp_assigner().is_none() {
+            return self.head.batch(batch);
+        }
+        let mut run = 0;
+        let mut split = 0usize;
+        let mut next_split = |i: usize, split: &mut usize| {
+            while run < runs.len() && runs[run].0 <= i {
+                *split = runs[run].1 as usize;
+                run += 1;
+            }
+        };
+        let mut count = |split: usize| {
+            counts.get_mut(split).map_or(0, |c| {
+                *c += 1;
+                *c
+            })
+        };
+        if per_record {
+            let mut pending: Batch<T> = Vec::new();
+            for (i, mut r) in batch.into_iter().enumerate() {
+                next_split(i, &mut split);
+                if !self.assign(&mut r, split, count(split))? {
+                    continue;
+                }
+                if let Some(ts) = r.timestamp {
+                    if wms.on_record(split, ts, now) {
+                        if !pending.is_empty() {
+                            self.head.batch(std::mem::take(&mut pending))?;
+                        }
+                        self.head.idle(false)?;
+                    }
+                }
+                pending.push(r);
+                let u = wms.update(now);
+                if u != WatermarkUpdate::default() {
+                    self.head.batch(std::mem::take(&mut pending))?;
+                    self.apply(u)?;
+                }
+            }
+            if !pending.is_empty() {
+                self.head.batch(pending)?;
+            }
+            return Ok(());
+        }
+        let mut batch = batch;
+        let mut keep: Vec<bool> = Vec::new();
+        let mut reactivated = false;
+        for i in 0..batch.len() {
+            next_split(i, &mut split);
+            let c = count(split);
+            if !self.assign(&mut batch[i], split, c)? {
+                if keep.is_empty() {
+                    keep = vec![true; batch.len()];
+                }
+                keep[i] = false;
+                continue;
+            }
+            if let Some(ts) = batch[i].timestamp {
+                reactivated |= wms.on_record(split, ts, now);
+            }
+        }
+        if !keep.is_empty() {
+            let mut k = keep.into_iter();
+            batch.retain(|_| k.next().unwrap_or(true));
+        }
+        if reactivated {
+            self.head.idle(false)?;
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.head.batch(batch)
     }
 }
 

@@ -82,6 +82,7 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
             records: Arc::clone(&self.records),
             splits,
             pos: None,
+            done: 0,
         }))
     }
 
@@ -94,6 +95,8 @@ struct VecReader<T> {
     records: Arc<Vec<StreamRecord<T>>>,
     splits: Vec<VecSplit>,
     pos: Option<usize>,
+    /// Splits read so far: the index of the current one.
+    done: u32,
 }
 
 impl<T: Clone + Send + Sync + 'static> SourceReader for VecReader<T> {
@@ -105,10 +108,13 @@ impl<T: Clone + Send + Sync + 'static> SourceReader for VecReader<T> {
         };
         let pos = self.pos.unwrap_or(split.start);
         let end = split.end.min(pos + 1024);
+        out.set_split(self.done);
         for r in &self.records[pos..end] {
             out.push(r.clone());
         }
         if end == split.end {
+            out.finish_split(self.done);
+            self.done += 1;
             self.splits.remove(0);
             self.pos = None;
         } else {
