@@ -392,11 +392,9 @@ impl SplitWatermarks {
             }
             // Every open split is idle (or this subtask has none left open while the
             // input goes on): the subtask is idle downstream; its watermark holds.
-            None if open > 0 || self.splits.is_empty() => {
-                if !self.idle {
-                    self.idle = true;
-                    u.idle = Some(true);
-                }
+            None if (open > 0 || self.splits.is_empty()) && !self.idle => {
+                self.idle = true;
+                u.idle = Some(true);
             }
             None => {}
         }
