@@ -277,7 +277,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         }
     }
 
-    fn add_operator<O, F>(&self, name: &str, factory: F) -> DataStream<O::Out>
+    pub(crate) fn add_operator<O, F>(&self, name: &str, factory: F) -> DataStream<O::Out>
     where
         O: Operator<In = T>,
         O::Out: Clone,
@@ -460,8 +460,8 @@ impl SinkHandle {
 
 /// A stream partitioned by key (`key_by`), for keyed operators.
 pub struct KeyedStream<K, T> {
-    stream: DataStream<T>,
-    key: Arc<dyn Fn(&T) -> K + Send + Sync>,
+    pub(crate) stream: DataStream<T>,
+    pub(crate) key: Arc<dyn Fn(&T) -> K + Send + Sync>,
 }
 
 impl<K, T> Clone for KeyedStream<K, T> {

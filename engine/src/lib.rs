@@ -40,9 +40,11 @@ mod graph;
 pub mod metrics;
 mod task;
 pub mod testing;
+pub mod window;
 
 pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
 pub use graph::StateBackendFactory;
 pub use metrics::SplitMetrics;
+pub use window::{OutputTag, WindowedStream};

@@ -6,16 +6,24 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use brook_connectors::{
-    FileSink, FileSource, GeneratorSource, LogSink, LogSource, StartingOffsets, StdoutSink,
+    FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSink, LogSource, StartingOffsets, StdoutSink,
 };
 use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy, BadRecords, DeadLetterWriter};
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_log::Log;
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
+use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
+use brook_engine::OutputTag;
 use brook_operators::row::{row_key, Row, RowFilter, RowMap};
+use brook_operators::row_aggregate::{window_row, RowAggregate};
+use brook_operators::row_time::EventTimeField;
+use brook_operators::window::WindowResult;
 use serde_json::json;
 
 use super::{
-    file_format, FileFormat, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, ValidSpec,
+    file_format, late_input, FileFormat, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp,
+    ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -31,18 +39,75 @@ pub struct BuiltJob {
     pub sinks: Vec<String>,
 }
 
+/// A step's output. A keyed stream is kept as its input and key fields until a
+/// consumer partitions it, so a window can check rows before the exchange.
 #[derive(Clone)]
 enum Stream {
     Plain(DataStream<Row>),
-    Keyed(KeyedStream<String, Row>),
+    Keyed(DataStream<Row>, Vec<String>),
+}
+
+fn key_by(s: DataStream<Row>, fields: Vec<String>) -> KeyedStream<String, Row> {
+    s.key_by(move |r: &Row| row_key(r, &fields))
 }
 
 impl Stream {
     fn plain(self) -> DataStream<Row> {
         match self {
             Stream::Plain(s) => s,
-            Stream::Keyed(k) => k.into_stream(),
+            Stream::Keyed(s, fields) => key_by(s, fields).into_stream(),
         }
+    }
+}
+
+/// The watermark strategy of a source of rows.
+fn row_strategy(
+    ts: Option<EventTimeField>,
+    wm: &Watermarks,
+    bad: BadRecords,
+) -> WatermarkStrategy<Row> {
+    let mut s = WatermarkStrategy::<Row>::for_bounded_out_of_orderness(wm.out_of_orderness_ms)
+        .with_emit_interval(wm.interval_ms)
+        .on_bad_record(bad);
+    if let Some(t) = wm.idle_timeout_ms {
+        s = s.with_idleness(t);
+    }
+    if let Some(ts) = ts {
+        s = s.with_fallible_timestamp_assigner(move |row: &Row, _| {
+            ts.extract(row).map_err(|reason| BadTimestamp {
+                raw: row.to_string(),
+                reason,
+            })
+        });
+    }
+    s
+}
+
+/// Rows a window step cannot aggregate go to the step's bad-record policy before the
+/// key exchange.
+struct CheckRows {
+    agg: RowAggregate,
+    bad: BadRecords,
+    step: String,
+}
+
+impl Operator for CheckRows {
+    type In = Row;
+    type Out = Row;
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        _ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
+        for r in batch {
+            match self.agg.check(&r.value) {
+                Ok(()) => out.push(r),
+                Err(reason) => self.bad.handle(&r.value.to_string(), &self.step, &reason)?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -95,6 +160,7 @@ pub fn build(
 
     for (i, s) in spec.sources.iter().enumerate() {
         let field = format!("sources[{i}] ({})", s.name());
+        let time = v.source_time.get(i).cloned().flatten();
         let stream: DataStream<Row> = match s {
             SourceSpec::File {
                 name,
@@ -103,6 +169,7 @@ pub fn build(
                 follow,
                 on_bad_record,
                 parallelism,
+                ..
             } => {
                 let fmt = format
                     .or_else(|| file_format(path))
@@ -112,7 +179,11 @@ pub fn build(
                     FileFormat::Csv => FileSource::csv::<Row>(path.clone()),
                 };
                 let src = src.follow(*follow).on_bad_record(bad(*on_bad_record));
-                with_parallelism(env.source(src), *parallelism).name(name)
+                let strategy = match time {
+                    Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
+                    None => WatermarkStrategy::no_watermarks(),
+                };
+                with_parallelism(env.from_source(src, strategy), *parallelism).name(name)
             }
             SourceSpec::Log {
                 name,
@@ -121,6 +192,7 @@ pub fn build(
                 bounded,
                 on_bad_record,
                 parallelism,
+                ..
             } => {
                 let log = need_log(field.clone())?;
                 log.topic(topic)
@@ -133,7 +205,11 @@ pub fn build(
                     .starting_offsets(start)
                     .bounded(bounded.unwrap_or(true))
                     .on_bad_record(bad(*on_bad_record));
-                with_parallelism(env.source(src), *parallelism).name(name)
+                let strategy = match time {
+                    Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
+                    None => WatermarkStrategy::no_watermarks(),
+                };
+                with_parallelism(env.from_source(src, strategy), *parallelism).name(name)
             }
             SourceSpec::Generator {
                 name,
@@ -143,6 +219,7 @@ pub fn build(
                 step_ms,
                 rate,
                 parallelism,
+                ..
             } => {
                 let mut b = GeneratorSource::builder()
                     .events(*count)
@@ -155,7 +232,30 @@ pub fn build(
                 let src = b
                     .build()
                     .map_err(|e| SpecError::new(field.clone(), e.to_string()))?;
-                let events = with_parallelism(env.source(src), *parallelism).name(name);
+                // Generated events carry their `ts` as event time.
+                let strategy = match time {
+                    Some((ts, wm)) => {
+                        if let Some(ts) = ts.filter(|t| t.field != "ts") {
+                            return Err(SpecError::new(
+                                format!("{field}.event_time"),
+                                format!("generated events have their time in \"ts\", not {:?}", ts.field),
+                            ));
+                        }
+                        let mut st =
+                            WatermarkStrategy::<GeneratorEvent>::for_bounded_out_of_orderness(
+                                wm.out_of_orderness_ms,
+                            )
+                            .with_emit_interval(wm.interval_ms)
+                            .with_timestamp_assigner(|e: &GeneratorEvent, _| e.ts);
+                        if let Some(t) = wm.idle_timeout_ms {
+                            st = st.with_idleness(t);
+                        }
+                        st
+                    }
+                    None => WatermarkStrategy::no_watermarks(),
+                };
+                let events =
+                    with_parallelism(env.from_source(src, strategy), *parallelism).name(name);
                 let rows = events.map(|e| json!({ "key": e.key, "ts": e.ts, "value": e.value }));
                 with_parallelism(rows, *parallelism).name(&format!("{name}-rows"))
             }
@@ -202,11 +302,53 @@ pub fn build(
                     RowMap::select(fields.clone(), handler.clone())
                 }))
             }
-            StepOp::KeyBy(fields) => {
-                let fields = fields.clone();
-                Stream::Keyed(input.plain().key_by(move |r: &Row| row_key(r, &fields)))
-            }
+            StepOp::KeyBy(fields) => Stream::Keyed(input.plain(), fields.clone()),
             StepOp::Union => input,
+            StepOp::Window(w) => {
+                // Without key_by: one window for all rows (Flink's windowAll).
+                let (rows, key_fields) = match input {
+                    Stream::Keyed(s, f) => (s, f),
+                    Stream::Plain(s) => (s, Vec::new()),
+                };
+                let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())
+                    .map_err(|e| SpecError::new(format!("{}.aggregate", step.name), e))?;
+                let check = {
+                    let (agg, step_name) = (agg.clone(), step.name.clone());
+                    rows.transform(&format!("{}-check", step.name), move |_| CheckRows {
+                        agg: agg.clone(),
+                        bad: handler.clone(),
+                        step: step_name.clone(),
+                    })
+                };
+                let mut ws = key_by(check, key_fields.clone())
+                    .window(w.assigner.clone())
+                    .allowed_lateness(w.allowed_lateness_ms)
+                    .name(&step.name);
+                if let Some(t) = w.trigger {
+                    ws = ws.trigger(t);
+                }
+                if let Some(p) = step.parallelism {
+                    ws = ws.set_parallelism(p);
+                }
+                let tag = OutputTag::<Row>::new(late_input(&step.name));
+                if w.late_output.is_some() {
+                    ws = ws.side_output_late_data(&tag);
+                }
+                let results = ws.aggregate(agg);
+                if w.late_output.is_some() {
+                    let late = results
+                        .get_side_output(&tag)
+                        .map_err(|e| SpecError::new(&step.name, e.to_string()))?;
+                    streams.insert(late_input(&step.name), Stream::Plain(late));
+                }
+                let rows = results.map(move |r: WindowResult<String, Row>| {
+                    window_row(r.value, &key_fields, r.window.start, r.window.end)
+                });
+                Stream::Plain(match step.parallelism {
+                    Some(p) => rows.set_parallelism(p),
+                    None => rows,
+                })
+            }
         };
         let out = match (out, step.parallelism) {
             (Stream::Plain(s), Some(p)) => Stream::Plain(s.set_parallelism(p)),
@@ -293,6 +435,6 @@ where
 {
     match input {
         Stream::Plain(s) => s.transform(name, move |_| make()),
-        Stream::Keyed(k) => k.transform(name, move |_| make()),
+        Stream::Keyed(s, fields) => key_by(s, fields).transform(name, move |_| make()),
     }
 }

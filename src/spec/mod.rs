@@ -24,6 +24,7 @@
 
 mod build;
 mod overrides;
+mod time;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -32,10 +33,16 @@ use std::path::PathBuf;
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
 use brook_operators::row::Expr;
+use indexmap::IndexMap;
 use serde::Deserialize;
 
 pub use build::{build, BuiltJob};
 pub use overrides::apply_set;
+pub use time::{
+    DurationSpec, EventTimeFormatSpec, EventTimeSpec, TimeKind, TriggerSpec, WatermarkSpec,
+    WindowSpec,
+};
+pub(crate) use time::{WindowStep, Watermarks};
 
 /// A spec that cannot run; `field` says where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,7 +132,13 @@ pub enum SourceSpec {
         on_bad_record: Option<BadRecordPolicy>,
         /// Parallel readers.
         #[serde(default)]
-        parallelism: Option<u32>,
+        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        /// sources: the record's own timestamp).
+        #[serde(default)]
+        event_time: Option<EventTimeSpec>,
+        /// Watermarks from the event times (semantics.md §2).
+        #[serde(default)]
+        watermark: Option<WatermarkSpec>,
     },
     /// A topic of the embedded log (the `--data-dir`).
     Log {
@@ -144,7 +157,13 @@ pub enum SourceSpec {
         on_bad_record: Option<BadRecordPolicy>,
         /// Parallel readers.
         #[serde(default)]
-        parallelism: Option<u32>,
+        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        /// sources: the record's own timestamp).
+        #[serde(default)]
+        event_time: Option<EventTimeSpec>,
+        /// Watermarks from the event times (semantics.md §2).
+        #[serde(default)]
+        watermark: Option<WatermarkSpec>,
     },
     /// Synthetic events `{key, ts, value}`: for i in 0..count, key = (i * 2654435761)
     /// mod keys, ts = start_ms + i * step_ms, value = i mod 100.
@@ -167,11 +186,38 @@ pub enum SourceSpec {
         rate: Option<f64>,
         /// Parallel generators.
         #[serde(default)]
-        parallelism: Option<u32>,
+        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        /// sources: the record's own timestamp).
+        #[serde(default)]
+        event_time: Option<EventTimeSpec>,
+        /// Watermarks from the event times (semantics.md §2).
+        #[serde(default)]
+        watermark: Option<WatermarkSpec>,
     },
 }
 
 impl SourceSpec {
+    /// The source's `event_time` and `watermark`.
+    pub fn event_time(&self) -> (Option<&EventTimeSpec>, Option<&WatermarkSpec>) {
+        match self {
+            SourceSpec::File {
+                event_time,
+                watermark,
+                ..
+            }
+            | SourceSpec::Log {
+                event_time,
+                watermark,
+                ..
+            }
+            | SourceSpec::Generator {
+                event_time,
+                watermark,
+                ..
+            } => (event_time.as_ref(), watermark.as_ref()),
+        }
+    }
+
     /// The source's name.
     pub fn name(&self) -> &str {
         match self {
@@ -232,6 +278,24 @@ pub struct StepSpec {
     /// Merge these inputs (same as `input` with a list).
     #[serde(default)]
     pub union: Option<Vec<String>>,
+    /// Group rows into windows (per key after `key_by`) and aggregate them.
+    #[serde(default)]
+    pub window: Option<WindowSpec>,
+    /// With `window`: fire on something else than the window's end.
+    #[serde(default)]
+    pub trigger: Option<TriggerSpec>,
+    /// With `window`: how long after a window's end late rows still update it
+    /// (default 0).
+    #[serde(default)]
+    pub allowed_lateness: Option<DurationSpec>,
+    /// With `window`: output field -> `count()`, `sum(f)`, `min(f)`, `max(f)`,
+    /// `avg(f)`, `first(f)`, `last(f)`, `count_distinct(f)`.
+    #[serde(default)]
+    pub aggregate: Option<IndexMap<String, String>>,
+    /// With `window`: the sink receiving late rows (otherwise they are dropped and
+    /// counted).
+    #[serde(default)]
+    pub late_output: Option<String>,
 }
 
 /// A sink.
@@ -309,6 +373,7 @@ pub(crate) enum StepOp {
     Select(Vec<(String, Expr)>),
     KeyBy(Vec<String>),
     Union,
+    Window(Box<WindowStep>),
 }
 
 /// A step after validation: its name, resolved inputs and operation.
@@ -330,6 +395,8 @@ pub struct ValidSpec {
     /// Resolved input of each sink.
     pub(crate) sink_inputs: Vec<String>,
     pub(crate) default_policy: BadRecordPolicy,
+    /// Per source (in order): its event time.
+    pub(crate) source_time: Vec<SourceTime>,
 }
 
 impl fmt::Display for JobSpec {
@@ -414,6 +481,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         BadRecordPolicy::Fail
     });
     let mut names: HashSet<String> = HashSet::new();
+    let mut source_time = Vec::with_capacity(spec.sources.len());
     let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
     for (i, s) in spec.sources.iter().enumerate() {
         let field = format!("sources[{i}] ({})", s.name());
@@ -422,6 +490,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         if !names.insert(s.name().to_string()) {
             return Err(SpecError::new(format!("{field}.name"), "is used twice"));
         }
+        source_time.push(source_event_time(&field, s)?);
         match s {
             SourceSpec::File {
                 path,
@@ -490,6 +559,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             }
         }
     }
+    let mut late_outputs: std::collections::HashMap<String, String> = Default::default();
     let mut steps = Vec::with_capacity(spec.steps.len());
     let mut previous: Option<String> =
         (spec.sources.len() == 1).then(|| spec.sources[0].name().to_string());
@@ -508,14 +578,79 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             s.select.is_some(),
             s.key_by.is_some(),
             s.union.is_some(),
+            s.window.is_some(),
         ];
         if set.iter().filter(|b| **b).count() != 1 {
             return Err(SpecError::new(
                 field,
-                "needs exactly one of filter, map, select, key_by, union",
+                "needs exactly one of filter, map, select, key_by, union, window",
             ));
         }
-        let op = if let Some(f) = &s.filter {
+        if s.window.is_none() {
+            for (set, name) in [
+                (s.trigger.is_some(), "trigger"),
+                (s.allowed_lateness.is_some(), "allowed_lateness"),
+                (s.aggregate.is_some(), "aggregate"),
+                (s.late_output.is_some(), "late_output"),
+            ] {
+                if set {
+                    return Err(SpecError::new(
+                        format!("{field}.{name}"),
+                        "is only allowed with window",
+                    ));
+                }
+            }
+        }
+        let op = if let Some(w) = &s.window {
+            let assigner = w.resolve(&format!("{field}.window"))?;
+            let aggregate = s.aggregate.as_ref().ok_or_else(|| {
+                SpecError::new(
+                    format!("{field}.aggregate"),
+                    "is required with window (e.g. { count: count() })",
+                )
+            })?;
+            let trigger = s
+                .trigger
+                .as_ref()
+                .map(|t| t.resolve(&format!("{field}.trigger")))
+                .transpose()?;
+            let allowed_lateness_ms = s
+                .allowed_lateness
+                .as_ref()
+                .map(|d| d.ms(&format!("{field}.allowed_lateness")))
+                .transpose()?
+                .unwrap_or(0);
+            if let Some(late) = &s.late_output {
+                match spec.sinks.iter().find(|k| k.name() == late) {
+                    None => {
+                        return Err(SpecError::new(
+                            format!("{field}.late_output"),
+                            format!("{late:?} is not a sink"),
+                        ))
+                    }
+                    Some(k) if k.input().is_some() => {
+                        return Err(SpecError::new(
+                            format!("{field}.late_output"),
+                            format!("sink {late:?} receives this step's late rows: leave its `input` out"),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if !late_outputs.insert(late.clone(), name.clone()).is_none() {
+                    return Err(SpecError::new(
+                        format!("{field}.late_output"),
+                        format!("sink {late:?} is already the late output of another step"),
+                    ));
+                }
+            }
+            StepOp::Window(Box::new(WindowStep {
+                assigner,
+                trigger,
+                allowed_lateness_ms,
+                aggregates: time::aggregates(&format!("{field}.aggregate"), aggregate)?,
+                late_output: s.late_output.clone(),
+            }))
+        } else if let Some(f) = &s.filter {
             StepOp::Filter(compile(format!("{field}.filter"), f)?)
         } else if let Some(m) = &s.map {
             StepOp::Map(fields(&format!("{field}.map"), m)?)
@@ -586,16 +721,18 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         if !names.insert(s.name().to_string()) {
             return Err(SpecError::new(format!("{field}.name"), "is used twice"));
         }
-        let input = match s.input() {
-            Some(i) => i.clone(),
-            None => previous.clone().ok_or_else(|| {
+        let input = match (s.input(), late_outputs.get(s.name())) {
+            (_, Some(step)) => late_input(step),
+            (Some(i), None) => i.clone(),
+            (None, None) => previous.clone().ok_or_else(|| {
                 SpecError::new(
                     format!("{field}.input"),
                     "is required: there are several sources and no steps",
                 )
             })?,
         };
-        if !names.contains(&input) || spec.sinks.iter().any(|o| o.name() == input) {
+        let is_late = late_outputs.contains_key(s.name());
+        if !is_late && (!names.contains(&input) || spec.sinks.iter().any(|o| o.name() == input)) {
             return Err(SpecError::new(
                 format!("{field}.input"),
                 format!("{input:?} is not a source or a step"),
@@ -626,6 +763,32 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             SinkSpec::Stdout { .. } => {}
         }
         sink_inputs.push(input);
+    }
+    // An event-time window needs event time on every source it reads from.
+    for (i, st) in steps.iter().enumerate() {
+        let StepOp::Window(w) = &st.op else { continue };
+        if !w.assigner.is_event_time() {
+            continue;
+        }
+        let mut todo: Vec<&String> = st.inputs.iter().collect();
+        let mut seen = HashSet::new();
+        while let Some(n) = todo.pop() {
+            if !seen.insert(n.clone()) {
+                continue;
+            }
+            if let Some(k) = spec.sources.iter().position(|x| x.name() == n) {
+                if source_time[k].is_none() {
+                    return Err(SpecError::new(
+                        format!("steps[{i}] ({}).window", st.name),
+                        format!(
+                            "is an event-time window but source {n:?} has no event_time or watermark"
+                        ),
+                    ));
+                }
+            } else if let Some(up) = steps.iter().find(|x| x.name == *n) {
+                todo.extend(up.inputs.iter());
+            }
+        }
     }
     // Every source and step must lead somewhere: a dangling one would run for nothing.
     let used: HashSet<&String> = steps
@@ -696,7 +859,38 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         steps,
         sink_inputs,
         default_policy,
+        source_time,
     })
+}
+
+/// The input name under which a window step's late rows are found.
+pub(crate) fn late_input(step: &str) -> String {
+    format!("{step}#late")
+}
+
+/// Event time of a source: its timestamp field (none: the record's own timestamp) and
+/// watermarks, or `None` without event time.
+pub(crate) type SourceTime = Option<(Option<brook_operators::row_time::EventTimeField>, Watermarks)>;
+
+fn source_event_time(field: &str, s: &SourceSpec) -> Result<SourceTime, SpecError> {
+    let (event_time, watermark) = s.event_time();
+    if event_time.is_none() && watermark.is_none() {
+        return Ok(None);
+    }
+    let ts = event_time
+        .map(|e| e.resolve(&format!("{field}.event_time")))
+        .transpose()?;
+    if ts.is_none() && matches!(s, SourceSpec::File { .. }) {
+        return Err(SpecError::new(
+            format!("{field}.event_time"),
+            "is required with watermark: rows of a file have no timestamp of their own",
+        ));
+    }
+    let wm = watermark
+        .cloned()
+        .unwrap_or_default()
+        .resolve(&format!("{field}.watermark"))?;
+    Ok(Some((ts, wm)))
 }
 
 /// Makes the relative file paths of a spec (sources, sinks, `dead_letter`) relative to
