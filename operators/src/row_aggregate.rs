@@ -776,3 +776,503 @@ pub fn window_row(result: Row, key_fields: &[String], start: Millis, end: Millis
     }
     Value::Object(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn agg(keys: &[&str], aggs: &[(&str, &str)]) -> RowAggregate {
+        RowAggregate::new(
+            keys.iter().map(|k| k.to_string()).collect(),
+            aggs.iter()
+                .map(|(n, t)| (n.to_string(), AggSpec::parse(t).unwrap()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn run(a: &RowAggregate, rows: &[Value]) -> Value {
+        let mut acc = a.create_accumulator();
+        for r in rows {
+            a.add(&mut acc, r);
+        }
+        a.get_result(&acc)
+    }
+
+    fn text(v: &Value) -> String {
+        serde_json::to_string(v).unwrap()
+    }
+
+    #[test]
+    fn parse_specs() {
+        let p = |t: &str| AggSpec::parse(t).unwrap();
+        assert_eq!(
+            p("count()"),
+            AggSpec {
+                func: AggFunc::Count,
+                field: None
+            }
+        );
+        assert_eq!(
+            p("  count ( )  "),
+            AggSpec {
+                func: AggFunc::Count,
+                field: None
+            }
+        );
+        assert_eq!(
+            p(" SUM( unit price ) "),
+            AggSpec {
+                func: AggFunc::Sum,
+                field: Some("unit price".into())
+            }
+        );
+        assert_eq!(p("count_distinct(user.id)").func, AggFunc::CountDistinct);
+        for t in [
+            "count(x)",
+            "sum(x)",
+            "min(x)",
+            "max(x)",
+            "avg(x)",
+            "first(x)",
+            "last(x)",
+            "count_distinct(x)",
+            "count()",
+        ] {
+            assert_eq!(p(t).to_string(), t);
+        }
+        for (bad, why) in [
+            ("median(x)", "unknown function \"median\""),
+            ("sum()", "sum() needs a field"),
+            ("count_distinct( )", "count_distinct() needs a field"),
+            ("sum(a, b)", "cannot contain"),
+            ("sum(f(x))", "cannot contain"),
+            ("sum(x", "missing closing parenthesis"),
+            ("sum(x) y", "missing closing parenthesis"),
+            ("price", "expected function(field)"),
+            ("", "expected function(field)"),
+        ] {
+            let e = AggSpec::parse(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid aggregate \"{bad}\": {why}"))
+                    || e.contains(why) && e.contains(&format!("\"{bad}\"")),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.contains("count_distinct(field)"),
+                "lists the functions: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn new_rejects_clashing_names() {
+        let spec = AggSpec::parse("count()").unwrap();
+        let e = RowAggregate::new(vec!["k".into()], vec![("k".into(), spec.clone())]).unwrap_err();
+        assert!(e.contains("\"k\""), "{e}");
+        let e = RowAggregate::new(
+            vec![],
+            vec![("n".into(), spec.clone()), ("n".into(), spec.clone())],
+        )
+        .unwrap_err();
+        assert!(e.contains("used twice"), "{e}");
+        let e = RowAggregate::new(vec![], vec![("window_end".into(), spec.clone())]).unwrap_err();
+        assert!(e.contains("window_end"), "{e}");
+        assert!(RowAggregate::new(vec!["k".into(), "k".into()], vec![]).is_err());
+    }
+
+    #[test]
+    fn counts_with_nulls() {
+        let a = agg(
+            &[],
+            &[
+                ("all", "count()"),
+                ("x", "count(x)"),
+                ("d", "count_distinct(x)"),
+            ],
+        );
+        let rows = [
+            json!({"x": 1}),
+            json!({"x": null}),
+            json!({}),
+            json!({"x": 1.0}),
+            json!({"x": "1"}),
+            json!({"x": 2}),
+        ];
+        assert_eq!(text(&run(&a, &rows)), r#"{"all":6,"x":4,"d":3}"#);
+        assert_eq!(text(&run(&a, &[])), r#"{"all":0,"x":0,"d":0}"#);
+    }
+
+    #[test]
+    fn count_distinct_is_canonical() {
+        let a = agg(&[], &[("d", "count_distinct(x)")]);
+        let rows = [
+            json!({"x": {"a": 1, "b": [1, 2.0]}}),
+            json!({"x": {"b": [1, 2], "a": 1}}),
+            json!({"x": [1, 2]}),
+            json!({"x": "[1,2]"}),
+            json!({"x": true}),
+            json!({"x": 0.5}),
+        ];
+        assert_eq!(run(&a, &rows)["d"], json!(5));
+    }
+
+    #[test]
+    fn sums_and_averages() {
+        let a = agg(&[], &[("s", "sum(x)"), ("a", "avg(x)")]);
+        assert_eq!(text(&run(&a, &[])), r#"{"s":null,"a":null}"#);
+        assert_eq!(
+            text(&run(&a, &[json!({"x": null}), json!({})])),
+            r#"{"s":null,"a":null}"#
+        );
+        let ints = [
+            json!({"x": 1}),
+            json!({"x": -4}),
+            json!({"x": null}),
+            json!({"x": 6}),
+        ];
+        assert_eq!(text(&run(&a, &ints)), r#"{"s":3,"a":1.0}"#);
+        let mixed = [json!({"x": 1}), json!({"x": 0.5})];
+        assert_eq!(text(&run(&a, &mixed)), r#"{"s":1.5,"a":0.75}"#);
+        // Non-numbers are skipped by add (check reports them).
+        let bad = [json!({"x": 2}), json!({"x": "3"}), json!({"x": true})];
+        assert_eq!(text(&run(&a, &bad)), r#"{"s":2,"a":2.0}"#);
+        // Exact beyond i64: u64, then f64.
+        let big = [json!({"x": i64::MAX}), json!({"x": 1})];
+        assert_eq!(run(&a, &big)["s"], json!(9_223_372_036_854_775_808_u64));
+        let huge = [json!({"x": u64::MAX}), json!({"x": u64::MAX})];
+        assert_eq!(run(&a, &huge)["s"], json!(u64::MAX as f64 * 2.0));
+        // Overflowing on the way but not at the end stays an exact integer.
+        let back = [
+            json!({"x": i64::MAX}),
+            json!({"x": i64::MAX}),
+            json!({"x": -i64::MAX}),
+            json!({"x": -5}),
+        ];
+        assert_eq!(run(&a, &back)["s"], json!(i64::MAX - 5));
+        let neg = [json!({"x": i64::MIN}), json!({"x": -1})];
+        assert_eq!(run(&a, &neg)["s"], json!(i64::MIN as f64 - 1.0));
+    }
+
+    #[test]
+    fn min_max_numbers_strings_mixed() {
+        let a = agg(&[], &[("lo", "min(x)"), ("hi", "max(x)")]);
+        let nums = [
+            json!({"x": 3}),
+            json!({"x": -2.5}),
+            json!({"x": null}),
+            json!({"x": 10}),
+            json!({}),
+        ];
+        assert_eq!(text(&run(&a, &nums)), r#"{"lo":-2.5,"hi":10}"#);
+        let dates = [
+            json!({"x": "2024-03-01"}),
+            json!({"x": "2023-12-31"}),
+            json!({"x": "2024-10-01"}),
+        ];
+        assert_eq!(
+            text(&run(&a, &dates)),
+            r#"{"lo":"2023-12-31","hi":"2024-10-01"}"#
+        );
+        // booleans < numbers < strings; arrays and objects skipped.
+        let mixed = [
+            json!({"x": "a"}),
+            json!({"x": 5}),
+            json!({"x": true}),
+            json!({"x": [1]}),
+            json!({"x": {"a": 1}}),
+        ];
+        assert_eq!(text(&run(&a, &mixed)), r#"{"lo":true,"hi":"a"}"#);
+        // Exact integer/float comparison; ties keep the first.
+        let close = [
+            json!({"x": 9_007_199_254_740_993_i64}),
+            json!({"x": 9_007_199_254_740_992.0}),
+        ];
+        assert_eq!(
+            text(&run(&a, &close)),
+            r#"{"lo":9007199254740992.0,"hi":9007199254740993}"#
+        );
+        let ties = [json!({"x": 1}), json!({"x": 1.0})];
+        assert_eq!(text(&run(&a, &ties)), r#"{"lo":1,"hi":1}"#);
+        let bigu = [json!({"x": u64::MAX}), json!({"x": -1})];
+        assert_eq!(
+            text(&run(&a, &bigu)),
+            format!(r#"{{"lo":-1,"hi":{}}}"#, u64::MAX)
+        );
+        assert_eq!(text(&run(&a, &[])), r#"{"lo":null,"hi":null}"#);
+    }
+
+    #[test]
+    fn first_last_by_arrival_skip_nulls() {
+        let a = agg(&[], &[("f", "first(x)"), ("l", "last(x)")]);
+        let rows = [
+            json!({"x": null}),
+            json!({"x": "b"}),
+            json!({"x": {"o": [1]}}),
+            json!({"x": 3}),
+            json!({"x": "z"}),
+            json!({}),
+        ];
+        assert_eq!(text(&run(&a, &rows)), r#"{"f":"b","l":"z"}"#);
+        let rows = [json!({"x": {"o": [1]}}), json!({"x": 2.5})];
+        assert_eq!(text(&run(&a, &rows)), r#"{"f":{"o":[1]},"l":2.5}"#);
+        assert_eq!(text(&run(&a, &[])), r#"{"f":null,"l":null}"#);
+    }
+
+    #[test]
+    fn result_order_keys_then_aggregates_then_window() {
+        let a = agg(
+            &["student", "shop"],
+            &[
+                ("z_n", "count()"),
+                ("a_total", "sum(cents)"),
+                ("m", "max(cents)"),
+            ],
+        );
+        let rows = [
+            json!({"cents": 5, "shop": "north", "student": "mia"}),
+            json!({"shop": "north", "student": "mia", "cents": 7}),
+        ];
+        let r = run(&a, &rows);
+        assert_eq!(
+            text(&r),
+            r#"{"student":"mia","shop":"north","z_n":2,"a_total":12,"m":7}"#
+        );
+        let w = window_row(r, a.key_fields(), -1000, 4000);
+        assert_eq!(
+            text(&w),
+            r#"{"student":"mia","shop":"north","window_start":-1000,"window_end":4000,"z_n":2,"a_total":12,"m":7}"#
+        );
+        // A missing key field is null; no keys puts the window first.
+        let r = run(&agg(&["k"], &[("n", "count()")]), &[json!({})]);
+        assert_eq!(text(&r), r#"{"k":null,"n":1}"#);
+        let w = window_row(
+            run(&agg(&[], &[("n", "count()")]), &[json!({})]),
+            &[],
+            0,
+            10,
+        );
+        assert_eq!(text(&w), r#"{"window_start":0,"window_end":10,"n":1}"#);
+        assert_eq!(window_row(json!(3), &[], 0, 1), json!(3));
+    }
+
+    #[test]
+    fn check_reports_non_numbers_for_sum_and_avg() {
+        let a = agg(
+            &[],
+            &[("s", "sum(price)"), ("m", "max(name)"), ("v", "avg(qty)")],
+        );
+        assert!(a
+            .check(&json!({"price": 1, "qty": 2.5, "name": "x"}))
+            .is_ok());
+        assert!(a.check(&json!({"price": null})).is_ok());
+        assert!(a.check(&json!({"name": 5})).is_ok());
+        assert_eq!(
+            a.check(&json!({"price": "abc"})).unwrap_err(),
+            r#"field "price": "abc" is not a number (sum(price))"#
+        );
+        assert_eq!(
+            a.check(&json!({"price": 1, "qty": [1]})).unwrap_err(),
+            r#"field "qty": [1] is not a number (avg(qty))"#
+        );
+        assert!(a.check(&json!("row")).unwrap_err().contains("JSON object"));
+        // add never panics on such rows.
+        assert_eq!(
+            text(&run(&a, &[json!("row"), json!({"price": "abc"})])),
+            r#"{"s":null,"m":null,"v":null}"#
+        );
+    }
+
+    /// Counts allocations per thread, to check that `add` on numbers does not allocate.
+    /// Test-only; the one `unsafe` is delegating to the system allocator.
+    #[allow(unsafe_code)]
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        thread_local! {
+            static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+        }
+
+        struct Counting;
+
+        // SAFETY: forwards to `System` unchanged; only counts.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+                // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+                unsafe { System.alloc(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
+                unsafe { System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+                // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+                unsafe { System.realloc(ptr, layout, new_size) }
+            }
+        }
+
+        #[global_allocator]
+        static GLOBAL: Counting = Counting;
+
+        /// Allocations made by this thread so far.
+        pub(super) fn allocations() -> u64 {
+            ALLOCATIONS.with(Cell::get)
+        }
+    }
+
+    #[test]
+    fn add_on_numbers_does_not_allocate() {
+        let a = agg(
+            &["k"],
+            &[
+                ("n", "count()"),
+                ("c", "count(x)"),
+                ("s", "sum(x)"),
+                ("a", "avg(x)"),
+                ("lo", "min(x)"),
+                ("hi", "max(x)"),
+                ("ls", "min(name)"),
+            ],
+        );
+        let rows: Vec<Value> = (0..100)
+            .map(|i| json!({"k": "key", "x": if i % 3 == 0 { json!(i as f64 / 4.0) } else { json!(i - 50) }, "name": format!("n{}", i % 7 + 10)}))
+            .collect();
+        let mut acc = a.create_accumulator();
+        a.add(&mut acc, &rows[0]); // the first row captures the key values
+        let before = counting::allocations();
+        for r in &rows[1..] {
+            a.add(&mut acc, r);
+        }
+        let after = counting::allocations();
+        assert_eq!(after - before, 0, "allocations in add");
+        assert_eq!(a.get_result(&acc)["n"], json!(100));
+        assert_eq!(a.get_result(&acc)["ls"], json!("n10"));
+        // The counter works: count_distinct does allocate.
+        let d = agg(&[], &[("d", "count_distinct(x)")]);
+        let mut acc = d.create_accumulator();
+        let before = counting::allocations();
+        d.add(&mut acc, &rows[1]);
+        assert!(counting::allocations() > before);
+    }
+
+    fn all_aggs() -> RowAggregate {
+        agg(
+            &["k"],
+            &[
+                ("n", "count()"),
+                ("cx", "count(x)"),
+                ("sx", "sum(x)"),
+                ("ax", "avg(x)"),
+                ("lo", "min(x)"),
+                ("hi", "max(x)"),
+                ("fx", "first(x)"),
+                ("lx", "last(x)"),
+                ("dx", "count_distinct(x)"),
+                ("ls", "min(s)"),
+                ("fs", "first(s)"),
+                ("ts", "last(s)"),
+            ],
+        )
+    }
+
+    #[test]
+    fn bincode_round_trip() {
+        let a = all_aggs();
+        let mut acc = a.create_accumulator();
+        for r in [
+            json!({"k": "a", "x": 1, "s": "q"}),
+            json!({"k": "a", "x": 2.5, "s": null}),
+            json!({"k": "a", "x": {"n": [1]}, "s": "b"}),
+            json!({"k": "a", "x": u64::MAX}),
+        ] {
+            a.add(&mut acc, &r);
+        }
+        let bytes = bincode::serialize(&acc).unwrap();
+        let back: RowAcc = bincode::deserialize(&bytes).unwrap();
+        assert_eq!(back, acc);
+        assert_eq!(a.get_result(&back), a.get_result(&acc));
+        let empty = a.create_accumulator();
+        let back: RowAcc = bincode::deserialize(&bincode::serialize(&empty).unwrap()).unwrap();
+        assert_eq!(back, empty);
+    }
+
+    #[test]
+    fn restored_accumulator_keeps_arrival_order() {
+        let a = agg(&[], &[("f", "first(x)"), ("l", "last(x)")]);
+        let mut old = a.create_accumulator();
+        for i in 0..5 {
+            a.add(&mut old, &json!({ "x": i }));
+        }
+        // A fresh function (after a restore) continues above the restored numbers.
+        let fresh = agg(&[], &[("f", "first(x)"), ("l", "last(x)")]);
+        let mut restored: RowAcc =
+            bincode::deserialize(&bincode::serialize(&old).unwrap()).unwrap();
+        fresh.add(&mut restored, &json!({"x": 5}));
+        let mut newer = fresh.create_accumulator();
+        fresh.add(&mut newer, &json!({"x": 6}));
+        fresh.merge(&mut newer, restored);
+        assert_eq!(text(&fresh.get_result(&newer)), r#"{"f":0,"l":6}"#);
+    }
+
+    fn value() -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(Value::Null)),
+            (-50i64..50).prop_map(|i| Some(json!(i))),
+            (-50i64..50).prop_map(|i| Some(json!(i as f64 / 2.0))),
+            prop::sample::select(vec!["a", "b", "2024-01-01", "10"]).prop_map(|s| Some(json!(s))),
+            any::<bool>().prop_map(|b| Some(json!(b))),
+            Just(Some(json!({"o": [1, 2]}))),
+        ]
+    }
+
+    fn row() -> impl Strategy<Value = Value> {
+        (value(), value()).prop_map(|(x, s)| {
+            let mut m = Map::new();
+            m.insert("k".into(), json!("key"));
+            if let Some(x) = x {
+                m.insert("x".into(), x);
+            }
+            if let Some(s) = s {
+                m.insert("s".into(), s);
+            }
+            Value::Object(m)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn merge_equals_add_all(
+            rows in prop::collection::vec((row(), any::<bool>()), 0..40),
+            into_left in any::<bool>(),
+        ) {
+            let a = all_aggs();
+            let mut whole = a.create_accumulator();
+            let (mut left, mut right) = (a.create_accumulator(), a.create_accumulator());
+            for (r, go_left) in &rows {
+                a.add(&mut whole, r);
+                a.add(if *go_left { &mut left } else { &mut right }, r);
+            }
+            let merged = if into_left {
+                a.merge(&mut left, right);
+                left
+            } else {
+                a.merge(&mut right, left);
+                right
+            };
+            let expected = a.get_result(&whole);
+            let got = a.get_result(&merged);
+            // Same values, same order.
+            prop_assert_eq!(text(&got), text(&expected));
+            // And independent of the function instance that added them.
+            let other = all_aggs();
+            let alone = run(&other, &rows.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>());
+            prop_assert_eq!(text(&alone), text(&expected));
+        }
+    }
+}

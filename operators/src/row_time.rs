@@ -209,11 +209,9 @@ fn shorten(v: &Value) -> String {
 /// fractions such as `0.123`), then floored to the ms.
 fn float_to_millis(value: f64, scale: f64) -> Result<Millis, Option<String>> {
     let micros = (value * scale * 1000.0).round();
-    // i64::MAX as f64 rounds up to 2^63, so `<` excludes it.
-    if !micros.is_finite()
-        || micros < -9.223_372_036_854_776e18
-        || micros >= 9.223_372_036_854_776e18
-    {
+    // 2^63: i64::MAX as f64 rounds up to it, so the range excludes it (and NaN).
+    const LIMIT: f64 = 9.223_372_036_854_776e18;
+    if !(-LIMIT..LIMIT).contains(&micros) {
         return Err(Some(OUT_OF_RANGE.to_string()));
     }
     Ok((micros as i64).div_euclid(1000))
@@ -297,18 +295,22 @@ fn validate_pattern(format: &str) -> Result<(), String> {
         .and_local_timezone(offset)
         .single()
         .ok_or("sample")?;
+    if format.contains("%Z") {
+        // chrono skips a zone name when parsing: it would be silently ignored.
+        return Err(format!(
+            "timestamp pattern \"{format}\": %Z (a zone name) cannot be parsed; use %z (an offset) or configure a zone"
+        ));
+    }
     let text = sample.format(format).to_string();
     let mut parsed = Parsed::new();
-    let result = format::parse(&mut parsed, &text, StrftimeItems::new(format))
-        .and_then(|()| parsed.to_naive_date());
-    match result {
-        Ok(d) if d == sample_date => Ok(()),
-        Ok(_) | Err(_) if format.contains("%Z") => Err(format!(
-            "timestamp pattern \"{format}\": %Z (a zone name) cannot be parsed; use %z (an offset) or configure a zone"
-        )),
-        _ => Err(format!(
+    let full_date = format::parse(&mut parsed, &text, StrftimeItems::new(format)).is_ok()
+        && (parsed.timestamp().is_some() || parsed.to_naive_date() == Ok(sample_date));
+    if full_date {
+        Ok(())
+    } else {
+        Err(format!(
             "timestamp pattern \"{format}\" does not give a full date (it needs a year and a month and day, a day of the year, or %s)"
-        )),
+        ))
     }
 }
 
