@@ -6,6 +6,10 @@
 //!   [`process::KeyedProcessOperator`]).
 //! - [`row`]: operators on dynamic JSON rows with CEL expressions (filter, map,
 //!   select), used by YAML job specs.
+//! - [`row_time`]: event time read from a row field (epoch ms or s, RFC 3339, or a
+//!   strftime pattern in an IANA time zone).
+//! - [`row_aggregate`]: named aggregates over row fields (`count()`, `sum(price)`, ...)
+//!   as a window [`window::AggregateFunction`], for YAML window steps.
 //!
 //! All are written against `brook-core`'s [`brook_core::operator::Operator`] trait and
 //! `brook-state`'s keyed state. Windows, joins, enrichment and watermark assignment
@@ -17,4 +21,6 @@
 pub mod basic;
 pub mod process;
 pub mod row;
+pub mod row_aggregate;
+pub mod row_time;
 pub mod window;
