@@ -19,6 +19,18 @@ pub fn compose_key(out: &mut Vec<u8>, kg: KeyGroup, key: &[u8], ns: &[u8]) {
     out.extend_from_slice(ns);
 }
 
+/// How a backend keeps its entries; decides which [`crate::table`] implementation an
+/// operator uses for typed, namespaced state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// In this process's memory: typed tables keep Rust values on the heap and never
+    /// serialize (as Flink's heap state backend). [`MemoryStateBackend`] is one.
+    Heap,
+    /// Entries are bytes (for example in RocksDB): typed tables encode each value with
+    /// bincode under [`compose_key`].
+    Serialized,
+}
+
 /// A store of keyed state entries, one keyspace per named state.
 ///
 /// Keys are composed with [`compose_key`]. Implementations: [`MemoryStateBackend`]
@@ -37,6 +49,11 @@ pub trait KeyedStateBackend: Send + Debug {
     /// Whether the backend holds no entries.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+    /// How entries are kept (default [`BackendKind::Serialized`]): with
+    /// [`BackendKind::Heap`], typed tables bypass the byte store.
+    fn kind(&self) -> BackendKind {
+        BackendKind::Serialized
     }
 }
 
@@ -90,5 +107,9 @@ impl KeyedStateBackend for MemoryStateBackend {
 
     fn len(&self) -> usize {
         self.states.values().map(BTreeMap::len).sum()
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Heap
     }
 }

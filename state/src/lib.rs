@@ -9,16 +9,25 @@
 //!   declared with [`StateDescriptor`]s (values are encoded with bincode).
 //! - [`timers`]: the [`TimerService`] of event-time and processing-time timers per
 //!   key and namespace.
+//! - [`table`]: typed [`NamespacedTable`]s, `(key, namespace) -> value`, kept as Rust
+//!   values on the heap for in-memory backends ([`HeapTable`]) or encoded in any byte
+//!   backend ([`BytesTable`]); picked by the backend's [`BackendKind`].
+//! - [`timer_queue`]: a typed [`TimerQueue`] of `(time, key, namespace)` with lazy
+//!   deletion, for operators that track their timers in their own state (windows).
 //!
 //! Must not know about: operators, the engine, the log or any connector. RocksDB types
 //! (with issue 5's backend) stay inside this crate.
 
 pub mod backend;
 pub mod keyed;
+pub mod table;
+pub mod timer_queue;
 pub mod timers;
 
-pub use backend::{KeyedStateBackend, MemoryStateBackend};
+pub use backend::{BackendKind, KeyedStateBackend, MemoryStateBackend};
 pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
+pub use table::{namespaced_table, BytesTable, HeapTable, NamespacedTable};
+pub use timer_queue::TimerQueue;
 pub use timers::{TimeDomain, Timer, TimerService};
 
 use thiserror::Error;

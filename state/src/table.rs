@@ -1,0 +1,524 @@
+//! Typed keyed state addressed by key and namespace, for operators on the hot path.
+//!
+//! A [`NamespacedTable`] maps `(key, namespace) -> value` for one named state, as
+//! Flink's `StateTable`: window operators keep one entry per key and window (the window
+//! is the namespace). Two implementations, chosen by [`namespaced_table`] from the
+//! backend's [`BackendKind`]:
+//!
+//! - [`HeapTable`]: Rust values in nested maps (key -> namespace -> value), never
+//!   serialized, looked up by `&K` without cloning the key (as Flink's heap backend).
+//!   Used for [`crate::MemoryStateBackend`].
+//! - [`BytesTable`]: values encoded with bincode in any [`KeyedStateBackend`] under
+//!   [`compose_key`] (`key group | key | namespace`), for byte stores such as RocksDB.
+//!   The value last handed out is cached decoded and written back on the next access
+//!   or on [`NamespacedTable::flush`].
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use brook_core::keys::KeyGroup;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::backend::{compose_key, BackendKind, KeyedStateBackend};
+use crate::{Result, StateError};
+
+/// A typed map `(key, namespace) -> value` for one named state of an operator.
+///
+/// `key_group` is the key's key group (`brook_core::keys::key_group_for_key`); only
+/// tables whose [`NamespacedTable::needs_key_group`] is true read it, so callers may
+/// skip computing it (and pass 0) otherwise.
+pub trait NamespacedTable<K, N, V>: Send + fmt::Debug {
+    /// The value of `(key, ns)`, for reading or changing in place.
+    ///
+    /// # Errors
+    /// [`StateError::Codec`] when a stored value cannot be decoded.
+    fn get_mut(&mut self, key_group: KeyGroup, key: &K, ns: &N) -> Result<Option<&mut V>>;
+
+    /// Sets the value of `(key, ns)` (replacing any) and returns it.
+    ///
+    /// # Errors
+    /// As [`NamespacedTable::get_mut`].
+    fn insert(&mut self, key_group: KeyGroup, key: &K, ns: &N, value: V) -> Result<&mut V>;
+
+    /// Removes `(key, ns)`, returning its value.
+    ///
+    /// # Errors
+    /// As [`NamespacedTable::get_mut`].
+    fn remove(&mut self, key_group: KeyGroup, key: &K, ns: &N) -> Result<Option<V>>;
+
+    /// Appends the namespaces that `key` has a value in to `out` (in no particular
+    /// order).
+    ///
+    /// # Errors
+    /// As [`NamespacedTable::get_mut`].
+    fn namespaces(&mut self, key_group: KeyGroup, key: &K, out: &mut Vec<N>) -> Result<()>;
+
+    /// Number of `(key, namespace)` entries.
+    fn len(&self) -> usize;
+
+    /// Whether the table has no entries.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes back a value changed through [`NamespacedTable::get_mut`] or
+    /// [`NamespacedTable::insert`] that is still cached (bytes tables; a no-op for heap
+    /// tables). Call at the end of each batch, watermark and timer callback.
+    ///
+    /// # Errors
+    /// [`StateError::Codec`] when the value cannot be encoded.
+    fn flush(&mut self) -> Result<()>;
+
+    /// Whether the `key_group` arguments are used (true for bytes tables).
+    fn needs_key_group(&self) -> bool;
+}
+
+/// The table for state `name` over `backend`: a [`HeapTable`] when the backend's kind is
+/// [`BackendKind::Heap`] (the backend then stays unused), else a [`BytesTable`].
+pub fn namespaced_table<K, N, V>(
+    name: &str,
+    backend: Box<dyn KeyedStateBackend>,
+) -> Box<dyn NamespacedTable<K, N, V>>
+where
+    K: Hash + Eq + Clone + Serialize + Send + 'static,
+    N: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + 'static,
+    V: Serialize + DeserializeOwned + Send + 'static,
+{
+    match backend.kind() {
+        BackendKind::Heap => Box::new(HeapTable::new()),
+        BackendKind::Serialized => Box::new(BytesTable::new(name, backend)),
+    }
+}
+
+/// Namespaces of one key: a short vector (the usual case: one or a few windows per
+/// key), turned into a hash map when it grows.
+#[derive(Debug)]
+enum Namespaces<N, V> {
+    Few(Vec<(N, V)>),
+    Many(HashMap<N, V>),
+}
+
+/// Namespaces kept in a vector up to this many.
+const FEW: usize = 8;
+
+impl<N: Hash + Eq + Clone, V> Namespaces<N, V> {
+    fn get_mut(&mut self, ns: &N) -> Option<&mut V> {
+        match self {
+            Namespaces::Few(v) => v.iter_mut().find(|(n, _)| n == ns).map(|(_, v)| v),
+            Namespaces::Many(m) => m.get_mut(ns),
+        }
+    }
+
+    /// Inserts; returns the value's place and whether it is new.
+    fn insert(&mut self, ns: &N, value: V) -> (&mut V, bool) {
+        if let Namespaces::Few(v) = self {
+            if v.len() >= FEW && !v.iter().any(|(n, _)| n == ns) {
+                *self = Namespaces::Many(std::mem::take(v).into_iter().collect());
+            }
+        }
+        match self {
+            Namespaces::Few(v) => match v.iter().position(|(n, _)| n == ns) {
+                Some(i) => {
+                    v[i].1 = value;
+                    (&mut v[i].1, false)
+                }
+                None => {
+                    v.push((ns.clone(), value));
+                    let last = v.len() - 1;
+                    (&mut v[last].1, true)
+                }
+            },
+            Namespaces::Many(m) => match m.entry(ns.clone()) {
+                Entry::Occupied(o) => {
+                    let slot = o.into_mut();
+                    *slot = value;
+                    (slot, false)
+                }
+                Entry::Vacant(e) => (e.insert(value), true),
+            },
+        }
+    }
+
+    fn remove(&mut self, ns: &N) -> Option<V> {
+        match self {
+            Namespaces::Few(v) => {
+                let i = v.iter().position(|(n, _)| n == ns)?;
+                Some(v.swap_remove(i).1)
+            }
+            Namespaces::Many(m) => m.remove(ns),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Namespaces::Few(v) => v.is_empty(),
+            Namespaces::Many(m) => m.is_empty(),
+        }
+    }
+
+    fn push_names(&self, out: &mut Vec<N>) {
+        match self {
+            Namespaces::Few(v) => out.extend(v.iter().map(|(n, _)| n.clone())),
+            Namespaces::Many(m) => out.extend(m.keys().cloned()),
+        }
+    }
+}
+
+/// A [`NamespacedTable`] of Rust values on the heap: key -> namespace -> value. Nothing
+/// is serialized; a key is cloned only when its first namespace is inserted.
+pub struct HeapTable<K, N, V> {
+    map: HashMap<K, Namespaces<N, V>>,
+    len: usize,
+}
+
+impl<K, N, V> fmt::Debug for HeapTable<K, N, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeapTable")
+            .field("keys", &self.map.len())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<K, N, V> Default for HeapTable<K, N, V> {
+    fn default() -> Self {
+        HeapTable {
+            map: HashMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<K, N, V> HeapTable<K, N, V> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<K, N, V> NamespacedTable<K, N, V> for HeapTable<K, N, V>
+where
+    K: Hash + Eq + Clone + Send,
+    N: Hash + Eq + Clone + Send,
+    V: Send,
+{
+    fn get_mut(&mut self, _kg: KeyGroup, key: &K, ns: &N) -> Result<Option<&mut V>> {
+        Ok(self.map.get_mut(key).and_then(|m| m.get_mut(ns)))
+    }
+
+    fn insert(&mut self, _kg: KeyGroup, key: &K, ns: &N, value: V) -> Result<&mut V> {
+        if !self.map.contains_key(key) {
+            self.map.insert(key.clone(), Namespaces::Few(Vec::new()));
+        }
+        let Some(names) = self.map.get_mut(key) else {
+            unreachable!("the key was inserted above")
+        };
+        let (v, new) = names.insert(ns, value);
+        if new {
+            self.len += 1;
+        }
+        Ok(v)
+    }
+
+    fn remove(&mut self, _kg: KeyGroup, key: &K, ns: &N) -> Result<Option<V>> {
+        let Some(names) = self.map.get_mut(key) else {
+            return Ok(None);
+        };
+        let old = names.remove(ns);
+        if names.is_empty() {
+            self.map.remove(key);
+        }
+        if old.is_some() {
+            self.len -= 1;
+        }
+        Ok(old)
+    }
+
+    fn namespaces(&mut self, _kg: KeyGroup, key: &K, out: &mut Vec<N>) -> Result<()> {
+        if let Some(names) = self.map.get(key) {
+            names.push_names(out);
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn needs_key_group(&self) -> bool {
+        false
+    }
+}
+
+/// The decoded value of one entry, handed out and not yet written back.
+struct Cached<V> {
+    full_key: Vec<u8>,
+    value: V,
+}
+
+/// A [`NamespacedTable`] over a byte-level [`KeyedStateBackend`]: each value is encoded
+/// with bincode under `compose_key(key group, bincode(key), bincode(namespace))` in the
+/// backend's state `name`.
+pub struct BytesTable<K, N, V> {
+    name: String,
+    backend: Box<dyn KeyedStateBackend>,
+    buf: Vec<u8>,
+    key_bytes: Vec<u8>,
+    ns_bytes: Vec<u8>,
+    cached: Option<Cached<V>>,
+    len: usize,
+    _types: PhantomData<fn() -> (K, N)>,
+}
+
+impl<K, N, V> fmt::Debug for BytesTable<K, N, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BytesTable")
+            .field("name", &self.name)
+            .field("backend", &self.backend)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, N, V> BytesTable<K, N, V>
+where
+    K: Serialize,
+    N: Serialize + DeserializeOwned,
+    V: Serialize + DeserializeOwned,
+{
+    /// The table of state `name` in `backend` (entries already there count).
+    pub fn new(name: &str, backend: Box<dyn KeyedStateBackend>) -> Self {
+        let len = backend.scan_prefix(name, &[]).len();
+        BytesTable {
+            name: name.to_string(),
+            backend,
+            buf: Vec::new(),
+            key_bytes: Vec::new(),
+            ns_bytes: Vec::new(),
+            cached: None,
+            len,
+            _types: PhantomData,
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &dyn KeyedStateBackend {
+        self.backend.as_ref()
+    }
+
+    fn codec(&self, op: &'static str, source: bincode::Error) -> StateError {
+        StateError::Codec {
+            state: self.name.clone(),
+            op,
+            source,
+        }
+    }
+
+    /// Composes the full key of `(key, ns)` into `self.buf`.
+    fn compose(&mut self, kg: KeyGroup, key: &K, ns: &N) -> Result<()> {
+        self.key_bytes.clear();
+        if let Err(e) = bincode::serialize_into(&mut self.key_bytes, key) {
+            return Err(self.codec("encode", e));
+        }
+        self.ns_bytes.clear();
+        if let Err(e) = bincode::serialize_into(&mut self.ns_bytes, ns) {
+            return Err(self.codec("encode", e));
+        }
+        compose_key(&mut self.buf, kg, &self.key_bytes, &self.ns_bytes);
+        Ok(())
+    }
+
+    fn is_cached(&self) -> bool {
+        self.cached.as_ref().is_some_and(|c| c.full_key == self.buf)
+    }
+
+    fn write_back(&mut self) -> Result<()> {
+        if let Some(c) = self.cached.take() {
+            let bytes = bincode::serialize(&c.value).map_err(|e| self.codec("encode", e))?;
+            self.backend.put(&self.name, &c.full_key, bytes);
+        }
+        Ok(())
+    }
+
+    fn cache(&mut self, value: V) -> &mut V {
+        let c = self.cached.insert(Cached {
+            full_key: self.buf.clone(),
+            value,
+        });
+        &mut c.value
+    }
+}
+
+impl<K, N, V> NamespacedTable<K, N, V> for BytesTable<K, N, V>
+where
+    K: Serialize + Send,
+    N: Serialize + DeserializeOwned + Send,
+    V: Serialize + DeserializeOwned + Send,
+{
+    fn get_mut(&mut self, kg: KeyGroup, key: &K, ns: &N) -> Result<Option<&mut V>> {
+        self.compose(kg, key, ns)?;
+        if !self.is_cached() {
+            self.write_back()?;
+            let value: V = match self.backend.get(&self.name, &self.buf) {
+                None => return Ok(None),
+                Some(b) => match bincode::deserialize(b) {
+                    Ok(v) => v,
+                    Err(e) => return Err(self.codec("decode", e)),
+                },
+            };
+            self.cache(value);
+        }
+        Ok(self.cached.as_mut().map(|c| &mut c.value))
+    }
+
+    fn insert(&mut self, kg: KeyGroup, key: &K, ns: &N, value: V) -> Result<&mut V> {
+        self.compose(kg, key, ns)?;
+        if !self.is_cached() {
+            self.write_back()?;
+            if self.backend.get(&self.name, &self.buf).is_none() {
+                self.len += 1;
+            }
+        }
+        Ok(self.cache(value))
+    }
+
+    fn remove(&mut self, kg: KeyGroup, key: &K, ns: &N) -> Result<Option<V>> {
+        self.compose(kg, key, ns)?;
+        let old = if self.is_cached() {
+            self.cached.take().map(|c| c.value)
+        } else {
+            match self.backend.get(&self.name, &self.buf) {
+                None => None,
+                Some(b) => match bincode::deserialize(b) {
+                    Ok(v) => Some(v),
+                    Err(e) => return Err(self.codec("decode", e)),
+                },
+            }
+        };
+        if old.is_some() {
+            self.backend.delete(&self.name, &self.buf);
+            self.len -= 1;
+        }
+        Ok(old)
+    }
+
+    fn namespaces(&mut self, kg: KeyGroup, key: &K, out: &mut Vec<N>) -> Result<()> {
+        self.write_back()?;
+        self.key_bytes.clear();
+        if let Err(e) = bincode::serialize_into(&mut self.key_bytes, key) {
+            return Err(self.codec("encode", e));
+        }
+        compose_key(&mut self.buf, kg, &self.key_bytes, &[]);
+        // Drop the empty namespace's length: what is left is `key group | key`.
+        self.buf.truncate(self.buf.len() - 4);
+        let ns_at = self.buf.len() + 4;
+        for (k, _) in self.backend.scan_prefix(&self.name, &self.buf) {
+            match bincode::deserialize(&k[ns_at..]) {
+                Ok(ns) => out.push(ns),
+                Err(e) => return Err(self.codec("decode", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.write_back()
+    }
+
+    fn needs_key_group(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStateBackend;
+
+    /// A memory backend that reports itself as a byte store.
+    #[derive(Debug, Default)]
+    struct Bytes(MemoryStateBackend);
+
+    impl KeyedStateBackend for Bytes {
+        fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
+            self.0.get(state, key)
+        }
+        fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+            self.0.put(state, key, value)
+        }
+        fn delete(&mut self, state: &str, key: &[u8]) {
+            self.0.delete(state, key)
+        }
+        fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+            self.0.scan_prefix(state, prefix)
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    fn exercise(t: &mut dyn NamespacedTable<String, (i64, i64), u64>) {
+        let (a, b) = ("a".to_string(), "ab".to_string());
+        assert!(t.get_mut(1, &a, &(0, 10)).unwrap().is_none());
+        *t.insert(1, &a, &(0, 10), 1).unwrap() += 1;
+        t.insert(1, &a, &(10, 20), 5).unwrap();
+        t.insert(2, &b, &(0, 10), 7).unwrap();
+        *t.get_mut(2, &b, &(0, 10)).unwrap().unwrap() += 1;
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get_mut(1, &a, &(0, 10)).unwrap().copied(), Some(2));
+        assert_eq!(t.get_mut(2, &b, &(0, 10)).unwrap().copied(), Some(8));
+        let mut ns = Vec::new();
+        t.namespaces(1, &a, &mut ns).unwrap();
+        ns.sort();
+        assert_eq!(ns, vec![(0, 10), (10, 20)]);
+        assert_eq!(t.remove(1, &a, &(0, 10)).unwrap(), Some(2));
+        assert_eq!(t.remove(1, &a, &(0, 10)).unwrap(), None);
+        assert_eq!(t.len(), 2);
+        // Growing past the short-vector form keeps every entry.
+        for i in 0..20 {
+            t.insert(3, &b, &(100 + i, 0), i as u64).unwrap();
+        }
+        for i in 0..20 {
+            assert_eq!(
+                t.get_mut(3, &b, &(100 + i, 0)).unwrap().copied(),
+                Some(i as u64)
+            );
+        }
+        t.insert(3, &b, &(100, 0), 99).unwrap();
+        assert_eq!(t.len(), 22);
+        t.flush().unwrap();
+    }
+
+    #[test]
+    fn heap_table() {
+        let mut t = HeapTable::new();
+        exercise(&mut t);
+        assert!(!NamespacedTable::<String, (i64, i64), u64>::needs_key_group(&t));
+    }
+
+    #[test]
+    fn bytes_table_writes_back_to_the_backend() {
+        let mut t: BytesTable<String, (i64, i64), u64> =
+            BytesTable::new("w", Box::new(Bytes::default()));
+        exercise(&mut t);
+        assert_eq!(t.backend().len(), 22);
+        let t2: Box<dyn NamespacedTable<String, (i64, i64), u64>> =
+            namespaced_table("w", Box::new(MemoryStateBackend::new()));
+        assert!(!t2.needs_key_group());
+        let t3: Box<dyn NamespacedTable<String, (i64, i64), u64>> =
+            namespaced_table("w", Box::new(Bytes::default()));
+        assert!(t3.needs_key_group());
+    }
+}
