@@ -4,6 +4,33 @@
 //!
 //! Semantics are those of `docs/semantics.md` §3 (half-open windows, firing at
 //! `W >= end - 1`, re-firing within the allowed lateness, late records).
+//!
+//! - [`assigner`]: [`WindowAssigner`] and its constructors named as Flink's
+//!   ([`TumblingEventTimeWindows`], [`SlidingEventTimeWindows`],
+//!   [`EventTimeSessionWindows`] and the processing-time ones).
+//! - [`trigger`]: [`Trigger`] (event time, processing time, count, continuous event time).
+//! - [`aggregate`]: built-in [`AggregateFunction`]s ([`Count`], [`Sum`], [`Min`], [`Max`],
+//!   [`Avg`], [`First`], [`Last`], [`CountDistinct`]) and tuples of them.
+//! - [`WindowOperator`]: the operator, with [`ProcessWindowFunction`]s or aggregates.
+
+pub mod aggregate;
+pub mod assigner;
+pub mod function;
+mod operator;
+pub mod trigger;
+
+pub use aggregate::{Avg, Count, CountDistinct, First, Last, Max, Min, Sum};
+pub use assigner::{
+    EventTimeSessionWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows, TumblingEventTimeWindows, TumblingProcessingTimeWindows,
+    WindowAssigner, WindowConfigError,
+};
+pub use function::{ProcessWindowFunction, WindowFunction};
+pub use operator::WindowOperator;
+pub use trigger::Trigger;
+
+#[cfg(test)]
+mod tests;
 
 use brook_core::time::Millis;
 use serde::de::DeserializeOwned;
