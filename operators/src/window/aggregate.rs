@@ -146,7 +146,7 @@ where
     fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
         if let Some(o) = other {
             match acc {
-                Some(a) if !(o < *a) => {}
+                Some(a) if o.partial_cmp(a) != Some(std::cmp::Ordering::Less) => {}
                 _ => *acc = Some(o),
             }
         }
@@ -186,7 +186,7 @@ where
     fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
         if let Some(o) = other {
             match acc {
-                Some(a) if !(o > *a) => {}
+                Some(a) if o.partial_cmp(a) != Some(std::cmp::Ordering::Greater) => {}
                 _ => *acc = Some(o),
             }
         }
@@ -419,9 +419,15 @@ mod tests {
         assert_eq!(run(&Min::of(|e: &Ev| e.v)), Some(-2));
         assert_eq!(run(&Max::of(|e: &Ev| e.v)), Some(7));
         assert_eq!(run(&Avg::of(|e: &Ev| e.v)), 2.75);
-        assert_eq!(run(&First::of(|e: &Ev| e.name)), Some("a"));
-        assert_eq!(run(&Last::of(|e: &Ev| e.name)), Some("c"));
-        assert_eq!(run(&CountDistinct::of(|e: &Ev| e.name)), 3);
+        assert_eq!(
+            run(&First::of(|e: &Ev| e.name.to_string())),
+            Some("a".to_string())
+        );
+        assert_eq!(
+            run(&Last::of(|e: &Ev| e.name.to_string())),
+            Some("c".to_string())
+        );
+        assert_eq!(run(&CountDistinct::of(|e: &Ev| e.name.to_string())), 3);
         assert_eq!(run(&CountDistinct::of(|e: &Ev| e.v)), 3);
         let empty = Min::of(|e: &Ev| e.v);
         assert_eq!(AggregateFunction::<Ev>::get_result(&empty, &None), None);
@@ -438,7 +444,7 @@ mod tests {
             run(&(
                 Count,
                 Sum::of(|e: &Ev| e.v),
-                CountDistinct::of(|e: &Ev| e.name),
+                CountDistinct::of(|e: &Ev| e.name.to_string()),
                 Last::of(|e: &Ev| e.v)
             )),
             (4, 11, 3, Some(3))

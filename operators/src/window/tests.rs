@@ -1,1 +1,760 @@
+//! Window operator tests, each run against both state tables (heap and bytes).
+#![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+
+use brook_core::element::StreamRecord;
+use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
+use brook_core::time::{ManualClock, Millis, Watermark};
+use brook_state::{KeyedStateBackend, MemoryStateBackend};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::assigner::WindowKind;
+use super::*;
+
+type Got = [(
+    Millis,
+    WindowOutput<WindowResult<String, (u64, i64)>, Ev>,
+    Option<Millis>,
+)];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Ev {
+    key: String,
+    ts: Millis,
+    value: i64,
+}
+
+fn ev(key: &str, ts: Millis, value: i64) -> Ev {
+    Ev {
+        key: key.into(),
+        ts,
+        value,
+    }
+}
+
+/// A memory backend that reports itself as a byte store, so the operator uses its
+/// bytes table (as it would with RocksDB).
+#[derive(Debug, Default)]
+struct BytesBackend(MemoryStateBackend);
+
+impl KeyedStateBackend for BytesBackend {
+    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
+        self.0.get(state, key)
+    }
+    fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        self.0.put(state, key, value)
+    }
+    fn delete(&mut self, state: &str, key: &[u8]) {
+        self.0.delete(state, key)
+    }
+    fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.0.scan_prefix(state, prefix)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Both kinds of state: `(name, backend)`.
+type MakeBackend = fn() -> Box<dyn KeyedStateBackend>;
+
+fn backends() -> [(&'static str, MakeBackend); 2] {
+    [
+        ("heap", || Box::new(MemoryStateBackend::new())),
+        ("bytes", || Box::new(BytesBackend::default())),
+    ]
+}
+
+fn context(clock: &ManualClock) -> OperatorContext {
+    let info = SubtaskInfo {
+        name: "window".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    OperatorContext::new(info, clock.shared())
+}
+
+type CountSum = (Count, Sum<fn(&Ev) -> i64>);
+type KeyOf = fn(&Ev) -> String;
+type CountSumOp = WindowOperator<Ev, String, KeyOf, function::Aggregating<CountSum>>;
+
+fn count_sum() -> CountSum {
+    (Count, Sum::of(|e: &Ev| e.value))
+}
+
+fn aggregate_op(assigner: WindowAssigner, backend: Box<dyn KeyedStateBackend>) -> CountSumOp {
+    WindowOperator::aggregate(
+        assigner,
+        (|e: &Ev| e.key.clone()) as KeyOf,
+        count_sum(),
+        backend,
+    )
+}
+
+/// Drives an operator as a source with bounded out-of-orderness and a watermark after
+/// every record would (semantics.md §2), recording the watermark at each output.
+struct Driver<O: Operator> {
+    op: O,
+    ctx: OperatorContext,
+    out: Output<O::Out>,
+    max_ts: Millis,
+    wm: Millis,
+    ooo: Millis,
+    /// `(watermark when emitted, output, timestamp)`.
+    got: Vec<(Millis, O::Out, Option<Millis>)>,
+}
+
+impl<O: Operator<In = Ev>> Driver<O> {
+    fn new(mut op: O, ooo: Millis, clock: &ManualClock) -> Self {
+        let mut ctx = context(clock);
+        op.open(&mut ctx).unwrap();
+        Driver {
+            op,
+            ctx,
+            out: Output::new(),
+            max_ts: Millis::MIN,
+            wm: Millis::MIN,
+            ooo,
+            got: Vec::new(),
+        }
+    }
+
+    fn collect(&mut self) {
+        for r in self.out.take() {
+            self.got.push((self.wm, r.value, r.timestamp));
+        }
+    }
+
+    /// Feeds one record without moving the watermark.
+    fn record(&mut self, e: Ev) {
+        let ts = e.ts;
+        self.op
+            .process_batch(
+                vec![StreamRecord::with_timestamp(e, ts)],
+                &mut self.ctx,
+                &mut self.out,
+            )
+            .unwrap();
+        self.collect();
+        self.max_ts = self.max_ts.max(ts);
+    }
+
+    fn watermark(&mut self, wm: Millis) {
+        if wm > self.wm {
+            self.wm = wm;
+            self.ctx.set_current_watermark(Watermark(wm));
+            self.op
+                .on_watermark(Watermark(wm), &mut self.ctx, &mut self.out)
+                .unwrap();
+            self.collect();
+        }
+    }
+
+    /// Feeds a record, then the watermark `max_ts - ooo - 1` if it advanced.
+    fn feed(&mut self, e: Ev) {
+        self.record(e);
+        self.watermark(self.max_ts - self.ooo - 1);
+    }
+
+    fn end(&mut self) {
+        self.watermark(Millis::MAX);
+    }
+}
+
+/// Results as `(watermark, row)` JSON strings, sorted: equal when the same rows were
+/// emitted at the same watermarks. Late rows carry no watermark (Flink's files give
+/// none).
+fn rows(got: &Got) -> Vec<(Option<Millis>, String)> {
+    let mut v: Vec<_> = got
+        .iter()
+        .map(|(wm, o, _)| {
+            let (wm, row) = match o {
+                WindowOutput::Result(r) => (
+                    Some(*wm),
+                    json!({"stream": "main", "key": r.key,
+                    "window_start": r.window.start, "window_end": r.window.end,
+                    "count": r.value.0, "sum": r.value.1}),
+                ),
+                WindowOutput::Late(e) => (
+                    None,
+                    json!({"stream": "late", "key": e.key, "ts": e.ts, "value": e.value}),
+                ),
+            };
+            let row: BTreeMap<String, Value> = serde_json::from_value(row).unwrap();
+            (wm, serde_json::to_string(&row).unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn flink_rows(jsonl: &str) -> Vec<(Option<Millis>, String)> {
+    let mut v: Vec<_> = jsonl
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let row: BTreeMap<String, Value> = serde_json::from_str(l).unwrap();
+            let wm = match row["stream"].as_str() {
+                Some("main") => Some(row["watermark"].as_i64().unwrap()),
+                _ => None,
+            };
+            let row: BTreeMap<_, _> = row.into_iter().filter(|(k, _)| k != "watermark").collect();
+            (wm, serde_json::to_string(&row).unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn conformance(case: &str, flink: &str) {
+    let case: Value = serde_json::from_str(case).unwrap();
+    let w = &case["window"];
+    let offset = w.get("offset_ms").and_then(Value::as_i64).unwrap_or(0);
+    let ms = |f: &str| w[f].as_i64().unwrap();
+    let assigner = match w["kind"].as_str().unwrap() {
+        "tumbling" => TumblingEventTimeWindows::with_offset(ms("size_ms"), offset),
+        "hopping" | "sliding" => {
+            SlidingEventTimeWindows::with_offset(ms("size_ms"), ms("slide_ms"), offset)
+        }
+        "session" => EventTimeSessionWindows::with_gap(ms("gap_ms")),
+        k => panic!("unknown kind {k}"),
+    }
+    .unwrap();
+    let events: Vec<Ev> = serde_json::from_value(case["events"].clone()).unwrap();
+    for (name, backend) in backends() {
+        let op = aggregate_op(assigner, backend())
+            .allowed_lateness(case["allowed_lateness_ms"].as_i64().unwrap())
+            .emit_late_records(true);
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, case["out_of_orderness_ms"].as_i64().unwrap(), &clock);
+        for e in &events {
+            d.feed(e.clone());
+        }
+        d.end();
+        assert_eq!(rows(&d.got), flink_rows(flink), "{name} table");
+        let late = flink.lines().filter(|l| l.contains("\"late\"")).count() as u64;
+        assert_eq!(d.op.late_records(), late);
+        assert_eq!(d.ctx.late_records(), late);
+        assert_eq!(d.op.window_count(), 0, "all state cleaned up at the end");
+        // Results carry the window's max timestamp, late records their own.
+        for (_, o, ts) in &d.got {
+            match o {
+                WindowOutput::Result(r) => assert_eq!(*ts, Some(r.window.max_timestamp())),
+                WindowOutput::Late(e) => assert_eq!(*ts, Some(e.ts)),
+            }
+        }
+    }
+}
+
+#[test]
+fn conformance_tumbling_late() {
+    conformance(
+        include_str!("testdata/tumbling_late.json"),
+        include_str!("testdata/tumbling_late.flink.jsonl"),
+    );
+}
+
+#[test]
+fn conformance_session_merge() {
+    conformance(
+        include_str!("testdata/session_merge.json"),
+        include_str!("testdata/session_merge.flink.jsonl"),
+    );
+}
+
+/// `(watermark, key, start, end, count, sum)` of results; `(watermark, key, ts)` of late
+/// records as `end = -1`.
+fn flat(got: &Got) -> Vec<(Millis, String, Millis, Millis, u64, i64)> {
+    got.iter()
+        .map(|(wm, o, _)| match o {
+            WindowOutput::Result(r) => (
+                *wm,
+                r.key.clone(),
+                r.window.start,
+                r.window.end,
+                r.value.0,
+                r.value.1,
+            ),
+            WindowOutput::Late(e) => (*wm, e.key.clone(), e.ts, -1, 0, e.value),
+        })
+        .collect()
+}
+
+/// Allowed lateness on tumbling windows, by Flink's rules: a window fires at its end,
+/// fires again at once with the full result for each record within the lateness, a
+/// window first created within the lateness fires at once, and after
+/// `end - 1 + lateness` the window is gone and its records are late.
+#[test]
+fn tumbling_allowed_lateness() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(TumblingEventTimeWindows::of(1000).unwrap(), backend())
+            .allowed_lateness(500)
+            .emit_late_records(true);
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 0, &clock);
+        d.feed(ev("a", 100, 1)); // wm 99
+        d.feed(ev("a", 1200, 2)); // wm 1199: a [0,1000) fires
+        d.feed(ev("a", 500, 4)); // within lateness: re-fires with 2 records
+        d.feed(ev("b", 300, 8)); // b's window created late: fires at once
+        d.feed(ev("a", 1499, 16)); // wm 1498: [0,1000) kept (cleanup at 1499)
+        d.feed(ev("a", 999, 32)); // still kept: fires again with 3 records
+        d.feed(ev("a", 1600, 64)); // wm 1599: [0,1000) of a and b cleaned up
+        d.feed(ev("a", 700, 128)); // late
+        d.feed(ev("b", 999, 256)); // late
+        d.end();
+        let a = |wm, s, e, n, sum| (wm, "a".to_string(), s, e, n, sum);
+        let want = vec![
+            a(1199, 0, 1000, 1, 1),
+            a(1199, 0, 1000, 2, 5),
+            (1199, "b".into(), 0, 1000, 1, 8),
+            a(1498, 0, 1000, 3, 37),
+            a(1599, 700, -1, 0, 128),
+            (1599, "b".into(), 999, -1, 0, 256),
+            a(Millis::MAX, 1000, 2000, 3, 82),
+        ];
+        assert_eq!(flat(&d.got), want, "{name} table");
+        assert_eq!(d.op.late_records(), 2);
+        assert_eq!(d.op.window_count(), 0);
+    }
+}
+
+/// Sessions within the allowed lateness: a fired session that merges fires again, at
+/// once when the watermark is past the new end, else when it gets there; a record
+/// touching a purged session starts a new one (late here).
+#[test]
+fn session_allowed_lateness() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(EventTimeSessionWindows::with_gap(100).unwrap(), backend())
+            .allowed_lateness(1000)
+            .emit_late_records(true);
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 0, &clock);
+        d.feed(ev("s", 0, 1)); // [0,100)
+        d.feed(ev("s", 150, 2)); // wm 149: [0,100) fires
+        d.feed(ev("s", 60, 4)); // [60,160) bridges to [0,250): fires at wm 249, not now
+        d.feed(ev("s", 400, 8)); // wm 399: [0,250) fires (3 records)
+        d.feed(ev("s", 90, 16)); // inside [0,250): fires again at once
+        d.feed(ev("s", 1300, 32)); // wm 1299: [0,250) gone (1249); [400,500) fires
+        d.feed(ev("s", 200, 64)); // touches the purged [0,250): own window late
+        d.feed(ev("s", 450, 128)); // [400,550): fires at once (max 549 <= 1299)
+        d.end();
+        let s = |wm, st, e, n, sum| (wm, "s".to_string(), st, e, n, sum);
+        let want = vec![
+            s(149, 0, 100, 1, 1),
+            s(399, 0, 250, 3, 7),
+            s(399, 0, 250, 4, 23),
+            s(1299, 400, 500, 1, 8),
+            s(1299, 200, -1, 0, 64),
+            s(1299, 400, 550, 2, 136),
+            s(Millis::MAX, 1300, 1400, 1, 32),
+        ];
+        assert_eq!(flat(&d.got), want, "{name} table");
+        assert_eq!(d.op.window_count(), 0);
+    }
+}
+
+#[test]
+fn late_records_are_dropped_unless_emitted() {
+    for (_, backend) in backends() {
+        let op = aggregate_op(TumblingEventTimeWindows::of(10).unwrap(), backend());
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 0, &clock);
+        d.feed(ev("k", 25, 1));
+        d.feed(ev("k", 3, 1));
+        d.end();
+        assert_eq!(flat(&d.got), vec![(Millis::MAX, "k".into(), 20, 30, 1, 1)]);
+        assert_eq!(d.op.late_records(), 1);
+        assert_eq!(d.ctx.late_records(), 1);
+    }
+}
+
+#[test]
+fn sliding_windows_fire_in_time_order() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(SlidingEventTimeWindows::of(20, 10).unwrap(), backend());
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 0, &clock);
+        d.record(ev("k", 5, 1));
+        d.record(ev("k", 15, 2));
+        d.record(ev("k", -3, 4));
+        d.watermark(19);
+        d.end();
+        let k = |wm, s, e, n, sum| (wm, "k".to_string(), s, e, n, sum);
+        let want = vec![
+            k(19, -20, 0, 1, 4),
+            k(19, -10, 10, 2, 5),
+            k(19, 0, 20, 2, 3),
+            k(Millis::MAX, 10, 30, 1, 2),
+        ];
+        assert_eq!(flat(&d.got), want, "{name} table");
+    }
+}
+
+#[test]
+fn count_trigger_fires_every_n_and_not_at_the_end() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), backend())
+            .trigger(Trigger::Count(2));
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 1000, &clock);
+        for (i, ts) in [1, 2, 3, 4, 5].into_iter().enumerate() {
+            d.record(ev("k", ts, 1 << i));
+        }
+        d.end();
+        let k = |s, e, n, sum| (Millis::MIN, "k".to_string(), s, e, n, sum);
+        assert_eq!(
+            flat(&d.got),
+            vec![k(0, 100, 2, 3), k(0, 100, 4, 15)],
+            "{name} table"
+        );
+        assert_eq!(d.op.window_count(), 0);
+    }
+}
+
+#[test]
+fn count_trigger_merges_counts_of_sessions() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(EventTimeSessionWindows::with_gap(15).unwrap(), backend())
+            .trigger(Trigger::Count(3));
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 1000, &clock);
+        d.record(ev("k", 0, 1));
+        d.record(ev("k", 30, 2));
+        d.record(ev("k", 35, 4));
+        // Bridges [0,15) (count 1) and [30,50) (count 2): 3, plus this record -> fires.
+        d.record(ev("k", 15, 8));
+        assert_eq!(
+            flat(&d.got),
+            vec![(Millis::MIN, "k".to_string(), 0, 50, 4, 15)],
+            "{name} table"
+        );
+    }
+}
+
+#[test]
+fn continuous_event_time_trigger_fires_early() {
+    for (name, backend) in backends() {
+        let op = aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), backend())
+            .trigger(Trigger::ContinuousEventTime(30));
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 0, &clock);
+        d.record(ev("k", 5, 1));
+        d.record(ev("k", 40, 2));
+        d.watermark(30); // early firing at 30
+        d.watermark(59); // nothing: next at 60
+        d.record(ev("k", 70, 4));
+        d.watermark(95); // early firing at 60 and 90
+        d.watermark(99); // end of window
+        let k = |wm, n, sum| (wm, "k".to_string(), 0, 100, n, sum);
+        assert_eq!(
+            flat(&d.got),
+            vec![k(30, 2, 3), k(95, 3, 7), k(95, 3, 7), k(99, 3, 7)],
+            "{name} table"
+        );
+        assert_eq!(d.op.window_count(), 0);
+    }
+}
+
+#[test]
+fn continuous_trigger_needs_a_positive_interval() {
+    let mut op = aggregate_op(
+        TumblingEventTimeWindows::of(100).unwrap(),
+        Box::new(MemoryStateBackend::new()),
+    )
+    .trigger(Trigger::ContinuousEventTime(0));
+    let err = op.open(&mut context(&ManualClock::new(0))).unwrap_err();
+    assert!(err.to_string().contains("interval"), "{err}");
+}
+
+#[test]
+fn records_without_event_time_are_an_error_naming_the_operator() {
+    let mut op = aggregate_op(
+        TumblingEventTimeWindows::of(100).unwrap(),
+        Box::new(MemoryStateBackend::new()),
+    );
+    let mut ctx = context(&ManualClock::new(0));
+    let err = op
+        .process_batch(
+            vec![StreamRecord::new(ev("k", 1, 1))],
+            &mut ctx,
+            &mut Output::new(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("window (subtask 1/1)"), "{err}");
+    assert!(err.contains("WatermarkStrategy"), "{err}");
+}
+
+#[test]
+fn processing_time_windows_fire_on_the_clock() {
+    for (name, backend) in backends() {
+        let mut op = aggregate_op(TumblingProcessingTimeWindows::of(10).unwrap(), backend());
+        let clock = ManualClock::new(3);
+        let mut ctx = context(&clock);
+        let mut out = Output::new();
+        let batch = vec![
+            StreamRecord::new(ev("a", 0, 1)),
+            StreamRecord::new(ev("b", 0, 2)),
+        ];
+        op.process_batch(batch, &mut ctx, &mut out).unwrap();
+        assert_eq!(ctx.take_processing_time_callback(), Some(9));
+        clock.set(12);
+        op.process_batch(vec![StreamRecord::new(ev("a", 0, 4))], &mut ctx, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        assert_eq!(ctx.take_processing_time_callback(), Some(9));
+        op.on_processing_time(12, &mut ctx, &mut out).unwrap();
+        let got: Vec<_> = out
+            .take()
+            .into_iter()
+            .map(|rec| match rec.value {
+                WindowOutput::Result(r) => (r.key, r.window, r.value, rec.timestamp.unwrap()),
+                WindowOutput::Late(_) => panic!("late"),
+            })
+            .collect();
+        let w = TimeWindow::new(0, 10);
+        assert_eq!(
+            got,
+            vec![("a".into(), w, (1, 1), 9), ("b".into(), w, (1, 2), 9)],
+            "{name} table"
+        );
+        assert_eq!(ctx.take_processing_time_callback(), Some(19));
+        op.on_processing_time(19, &mut ctx, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(op.window_count(), 0);
+    }
+}
+
+#[test]
+fn processing_time_sessions_merge() {
+    for (name, backend) in backends() {
+        let mut op = aggregate_op(
+            ProcessingTimeSessionWindows::with_gap(10).unwrap(),
+            backend(),
+        );
+        let clock = ManualClock::new(0);
+        let mut ctx = context(&clock);
+        let mut out = Output::new();
+        for now in [0, 5, 14, 30] {
+            clock.set(now);
+            op.process_batch(vec![StreamRecord::new(ev("a", 0, now))], &mut ctx, &mut out)
+                .unwrap();
+        }
+        clock.set(100);
+        op.on_processing_time(100, &mut ctx, &mut out).unwrap();
+        let got: Vec<_> = out
+            .take()
+            .into_iter()
+            .map(|r| match r.value {
+                WindowOutput::Result(r) => (r.window, r.value),
+                WindowOutput::Late(_) => panic!("late"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (TimeWindow::new(0, 24), (3, 19)),
+                (TimeWindow::new(30, 40), (1, 30))
+            ],
+            "{name} table"
+        );
+    }
+}
+
+/// Emits `(key, window, values in the order the window kept them)`.
+struct Collect;
+
+impl ProcessWindowFunction<String, Ev> for Collect {
+    type Out = (String, TimeWindow, Vec<i64>);
+
+    fn process(
+        &mut self,
+        key: &String,
+        window: &TimeWindow,
+        elements: &[Ev],
+        out: &mut Output<Self::Out>,
+    ) {
+        let values = elements.iter().map(|e| e.value).collect();
+        out.collect((key.clone(), *window, values), None);
+    }
+}
+
+#[test]
+fn process_window_function_sees_all_records() {
+    for (name, backend) in backends() {
+        let op = WindowOperator::process(
+            EventTimeSessionWindows::with_gap(15).unwrap(),
+            |e: &Ev| e.key.clone(),
+            Collect,
+            backend(),
+        );
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(op, 100, &clock);
+        for (ts, v) in [(0, 1), (30, 2), (5, 3), (35, 4), (18, 5)] {
+            d.feed(ev("k", ts, v));
+        }
+        d.end();
+        let got: Vec<_> = d
+            .got
+            .iter()
+            .map(|(_, o, ts)| match o {
+                WindowOutput::Result(r) => (r.clone(), *ts),
+                WindowOutput::Late(_) => panic!("late"),
+            })
+            .collect();
+        // [18,33) bridges [0,20) and [30,50): the earlier session's records first.
+        let w = TimeWindow::new(0, 50);
+        assert_eq!(
+            got,
+            vec![(("k".to_string(), w, vec![1, 3, 2, 4, 5]), Some(49))],
+            "{name} table"
+        );
+    }
+}
+
+/// Plain-Rust reference: `(key, start, end) -> (count, sum)` for in-order input.
+fn offline(kind: WindowKind, events: &[Ev]) -> BTreeMap<(String, Millis, Millis), (u64, i64)> {
+    let mut m: BTreeMap<(String, Millis, Millis), (u64, i64)> = BTreeMap::new();
+    let mut add = |k: &str, s, e, v| {
+        let x = m.entry((k.to_string(), s, e)).or_default();
+        x.0 += 1;
+        x.1 += v;
+    };
+    match kind {
+        WindowKind::Tumbling { size, offset } => {
+            for e in events {
+                let s = e.ts - (e.ts - offset).rem_euclid(size);
+                add(&e.key, s, s + size, e.value);
+            }
+        }
+        WindowKind::Sliding {
+            size,
+            slide,
+            offset,
+        } => {
+            for e in events {
+                let first = e.ts - size + 1;
+                let mut s = first + (offset - first).rem_euclid(slide);
+                while s <= e.ts {
+                    add(&e.key, s, s + size, e.value);
+                    s += slide;
+                }
+            }
+        }
+        WindowKind::Session { gap } => {
+            // Per key the open session `(start, end, count, sum)`. Input in time order;
+            // `purged_before` is the largest time seen before the record: a session with
+            // `end <= purged_before` has fired and is gone (watermark `ts - 1`), so a
+            // record touching it starts a new session.
+            let mut open: BTreeMap<&str, (Millis, Millis, u64, i64)> = BTreeMap::new();
+            let mut max_seen = Millis::MIN;
+            for e in events {
+                let cur = open.remove(e.key.as_str());
+                let next = match cur {
+                    Some((s, end, n, sum)) if e.ts <= end && end > max_seen => {
+                        (s, end.max(e.ts + gap), n + 1, sum + e.value)
+                    }
+                    other => {
+                        if let Some((s, end, n, sum)) = other {
+                            m.insert((e.key.clone(), s, end), (n, sum));
+                        }
+                        (e.ts, e.ts + gap, 1, e.value)
+                    }
+                };
+                open.insert(&e.key, next);
+                max_seen = max_seen.max(e.ts);
+            }
+            for (k, (s, end, n, sum)) in open {
+                m.insert((k.to_string(), s, end), (n, sum));
+            }
+        }
+    }
+    m
+}
+
+fn results(got: &Got) -> BTreeMap<(String, Millis, Millis), (u64, i64)> {
+    let mut m = BTreeMap::new();
+    for (_, o, _) in got {
+        if let WindowOutput::Result(r) = o {
+            let old = m.insert((r.key.clone(), r.window.start, r.window.end), r.value);
+            assert!(old.is_none(), "a window fired twice without lateness");
+        }
+    }
+    m
+}
+
+fn assigner_strategy() -> impl Strategy<Value = WindowAssigner> {
+    prop_oneof![
+        (1i64..50, -49i64..50).prop_map(|(size, o)| {
+            TumblingEventTimeWindows::with_offset(size, o % size).unwrap()
+        }),
+        (1i64..20, 1i64..5, -19i64..20).prop_map(|(slide, n, o)| {
+            SlidingEventTimeWindows::with_offset(slide * n, slide, o % slide).unwrap()
+        }),
+        (1i64..40).prop_map(|gap| EventTimeSessionWindows::with_gap(gap).unwrap()),
+    ]
+}
+
+fn events_strategy() -> impl Strategy<Value = Vec<Ev>> {
+    prop::collection::vec((0u8..4, -200i64..200, -50i64..50), 0..60).prop_map(|v| {
+        v.into_iter()
+            .map(|(k, ts, value)| ev(&format!("k{k}"), ts, value))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// In-order input, no lateness: results equal the offline computation.
+    #[test]
+    fn in_order_results_match_offline(assigner in assigner_strategy(), mut events in events_strategy(), bytes in any::<bool>()) {
+        events.sort_by_key(|e| e.ts);
+        let backend = backends()[usize::from(bytes)].1;
+        let clock = ManualClock::new(0);
+        let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
+        for e in &events {
+            d.feed(e.clone());
+        }
+        d.end();
+        prop_assert_eq!(d.op.late_records(), 0);
+        prop_assert_eq!(results(&d.got), offline(assigner.kind(), &events));
+        prop_assert_eq!(d.op.window_count(), 0);
+    }
+
+    /// Sessions do not depend on arrival order when nothing is late.
+    #[test]
+    fn sessions_independent_of_arrival_order(
+        gap in 1i64..40,
+        (events, shuffled) in events_strategy().prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle())),
+        bytes in any::<bool>(),
+    ) {
+        let assigner = EventTimeSessionWindows::with_gap(gap).unwrap();
+        let backend = backends()[usize::from(bytes)].1;
+        let run = |evs: &[Ev]| {
+            let clock = ManualClock::new(0);
+            let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
+            for e in evs {
+                d.record(e.clone());
+            }
+            d.end();
+            results(&d.got)
+        };
+        let a = run(&events);
+        prop_assert_eq!(&a, &run(&shuffled));
+        // With the watermark held back nothing is purged early: offline sessions of the
+        // records in time order, none of them fired yet.
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.ts);
+        let mut held = Driver::new(aggregate_op(assigner, backend()), 0, &ManualClock::new(0));
+        for e in &sorted {
+            held.record(e.clone());
+        }
+        held.end();
+        prop_assert_eq!(a, results(&held.got));
+    }
+}
