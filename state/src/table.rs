@@ -5,16 +5,14 @@
 //! is the namespace). Two implementations, chosen by [`namespaced_table`] from the
 //! backend's [`BackendKind`]:
 //!
-//! - [`HeapTable`]: Rust values in nested maps (key -> namespace -> value), never
-//!   serialized, looked up by `&K` without cloning the key (as Flink's heap backend).
+//! - [`HeapTable`]: Rust values in a hash map `(key, namespace) -> value`, never
+//!   serialized, looked up by `(&K, &N)` without cloning (as Flink's heap backend).
 //!   Used for [`crate::MemoryStateBackend`].
 //! - [`BytesTable`]: values encoded with bincode in any [`KeyedStateBackend`] under
 //!   [`compose_key`] (`key group | key | namespace`), for byte stores such as RocksDB.
 //!   The value last handed out is cached decoded and written back on the next access
 //!   or on [`NamespacedTable::flush`].
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -94,92 +92,37 @@ where
     }
 }
 
-/// Namespaces of one key: a short vector (the usual case: one or a few windows per
-/// key), turned into a hash map when it grows.
-#[derive(Debug)]
-enum Namespaces<N, V> {
-    Few(Vec<(N, V)>),
-    Many(HashMap<N, V>),
-}
+/// Looks up a `(K, N)` entry by reference: hashes as the tuple does (field by field).
+struct Lookup<'a, K, N>(&'a K, &'a N);
 
-/// Namespaces kept in a vector up to this many.
-const FEW: usize = 8;
-
-impl<N: Hash + Eq + Clone, V> Namespaces<N, V> {
-    fn get_mut(&mut self, ns: &N) -> Option<&mut V> {
-        match self {
-            Namespaces::Few(v) => v.iter_mut().find(|(n, _)| n == ns).map(|(_, v)| v),
-            Namespaces::Many(m) => m.get_mut(ns),
-        }
-    }
-
-    /// Inserts; returns the value's place and whether it is new.
-    fn insert(&mut self, ns: &N, value: V) -> (&mut V, bool) {
-        if let Namespaces::Few(v) = self {
-            if v.len() >= FEW && !v.iter().any(|(n, _)| n == ns) {
-                *self = Namespaces::Many(std::mem::take(v).into_iter().collect());
-            }
-        }
-        match self {
-            Namespaces::Few(v) => match v.iter().position(|(n, _)| n == ns) {
-                Some(i) => {
-                    v[i].1 = value;
-                    (&mut v[i].1, false)
-                }
-                None => {
-                    v.push((ns.clone(), value));
-                    let last = v.len() - 1;
-                    (&mut v[last].1, true)
-                }
-            },
-            Namespaces::Many(m) => match m.entry(ns.clone()) {
-                Entry::Occupied(o) => {
-                    let slot = o.into_mut();
-                    *slot = value;
-                    (slot, false)
-                }
-                Entry::Vacant(e) => (e.insert(value), true),
-            },
-        }
-    }
-
-    fn remove(&mut self, ns: &N) -> Option<V> {
-        match self {
-            Namespaces::Few(v) => {
-                let i = v.iter().position(|(n, _)| n == ns)?;
-                Some(v.swap_remove(i).1)
-            }
-            Namespaces::Many(m) => m.remove(ns),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            Namespaces::Few(v) => v.is_empty(),
-            Namespaces::Many(m) => m.is_empty(),
-        }
-    }
-
-    fn push_names(&self, out: &mut Vec<N>) {
-        match self {
-            Namespaces::Few(v) => out.extend(v.iter().map(|(n, _)| n.clone())),
-            Namespaces::Many(m) => out.extend(m.keys().cloned()),
-        }
+impl<K: Hash, N: Hash> Hash for Lookup<'_, K, N> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+        self.1.hash(state);
     }
 }
 
-/// A [`NamespacedTable`] of Rust values on the heap: key -> namespace -> value. Nothing
-/// is serialized; a key is cloned only when its first namespace is inserted.
+impl<K: Eq, N: Eq> hashbrown::Equivalent<(K, N)> for Lookup<'_, K, N> {
+    fn equivalent(&self, key: &(K, N)) -> bool {
+        *self.0 == key.0 && *self.1 == key.1
+    }
+}
+
+/// A [`NamespacedTable`] of Rust values on the heap: one hash map `(key, namespace) ->
+/// value`, looked up by reference (a key is cloned only when an entry is inserted),
+/// nothing serialized. The namespaces of each key are indexed only once
+/// [`NamespacedTable::namespaces`] is first called (merging windows), so tables that
+/// never ask pay nothing for it.
 pub struct HeapTable<K, N, V> {
-    map: HashMap<K, Namespaces<N, V>>,
-    len: usize,
+    map: hashbrown::HashMap<(K, N), V>,
+    names: Option<hashbrown::HashMap<K, Vec<N>>>,
 }
 
 impl<K, N, V> fmt::Debug for HeapTable<K, N, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeapTable")
-            .field("keys", &self.map.len())
-            .field("len", &self.len)
+            .field("len", &self.map.len())
+            .field("indexed", &self.names.is_some())
             .finish()
     }
 }
@@ -187,8 +130,8 @@ impl<K, N, V> fmt::Debug for HeapTable<K, N, V> {
 impl<K, N, V> Default for HeapTable<K, N, V> {
     fn default() -> Self {
         HeapTable {
-            map: HashMap::new(),
-            len: 0,
+            map: hashbrown::HashMap::default(),
+            names: None,
         }
     }
 }
@@ -206,47 +149,63 @@ where
     N: Hash + Eq + Clone + Send,
     V: Send,
 {
+    #[inline]
     fn get_mut(&mut self, _kg: KeyGroup, key: &K, ns: &N) -> Result<Option<&mut V>> {
-        Ok(self.map.get_mut(key).and_then(|m| m.get_mut(ns)))
+        Ok(self.map.get_mut(&Lookup(key, ns)))
     }
 
     fn insert(&mut self, _kg: KeyGroup, key: &K, ns: &N, value: V) -> Result<&mut V> {
-        if !self.map.contains_key(key) {
-            self.map.insert(key.clone(), Namespaces::Few(Vec::new()));
-        }
-        let Some(names) = self.map.get_mut(key) else {
-            unreachable!("the key was inserted above")
+        let v = match self.map.entry((key.clone(), ns.clone())) {
+            hashbrown::hash_map::Entry::Occupied(o) => {
+                let v = o.into_mut();
+                *v = value;
+                return Ok(v);
+            }
+            hashbrown::hash_map::Entry::Vacant(e) => e.insert(value),
         };
-        let (v, new) = names.insert(ns, value);
-        if new {
-            self.len += 1;
+        if let Some(names) = &mut self.names {
+            match names.get_mut(key) {
+                Some(list) => list.push(ns.clone()),
+                None => {
+                    names.insert(key.clone(), vec![ns.clone()]);
+                }
+            }
         }
         Ok(v)
     }
 
     fn remove(&mut self, _kg: KeyGroup, key: &K, ns: &N) -> Result<Option<V>> {
-        let Some(names) = self.map.get_mut(key) else {
-            return Ok(None);
-        };
-        let old = names.remove(ns);
-        if names.is_empty() {
-            self.map.remove(key);
-        }
+        let old = self.map.remove(&Lookup(key, ns));
         if old.is_some() {
-            self.len -= 1;
+            if let Some(names) = &mut self.names {
+                if let Some(list) = names.get_mut(key) {
+                    list.retain(|n| n != ns);
+                    if list.is_empty() {
+                        names.remove(key);
+                    }
+                }
+            }
         }
         Ok(old)
     }
 
     fn namespaces(&mut self, _kg: KeyGroup, key: &K, out: &mut Vec<N>) -> Result<()> {
-        if let Some(names) = self.map.get(key) {
-            names.push_names(out);
+        let map = &self.map;
+        let names = self.names.get_or_insert_with(|| {
+            let mut names: hashbrown::HashMap<K, Vec<N>> = hashbrown::HashMap::default();
+            for (k, n) in map.keys() {
+                names.entry(k.clone()).or_default().push(n.clone());
+            }
+            names
+        });
+        if let Some(list) = names.get(key) {
+            out.extend(list.iter().cloned());
         }
         Ok(())
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     fn flush(&mut self) -> Result<()> {

@@ -41,23 +41,42 @@ pub(crate) enum Domain {
 
 /// The timers registered for one key and window: at most one per (domain, time), as
 /// Flink's timer service deduplicates them. Queue entries not found here are stale.
+/// Compact (40 bytes): `kinds[i]` is 0 for a free place, else the domain of `times[i]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TimerSet {
-    timers: [Option<(Domain, Millis)>; 4],
+    times: [Millis; 4],
+    kinds: [u8; 4],
+}
+
+impl Domain {
+    fn code(self) -> u8 {
+        match self {
+            Domain::Event => 1,
+            Domain::Processing => 2,
+        }
+    }
 }
 
 impl TimerSet {
+    fn find(&self, domain: Domain, time: Millis) -> Option<usize> {
+        let code = domain.code();
+        (0..4).find(|&i| self.kinds[i] == code && self.times[i] == time)
+    }
+
     /// Adds a timer; false when it was already registered.
     ///
     /// A window holds at most three timers (end of window, next early firing, cleanup),
     /// so four places always suffice.
+    #[inline]
     pub(crate) fn insert(&mut self, domain: Domain, time: Millis) -> bool {
-        let t = Some((domain, time));
-        if self.timers.contains(&t) {
+        if self.find(domain, time).is_some() {
             return false;
         }
-        match self.timers.iter_mut().find(|s| s.is_none()) {
-            Some(free) => *free = t,
+        match self.kinds.iter().position(|k| *k == 0) {
+            Some(i) => {
+                self.kinds[i] = domain.code();
+                self.times[i] = time;
+            }
             None => unreachable!("a window holds at most three timers"),
         }
         true
@@ -65,9 +84,9 @@ impl TimerSet {
 
     /// Removes a timer; false when it was not registered (a stale queue entry).
     pub(crate) fn remove(&mut self, domain: Domain, time: Millis) -> bool {
-        match self.timers.iter_mut().find(|s| **s == Some((domain, time))) {
-            Some(s) => {
-                *s = None;
+        match self.find(domain, time) {
+            Some(i) => {
+                self.kinds[i] = 0;
                 true
             }
             None => false,
