@@ -765,9 +765,9 @@ proptest! {
 #[test]
 #[ignore = "benchmark; run in release"]
 fn window_throughput() {
+    use brook_core::time::Stopwatch;
     use std::collections::HashMap;
     use std::hint::black_box;
-    use std::time::Instant;
 
     const N: u64 = 4_000_000;
     const KEYS: u64 = 10_000;
@@ -777,7 +777,7 @@ fn window_throughput() {
     let key_of = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7) % KEYS;
 
     let hand = || {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let mut m: HashMap<(u64, Millis), (u64, i64)> = HashMap::new();
         let mut next_end = Millis::MIN;
         let mut emitted = 0u64;
@@ -812,7 +812,7 @@ fn window_throughput() {
             i = end;
         }
         emitted += m.len() as u64;
-        (start.elapsed(), emitted)
+        (start.elapsed_nanos(), emitted)
     };
 
     let op_run = |backend: Box<dyn KeyedStateBackend>| {
@@ -825,7 +825,7 @@ fn window_throughput() {
         let clock = ManualClock::new(0);
         let mut ctx = context(&clock);
         let mut out = Output::new();
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let mut emitted = 0u64;
         let mut i = 0;
         while i < N {
@@ -843,15 +843,15 @@ fn window_throughput() {
         ctx.set_current_watermark(Watermark::MAX);
         op.on_watermark(Watermark::MAX, &mut ctx, &mut out).unwrap();
         emitted += out.take().len() as u64;
-        (start.elapsed(), emitted)
+        (start.elapsed_nanos(), emitted)
     };
 
     let (h, he) = hand();
     let (o, oe) = op_run(Box::new(MemoryStateBackend::new()));
-    let (b, be) = op_run(Box::new(BytesBackend::default()));
+    let (b, be) = op_run(Box::<BytesBackend>::default());
     assert_eq!(he, oe);
     assert_eq!(he, be);
-    let per = |d: std::time::Duration| d.as_nanos() as f64 / N as f64;
+    let per = |nanos: u64| nanos as f64 / N as f64;
     println!(
         "hand-written {:.1} ns/record, operator (heap) {:.1} ns/record ({:.2}x), operator (bytes) {:.1} ns/record",
         per(h),
