@@ -140,7 +140,10 @@ sinks:
     for mut row in read_jsonl(&flink) {
         let obj = row.as_object_mut().unwrap();
         let stream = obj.remove("stream").unwrap();
-        let step = obj.remove("watermark").map(|w| w.to_string()).unwrap_or_default();
+        let step = obj
+            .remove("watermark")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
         // brook writes the key fields, the window, then the aggregates.
         let row: BTreeMap<String, Value> = obj.clone().into_iter().collect();
         let row = serde_json::to_value(row).unwrap();

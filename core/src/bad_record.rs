@@ -172,7 +172,7 @@ impl BadRecords {
             BadRecordPolicy::DeadLetter => {
                 if let Some(w) = &self.dead_letter {
                     let mut line =
-                        serde_json::json!({ "raw": raw, "position": position, "reason": reason })
+                        serde_json::json!({ "position": position, "raw": raw, "reason": reason })
                             .to_string();
                     line.push('\n');
                     // One write of a whole line, so lines of subtasks (and of other

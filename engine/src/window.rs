@@ -197,8 +197,11 @@ where
         WindowResult<K, F::Out>: Clone,
     {
         let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) =
-            (self.assigner.clone(), self.trigger, self.allowed_lateness_ms);
+        let (assigner, trigger, lateness) = (
+            self.assigner.clone(),
+            self.trigger,
+            self.allowed_lateness_ms,
+        );
         let emit_late = self.late.is_some();
         let both = self
             .keyed
@@ -236,8 +239,11 @@ where
         FF: Fn() -> P + Send + Sync + 'static,
     {
         let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) =
-            (self.assigner.clone(), self.trigger, self.allowed_lateness_ms);
+        let (assigner, trigger, lateness) = (
+            self.assigner.clone(),
+            self.trigger,
+            self.allowed_lateness_ms,
+        );
         let emit_late = self.late.is_some();
         let both = self
             .keyed

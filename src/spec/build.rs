@@ -6,15 +6,16 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use brook_connectors::{
-    FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSink, LogSource, StartingOffsets, StdoutSink,
+    FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSink, LogSource, StartingOffsets,
+    StdoutSink,
 };
 use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy, BadRecords, DeadLetterWriter};
-use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
-use brook_log::Log;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
+use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
+use brook_log::Log;
 use brook_operators::row::{row_key, Row, RowFilter, RowMap};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_time::EventTimeField;
@@ -238,7 +239,10 @@ pub fn build(
                         if let Some(ts) = ts.filter(|t| t.field != "ts") {
                             return Err(SpecError::new(
                                 format!("{field}.event_time"),
-                                format!("generated events have their time in \"ts\", not {:?}", ts.field),
+                                format!(
+                                    "generated events have their time in \"ts\", not {:?}",
+                                    ts.field
+                                ),
                             ));
                         }
                         let mut st =

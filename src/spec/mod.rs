@@ -42,7 +42,7 @@ pub use time::{
     DurationSpec, EventTimeFormatSpec, EventTimeSpec, TimeKind, TriggerSpec, WatermarkSpec,
     WindowSpec,
 };
-pub(crate) use time::{WindowStep, Watermarks};
+pub(crate) use time::{Watermarks, WindowStep};
 
 /// A spec that cannot run; `field` says where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,7 +132,8 @@ pub enum SourceSpec {
         on_bad_record: Option<BadRecordPolicy>,
         /// Parallel readers.
         #[serde(default)]
-        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        parallelism: Option<u32>,
+        /// The field holding each row's event time (default for log and generator
         /// sources: the record's own timestamp).
         #[serde(default)]
         event_time: Option<EventTimeSpec>,
@@ -157,7 +158,8 @@ pub enum SourceSpec {
         on_bad_record: Option<BadRecordPolicy>,
         /// Parallel readers.
         #[serde(default)]
-        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        parallelism: Option<u32>,
+        /// The field holding each row's event time (default for log and generator
         /// sources: the record's own timestamp).
         #[serde(default)]
         event_time: Option<EventTimeSpec>,
@@ -186,7 +188,8 @@ pub enum SourceSpec {
         rate: Option<f64>,
         /// Parallel generators.
         #[serde(default)]
-        parallelism: Option<u32>,        /// The field holding each row's event time (default for log and generator
+        parallelism: Option<u32>,
+        /// The field holding each row's event time (default for log and generator
         /// sources: the record's own timestamp).
         #[serde(default)]
         event_time: Option<EventTimeSpec>,
@@ -628,12 +631,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                             format!("{late:?} is not a sink"),
                         ))
                     }
-                    Some(k) if k.input().is_some() => {
-                        return Err(SpecError::new(
-                            format!("{field}.late_output"),
-                            format!("sink {late:?} receives this step's late rows: leave its `input` out"),
-                        ))
-                    }
+                    Some(k) if k.input().is_some() => return Err(SpecError::new(
+                        format!("{field}.late_output"),
+                        format!(
+                            "sink {late:?} receives this step's late rows: leave its `input` out"
+                        ),
+                    )),
                     Some(_) => {}
                 }
                 if !late_outputs.insert(late.clone(), name.clone()).is_none() {
@@ -870,7 +873,10 @@ pub(crate) fn late_input(step: &str) -> String {
 
 /// Event time of a source: its timestamp field (none: the record's own timestamp) and
 /// watermarks, or `None` without event time.
-pub(crate) type SourceTime = Option<(Option<brook_operators::row_time::EventTimeField>, Watermarks)>;
+pub(crate) type SourceTime = Option<(
+    Option<brook_operators::row_time::EventTimeField>,
+    Watermarks,
+)>;
 
 fn source_event_time(field: &str, s: &SourceSpec) -> Result<SourceTime, SpecError> {
     let (event_time, watermark) = s.event_time();

@@ -48,8 +48,9 @@ impl DurationSpec {
     pub(crate) fn ms(&self, field: &str) -> Result<Millis, SpecError> {
         let ms = match self {
             DurationSpec::Millis(n) => *n,
-            DurationSpec::Text(t) => parse_duration_ms(t)
-                .map_err(|e| SpecError::new(field, format!("{t:?}: {e}")))?,
+            DurationSpec::Text(t) => {
+                parse_duration_ms(t).map_err(|e| SpecError::new(field, format!("{t:?}: {e}")))?
+            }
         };
         if ms < 0 {
             return Err(SpecError::new(field, "must not be negative"));
@@ -90,10 +91,14 @@ impl EventTimeSpec {
             EventTimeSpec::Full(f) => (f.field.clone(), f.format.clone(), f.timezone.clone()),
         };
         if name.is_empty() {
-            return Err(SpecError::new(format!("{field}.field"), "must not be empty"));
+            return Err(SpecError::new(
+                format!("{field}.field"),
+                "must not be empty",
+            ));
         }
-        let format = TimestampFormat::parse(format.as_deref().unwrap_or("epoch_ms"), zone.as_deref())
-            .map_err(|e| SpecError::new(format!("{field}.format"), e))?;
+        let format =
+            TimestampFormat::parse(format.as_deref().unwrap_or("epoch_ms"), zone.as_deref())
+                .map_err(|e| SpecError::new(format!("{field}.format"), e))?;
         Ok(EventTimeField {
             field: name,
             format,
