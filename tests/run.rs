@@ -30,8 +30,15 @@ fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Sorted by their text with object keys in order, whatever order the fields have.
 fn sorted(mut v: Vec<Value>) -> Vec<Value> {
-    v.sort_by_key(|x| x.to_string());
+    v.sort_by_key(|x| match x {
+        Value::Object(m) => {
+            let m: std::collections::BTreeMap<_, _> = m.iter().collect();
+            serde_json::to_string(&m).unwrap()
+        }
+        other => other.to_string(),
+    });
     v
 }
 

@@ -197,11 +197,7 @@ where
         WindowResult<K, F::Out>: Clone,
     {
         let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) = (
-            self.assigner.clone(),
-            self.trigger,
-            self.allowed_lateness_ms,
-        );
+        let (assigner, trigger, lateness) = (self.assigner, self.trigger, self.allowed_lateness_ms);
         let emit_late = self.late.is_some();
         let both = self
             .keyed
@@ -210,7 +206,7 @@ where
             .add_operator(&self.name, move |_, env| {
                 let key = Arc::clone(&key);
                 let mut op = WindowOperator::aggregate(
-                    assigner.clone(),
+                    assigner,
                     move |t: &T| key(t),
                     f.clone(),
                     (env.state_backend)(),
@@ -239,11 +235,7 @@ where
         FF: Fn() -> P + Send + Sync + 'static,
     {
         let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) = (
-            self.assigner.clone(),
-            self.trigger,
-            self.allowed_lateness_ms,
-        );
+        let (assigner, trigger, lateness) = (self.assigner, self.trigger, self.allowed_lateness_ms);
         let emit_late = self.late.is_some();
         let both = self
             .keyed
@@ -252,7 +244,7 @@ where
             .add_operator(&self.name, move |_, env| {
                 let key = Arc::clone(&key);
                 let mut op = WindowOperator::process(
-                    assigner.clone(),
+                    assigner,
                     move |t: &T| key(t),
                     factory(),
                     (env.state_backend)(),

@@ -325,7 +325,7 @@ pub fn build(
                     })
                 };
                 let mut ws = key_by(check, key_fields.clone())
-                    .window(w.assigner.clone())
+                    .window(w.assigner)
                     .allowed_lateness(w.allowed_lateness_ms)
                     .name(&step.name);
                 if let Some(t) = w.trigger {

@@ -631,15 +631,17 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                             format!("{late:?} is not a sink"),
                         ))
                     }
-                    Some(k) if k.input().is_some() => return Err(SpecError::new(
-                        format!("{field}.late_output"),
-                        format!(
+                    Some(k) if k.input().is_some() => {
+                        return Err(SpecError::new(
+                            format!("{field}.late_output"),
+                            format!(
                             "sink {late:?} receives this step's late rows: leave its `input` out"
                         ),
-                    )),
+                        ))
+                    }
                     Some(_) => {}
                 }
-                if !late_outputs.insert(late.clone(), name.clone()).is_none() {
+                if late_outputs.insert(late.clone(), name.clone()).is_some() {
                     return Err(SpecError::new(
                         format!("{field}.late_output"),
                         format!("sink {late:?} is already the late output of another step"),
