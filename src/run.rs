@@ -155,6 +155,10 @@ pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Resu
         eprintln!("  written         {written:>12} records");
         eprintln!("  skipped         {skipped:>12}");
         eprintln!("  dead-lettered   {dead:>12}");
+        let late: u64 = result.vertices.iter().map(|(_, t)| t.late_records).sum();
+        if late > 0 {
+            eprintln!("  late            {late:>12} (too late for their windows)");
+        }
         eprintln!(
             "  {:<24} {:>12} {:>12} {:>10} {:>14}",
             "operator", "records in", "records out", "busy ms", "backpressure ms"

@@ -168,3 +168,127 @@ fn set_overrides_by_name_and_index() {
         .to_string()
         .contains("expected KEY=VALUE"));
 }
+
+const EVENTS: &str = r#"
+name: w
+sources:
+  - name: ev
+    connector: file
+    path: examples/data/snack_sales.jsonl
+    event_time: ts
+    watermark: { out_of_orderness: 30s, interval: 0 }
+steps:
+  - key_by: [item]
+  - name: agg
+    window: { kind: hopping, size: 1m, slide: 10s }
+    allowed_lateness: 5s
+    aggregate: { n: count(), cents: sum(price_cents) }
+    late_output: late
+sinks:
+  - { name: out, connector: stdout, input: agg }
+  - { name: late, connector: stdout }
+"#;
+
+#[test]
+fn a_window_step_resolves_its_window_and_late_output() {
+    let v = check(EVENTS).unwrap();
+    let StepOp::Window(w) = &v.steps[1].op else {
+        panic!("not a window: {:?}", v.steps[1].op)
+    };
+    assert_eq!(w.allowed_lateness_ms, 5_000);
+    assert!(w.assigner.is_event_time());
+    let names: Vec<_> = w.aggregates.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["n", "cents"]);
+    assert_eq!(v.sink_inputs, vec!["agg".to_string(), late_input("agg")]);
+    let (ts, wm) = v.source_time[0].clone().unwrap();
+    assert_eq!(ts.unwrap().field, "ts");
+    assert_eq!(
+        (wm.out_of_orderness_ms, wm.interval_ms, wm.idle_timeout_ms),
+        (30_000, 0, None)
+    );
+}
+
+#[test]
+fn broken_window_specs_are_rejected_naming_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "    aggregate: { n: count(), cents: sum(price_cents) }\n",
+            "",
+            "steps[1] (agg).aggregate: is required with window",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: hopping, size: 10s, slide: 1m }",
+            "steps[1] (agg).window",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: tumbling, size: 0 }",
+            "steps[1] (agg).window",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: session, gap: -5 }",
+            "steps[1] (agg).window.gap: must not be negative",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: weekly, size: 1m }",
+            "unknown variant `weekly`",
+        ),
+        (
+            "late_output: late",
+            "late_output: nowhere",
+            "steps[1] (agg).late_output: \"nowhere\" is not a sink",
+        ),
+        (
+            "{ name: late, connector: stdout }",
+            "{ name: late, connector: stdout, input: agg }",
+            "leave its `input` out",
+        ),
+        (
+            "sum(price_cents)",
+            "median(price_cents)",
+            "steps[1] (agg).aggregate.cents",
+        ),
+        (
+            "    event_time: ts\n",
+            "",
+            "sources[0] (ev).event_time: is required with watermark",
+        ),
+        (
+            "    event_time: ts\n    watermark: { out_of_orderness: 30s, interval: 0 }\n",
+            "",
+            "is an event-time window but source \"ev\" has no event_time or watermark",
+        ),
+        (
+            "event_time: ts",
+            "event_time: { field: ts, format: \"%Y-%m-%d\", timezone: Mars/Olympus }",
+            "sources[0] (ev).event_time.format",
+        ),
+        (
+            "out_of_orderness: 30s",
+            "out_of_orderness: soon",
+            "sources[0] (ev).watermark.out_of_orderness",
+        ),
+        (
+            "  - key_by: [item]\n",
+            "  - key_by: [item]\n    aggregate: { n: count() }\n",
+            "steps[0] (step-1).aggregate: is only allowed with window",
+        ),
+        (
+            "allowed_lateness: 5s",
+            "allowed_lateness: 5s\n    trigger: { count: 0 }",
+            "steps[1] (agg).trigger.count: must be at least 1",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        assert!(EVENTS.contains(from), "{from}");
+        let yaml = EVENTS.replacen(from, to, 1);
+        let err = check(&yaml).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "spec:\n{yaml}\nexpected: {expected}\ngot:      {err}"
+        );
+    }
+}

@@ -239,25 +239,27 @@ impl WindowSpec {
     }
 }
 
-/// A trigger other than the window's default.
+/// A trigger other than the window's default: exactly one of `count` and `continuous`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum TriggerSpec {
-    /// Fire every `n` records.
-    Count(u64),
-    /// Fire early every `interval` of event time, and at the window's end.
-    Continuous(DurationSpec),
+#[serde(deny_unknown_fields)]
+pub struct TriggerSpec {
+    /// Fire every `count` records.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Fire early every `continuous` of event time, and at the window's end.
+    #[serde(default)]
+    pub continuous: Option<DurationSpec>,
 }
 
 impl TriggerSpec {
     pub(crate) fn resolve(&self, field: &str) -> Result<Trigger, SpecError> {
-        match self {
-            TriggerSpec::Count(0) => Err(SpecError::new(
+        match (self.count, &self.continuous) {
+            (Some(0), None) => Err(SpecError::new(
                 format!("{field}.count"),
                 "must be at least 1",
             )),
-            TriggerSpec::Count(n) => Ok(Trigger::Count(*n)),
-            TriggerSpec::Continuous(d) => {
+            (Some(n), None) => Ok(Trigger::Count(n)),
+            (None, Some(d)) => {
                 let ms = d.ms(&format!("{field}.continuous"))?;
                 if ms == 0 {
                     return Err(SpecError::new(
@@ -267,6 +269,10 @@ impl TriggerSpec {
                 }
                 Ok(Trigger::ContinuousEventTime(ms))
             }
+            _ => Err(SpecError::new(
+                field,
+                "needs exactly one of count, continuous",
+            )),
         }
     }
 }
