@@ -4,6 +4,9 @@
 //! - [`process`]: keyed process functions with keyed state and event- and
 //!   processing-time timers ([`process::KeyedProcessFunction`],
 //!   [`process::KeyedProcessOperator`]).
+//! - [`window`]: windows as Flink's `WindowOperator`: assigners (tumbling, sliding,
+//!   session; event or processing time), triggers, incremental aggregates and process
+//!   window functions, allowed lateness and late records for a side output.
 //! - [`row`]: operators on dynamic JSON rows with CEL expressions (filter, map,
 //!   select), used by YAML job specs.
 //! - [`row_time`]: event time read from a row field (epoch ms or s, RFC 3339, or a
@@ -12,8 +15,7 @@
 //!   as a window [`window::AggregateFunction`], for YAML window steps.
 //!
 //! All are written against `brook-core`'s [`brook_core::operator::Operator`] trait and
-//! `brook-state`'s keyed state. Windows, joins, enrichment and watermark assignment
-//! arrive with issues 4 and 6.
+//! `brook-state`'s keyed state. Joins and enrichment arrive with issue 6.
 //!
 //! Must not know about: tasks, channels, checkpoint coordination (the engine), or where
 //! records come from (connectors).
