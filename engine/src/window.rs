@@ -8,8 +8,13 @@ use brook_core::time::Millis;
 use brook_operators::window::assigner::WindowAssigner;
 use brook_operators::window::trigger::Trigger;
 use brook_operators::window::{
-    AggregateFunction, ProcessWindowFunction, WindowOperator, WindowOutput, WindowResult,
+    AggregateFunction, ProcessWindowFunction, WindowFunction, WindowOperator, WindowOutput,
+    WindowResult,
 };
+use brook_state::KeyedStateBackend;
+
+/// The key selector a window operator is built with.
+type KeySelector<K, T> = Box<dyn Fn(&T) -> K + Send + Sync>;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -188,16 +193,22 @@ where
         )
     }
 
-    /// Aggregates each key's windows incrementally with `f` (one accumulator per key and
-    /// window), emitting a [`WindowResult`] each time a window fires; its timestamp is
-    /// the window's end − 1.
-    pub fn aggregate<F>(self, f: F) -> DataStream<WindowResult<K, F::Out>>
+    /// Adds the window operator built by `make(key selector, state backend)` for each
+    /// subtask, configured with this stream's trigger, lateness and late output.
+    fn build<R, W, M>(self, make: M) -> DataStream<R>
     where
-        F: AggregateFunction<T>,
-        WindowResult<K, F::Out>: Clone,
+        R: Clone + Send + 'static,
+        W: WindowFunction<K, T, Out = R>,
+        M: Fn(
+                KeySelector<K, T>,
+                Box<dyn KeyedStateBackend>,
+            ) -> WindowOperator<T, K, KeySelector<K, T>, W>
+            + Send
+            + Sync
+            + 'static,
     {
         let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) = (self.assigner, self.trigger, self.allowed_lateness_ms);
+        let (trigger, lateness) = (self.trigger, self.allowed_lateness_ms);
         let emit_late = self.late.is_some();
         let both = self
             .keyed
@@ -205,14 +216,9 @@ where
             .clone()
             .add_operator(&self.name, move |_, env| {
                 let key = Arc::clone(&key);
-                let mut op = WindowOperator::aggregate(
-                    assigner,
-                    move |t: &T| key(t),
-                    f.clone(),
-                    (env.state_backend)(),
-                )
-                .allowed_lateness(lateness)
-                .emit_late_records(emit_late);
+                let mut op = make(Box::new(move |t: &T| key(t)), (env.state_backend)())
+                    .allowed_lateness(lateness)
+                    .emit_late_records(emit_late);
                 if let Some(t) = trigger {
                     op = op.trigger(t);
                 }
@@ -225,6 +231,18 @@ where
         self.finish(both)
     }
 
+    /// Aggregates each key's windows incrementally with `f` (one accumulator per key and
+    /// window), emitting a [`WindowResult`] each time a window fires; its timestamp is
+    /// the window's end − 1.
+    pub fn aggregate<F>(self, f: F) -> DataStream<WindowResult<K, F::Out>>
+    where
+        F: AggregateFunction<T>,
+        WindowResult<K, F::Out>: Clone,
+    {
+        let assigner = self.assigner;
+        self.build(move |key, backend| WindowOperator::aggregate(assigner, key, f.clone(), backend))
+    }
+
     /// Runs `factory()`'s [`ProcessWindowFunction`] on all records of each window when
     /// it fires (the records are kept in state until then).
     pub fn process<P, FF>(self, factory: FF) -> DataStream<P::Out>
@@ -234,32 +252,7 @@ where
         T: Serialize + DeserializeOwned,
         FF: Fn() -> P + Send + Sync + 'static,
     {
-        let key = Arc::clone(&self.keyed.key);
-        let (assigner, trigger, lateness) = (self.assigner, self.trigger, self.allowed_lateness_ms);
-        let emit_late = self.late.is_some();
-        let both = self
-            .keyed
-            .stream
-            .clone()
-            .add_operator(&self.name, move |_, env| {
-                let key = Arc::clone(&key);
-                let mut op = WindowOperator::process(
-                    assigner,
-                    move |t: &T| key(t),
-                    factory(),
-                    (env.state_backend)(),
-                )
-                .allowed_lateness(lateness)
-                .emit_late_records(emit_late);
-                if let Some(t) = trigger {
-                    op = op.trigger(t);
-                }
-                op
-            });
-        let both = match self.parallelism {
-            Some(p) => both.set_parallelism(p),
-            None => both,
-        };
-        self.finish(both)
+        let assigner = self.assigner;
+        self.build(move |key, backend| WindowOperator::process(assigner, key, factory(), backend))
     }
 }

@@ -115,6 +115,17 @@ where
     }
 }
 
+/// Replaces `acc` by `other` when it compares as `wanted` (less for a minimum, greater
+/// for a maximum) or `acc` is empty; incomparable values never replace it.
+fn keep_extreme<V: PartialOrd>(acc: &mut Option<V>, other: Option<V>, wanted: std::cmp::Ordering) {
+    if let Some(o) = other {
+        match acc {
+            Some(a) if o.partial_cmp(a) != Some(wanted) => {}
+            _ => *acc = Some(o),
+        }
+    }
+}
+
 /// The smallest extracted value (`None` for no records; incomparable values such as
 /// NaN never replace the current minimum).
 #[derive(Debug, Clone, Copy)]
@@ -144,12 +155,7 @@ where
         self.merge(acc, Some(v));
     }
     fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
-        if let Some(o) = other {
-            match acc {
-                Some(a) if o.partial_cmp(a) != Some(std::cmp::Ordering::Less) => {}
-                _ => *acc = Some(o),
-            }
-        }
+        keep_extreme(acc, other, std::cmp::Ordering::Less);
     }
     fn get_result(&self, acc: &Option<V>) -> Option<V> {
         acc.clone()
@@ -184,12 +190,7 @@ where
         self.merge(acc, Some(v));
     }
     fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
-        if let Some(o) = other {
-            match acc {
-                Some(a) if o.partial_cmp(a) != Some(std::cmp::Ordering::Greater) => {}
-                _ => *acc = Some(o),
-            }
-        }
+        keep_extreme(acc, other, std::cmp::Ordering::Greater);
     }
     fn get_result(&self, acc: &Option<V>) -> Option<V> {
         acc.clone()
