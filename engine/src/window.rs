@@ -104,6 +104,17 @@ impl<K, T> std::fmt::Debug for WindowedStream<K, T> {
     }
 }
 
+impl<T: Clone + Send + 'static> DataStream<T> {
+    /// Windows over the whole stream, not per key, as Flink's `windowAll`: one subtask
+    /// sees every record.
+    pub fn window_all(self, assigner: WindowAssigner) -> WindowedStream<(), T> {
+        self.key_by(|_: &T| ())
+            .window(assigner)
+            .set_parallelism(1)
+            .name("window_all")
+    }
+}
+
 impl<K, T> KeyedStream<K, T>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + 'static,

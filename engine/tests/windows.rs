@@ -281,3 +281,27 @@ fn windows_fire_once_the_silent_split_is_idle() {
     let fired = fired_with_a_silent_split(Some(500), 3);
     assert_eq!(fired, vec![0, 1_000, 2_000], "{fired:?}");
 }
+
+#[test]
+fn window_all_reduces_every_record_of_a_window() {
+    use brook_operators::window::Reduce;
+    let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
+    let out = CollectSink::new();
+    let input: Vec<(Row, Millis)> = (0..100).map(|i| ((i as u8 % 3, i), i * 10)).collect();
+    env.from_source(
+        VecSource::with_timestamps(input),
+        WatermarkStrategy::for_monotonous_timestamps(),
+    )
+    .window_all(TumblingEventTimeWindows::of(500).unwrap())
+    .aggregate(Reduce::of(|a: &Row, b: &Row| (a.0.max(b.0), a.1 + b.1)))
+    .sink(out.clone());
+    env.execute("window-all").unwrap();
+    let mut got: Vec<_> = out
+        .values()
+        .into_iter()
+        .map(|r| (r.window.start, r.value.unwrap().1))
+        .collect();
+    got.sort();
+    // Windows of 50 records each: sums of 0..50, 50..100.
+    assert_eq!(got, vec![(0, 1225), (500, 3725)]);
+}

@@ -58,6 +58,45 @@ numeric_float!(f32, f64);
 pub trait AccValue: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
 impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> AccValue for T {}
 
+/// Combines the records of a window two at a time with `f`, as Flink's
+/// `ReduceFunction` (`None` for no records, which a window never emits).
+#[derive(Debug, Clone, Copy)]
+pub struct Reduce<F>(F);
+
+impl<F> Reduce<F> {
+    /// Reduces with `f(accumulated, next)`.
+    pub fn of(f: F) -> Self {
+        Reduce(f)
+    }
+}
+
+impl<In, F> AggregateFunction<In> for Reduce<F>
+where
+    In: AccValue,
+    F: Fn(&In, &In) -> In + Clone + Send + Sync + 'static,
+{
+    type Acc = Option<In>;
+    type Out = Option<In>;
+
+    fn create_accumulator(&self) -> Option<In> {
+        None
+    }
+    fn add(&self, acc: &mut Option<In>, value: &In) {
+        *acc = Some(match acc.as_ref() {
+            Some(a) => (self.0)(a, value),
+            None => value.clone(),
+        });
+    }
+    fn merge(&self, acc: &mut Option<In>, other: Option<In>) {
+        if let Some(o) = other {
+            self.add(acc, &o);
+        }
+    }
+    fn get_result(&self, acc: &Option<In>) -> Option<In> {
+        acc.clone()
+    }
+}
+
 /// The number of records (`u64`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Count;

@@ -19,7 +19,7 @@ pub mod function;
 mod operator;
 pub mod trigger;
 
-pub use aggregate::{Avg, Count, CountDistinct, First, Last, Max, Min, Sum};
+pub use aggregate::{Avg, Count, CountDistinct, First, Last, Max, Min, Reduce, Sum};
 pub use assigner::{
     EventTimeSessionWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
     SlidingProcessingTimeWindows, TumblingEventTimeWindows, TumblingProcessingTimeWindows,
