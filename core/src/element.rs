@@ -1,5 +1,6 @@
 //! What flows through a stream: batches of records and in-band control elements.
 
+use crate::checkpoint::CheckpointBarrier;
 use crate::time::{Millis, Watermark};
 
 /// One record of a stream: a value and its event time, as Flink's `StreamRecord`.
@@ -50,6 +51,8 @@ pub enum StreamElement<T> {
     /// The channel is idle (true) or active again (false); an idle channel is left out
     /// of the minimum watermark (semantics.md §2).
     Idle(bool),
+    /// Everything before belongs to this checkpoint (semantics.md §4).
+    Barrier(CheckpointBarrier),
     /// The channel's producer has finished; nothing follows.
     EndOfInput,
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`time`]: event time in milliseconds and the [`time::Clock`] through which every
 //!   other crate reads wall-clock time, so that tests can drive time by hand.
+//! - [`checkpoint`]: checkpoint barriers and the state snapshots operators, sources and
+//!   sinks hand to a checkpoint.
 //! - [`bad_record`]: the bad-record policy (fail, skip, dead-letter) of semantics.md §5.
 //! - [`config`]: parsing of the duration (`250ms`, `7d`) and size (`1GiB`) values that
 //!   appear in job specs and on the command line.
@@ -23,6 +25,7 @@
 //! runtime: tasks, channels and scheduling live in `brook-engine`.
 
 pub mod bad_record;
+pub mod checkpoint;
 pub mod config;
 pub mod element;
 pub mod keys;

@@ -10,6 +10,7 @@ use std::fmt;
 
 use thiserror::Error;
 
+use crate::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
 use crate::element::{Batch, StreamRecord};
 use crate::keys::KeyGroupRange;
 use crate::time::{Millis, SharedClock, Watermark};
@@ -284,6 +285,29 @@ pub trait Operator: Send + 'static {
 
     /// Called once before any input; declare state and timers here.
     fn open(&mut self, _ctx: &mut OperatorContext) -> OpResult {
+        Ok(())
+    }
+
+    /// Called before [`Operator::open`] when the job restores from a checkpoint: the
+    /// keyed state of the key groups this subtask owns and the operator state of all
+    /// former subtasks (see [`RestoredState`]).
+    fn restore_state(&mut self, _ctx: &mut OperatorContext, _state: &RestoredState) -> OpResult {
+        Ok(())
+    }
+
+    /// A checkpoint barrier passed: write the state that reflects every record before
+    /// it (keyed state per key group). Stateless operators write nothing.
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+        _snapshot: &mut StateSnapshot,
+    ) -> OpResult {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` is complete (stored durably, metadata written).
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> OpResult {
         Ok(())
     }
 

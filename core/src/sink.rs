@@ -1,6 +1,13 @@
 //! Sinks: a [`Sink`] describes an output and creates a [`SinkWriter`] per subtask.
-//! (Two-phase commit for exactly-once output arrives with checkpoints.)
+//!
+//! Exactly-once output is a two-phase commit tied to checkpoints, as Flink's
+//! `TwoPhaseCommittingSink`: on a barrier the writer *pre-commits* what it has written
+//! since the last one and returns a committable (stored in the checkpoint); when the
+//! checkpoint is complete the committables are *committed*. After a crash the job
+//! restores the last complete checkpoint and commits its committables again, so
+//! committing must be idempotent. A sink without this is at least once.
 
+use crate::checkpoint::CheckpointId;
 use crate::element::Batch;
 use crate::operator::{OpResult, SubtaskInfo};
 
@@ -11,6 +18,18 @@ pub trait Sink: Send + Sync + 'static {
 
     /// A writer for one subtask.
     fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = Self::In>>>;
+
+    /// A writer for one subtask of a job restoring from a checkpoint: first commit
+    /// `committables` (pre-committed before the crash; committing twice must be
+    /// harmless) and clean up what aborted attempts left. The default ignores them
+    /// (at-least-once sinks have none).
+    fn restore_writer(
+        &self,
+        info: &SubtaskInfo,
+        _committables: Vec<Vec<u8>>,
+    ) -> OpResult<Box<dyn SinkWriter<In = Self::In>>> {
+        self.create_writer(info)
+    }
 }
 
 /// Writes the records of one subtask.
@@ -26,9 +45,24 @@ pub trait SinkWriter: Send {
         Ok(())
     }
 
-    /// End of input: flush everything.
+    /// End of input: flush everything (and make it final: there is no later
+    /// checkpoint to commit it).
     fn finish(&mut self) -> OpResult {
         self.flush()
+    }
+
+    /// A barrier of checkpoint `checkpoint` passed: make what was written since the
+    /// last one durable but not yet visible, and return what commits it (`None`: the
+    /// default, a flush; nothing to commit).
+    fn prepare_commit(&mut self, _checkpoint: CheckpointId) -> OpResult<Option<Vec<u8>>> {
+        self.flush()?;
+        Ok(None)
+    }
+
+    /// Checkpoint `checkpoint` is complete: commit what [`SinkWriter::prepare_commit`]
+    /// returned for it and for earlier checkpoints not yet committed.
+    fn commit(&mut self, _checkpoint: CheckpointId, _committables: Vec<Vec<u8>>) -> OpResult {
+        Ok(())
     }
 
     /// Always called last: release resources.

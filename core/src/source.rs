@@ -44,6 +44,27 @@ pub trait Source: Send + Sync + 'static {
 
     /// Whether the input ends (files, generators) or not (a followed log).
     fn is_bounded(&self) -> bool;
+
+    /// A reader that resumes from a checkpoint: `positions` holds, per split id, what
+    /// [`SourceReader::snapshot_positions`] returned (splits missing from it start from
+    /// the beginning, as new splits do). The default supports no restore.
+    ///
+    /// # Errors
+    /// [`OperatorError`](crate::operator::OperatorError) when the source cannot resume
+    /// (the default, when there is a position to resume from).
+    fn restore_reader(
+        &self,
+        info: &SubtaskInfo,
+        splits: Vec<Self::Split>,
+        positions: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> OpResult<Box<dyn SourceReader<Out = Self::Out>>> {
+        if splits.iter().any(|s| positions.contains_key(&s.split_id())) {
+            return Err(crate::operator::OperatorError::failed(
+                "this source cannot resume from a checkpoint",
+            ));
+        }
+        self.create_reader(info, splits)
+    }
 }
 
 /// Reads the records of some splits, for one subtask.
@@ -58,6 +79,14 @@ pub trait SourceReader: Send {
     /// [`InputStatus::NothingAvailable`]). The default sleeps for at most 10 ms.
     fn wait_for_data(&mut self, timeout_ms: u64) {
         std::thread::sleep(std::time::Duration::from_millis(timeout_ms.min(10)));
+    }
+
+    /// The position of each split in the input after the records read so far, as
+    /// `(split id, position)`, for a checkpoint; given back to
+    /// [`Source::restore_reader`]. `None` when the reader cannot tell (the job then
+    /// cannot be checkpointed).
+    fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
+        None
     }
 
     /// Always called last: release resources.

@@ -25,6 +25,15 @@ pub trait WatermarkGenerator: Send {
     fn on_event(&mut self, timestamp: Millis);
     /// The watermark the events so far allow (ms); [`Watermark::MIN`] before any.
     fn current_watermark(&self) -> Watermark;
+
+    /// The largest event time seen, for a checkpoint (semantics.md §4: watermark
+    /// progress survives a restore). `None` before any event.
+    fn max_timestamp(&self) -> Option<Millis>;
+
+    /// Resumes from a checkpoint's [`WatermarkGenerator::max_timestamp`].
+    fn restore_max_timestamp(&mut self, max_timestamp: Millis) {
+        self.on_event(max_timestamp);
+    }
 }
 
 /// `W = max timestamp seen − B − 1`, as Flink's `BoundedOutOfOrdernessWatermarks`;
@@ -49,6 +58,10 @@ impl WatermarkGenerator for BoundedOutOfOrderness {
     #[inline]
     fn on_event(&mut self, timestamp: Millis) {
         self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
+    }
+
+    fn max_timestamp(&self) -> Option<Millis> {
+        self.max_timestamp
     }
 
     #[inline]
@@ -353,6 +366,32 @@ impl SplitWatermarks {
     /// The last combined watermark handed out.
     pub fn current(&self) -> Watermark {
         self.emitted
+    }
+
+    /// The largest event time seen in a split, for a checkpoint.
+    pub fn split_max_timestamp(&self, split: usize) -> Option<Millis> {
+        self.splits
+            .get(split)
+            .and_then(|s| s.generator.max_timestamp())
+    }
+
+    /// Resumes a split from a checkpoint: its largest event time and whether it was
+    /// idle (it stays idle until it has a record). The next
+    /// [`SplitWatermarks::update`] emits the combined watermark again.
+    pub fn restore(
+        &mut self,
+        split: usize,
+        max_timestamp: Option<Millis>,
+        idle: bool,
+        now_ms: Millis,
+    ) {
+        if let Some(s) = self.splits.get_mut(split) {
+            if let Some(t) = max_timestamp {
+                s.generator.restore_max_timestamp(t);
+            }
+            s.idle = idle;
+            s.last_record_ms = now_ms;
+        }
     }
 
     /// Recomputes idleness and the combined watermark at `now_ms`; returns what

@@ -5,13 +5,16 @@ use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use brook_core::checkpoint::{CheckpointBarrier, CheckpointId, RestoredState, StateSnapshot};
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
 use brook_core::sink::SinkWriter;
 use brook_core::time::{Millis, Stopwatch, Watermark};
 use std::sync::atomic::Ordering;
 
+use crate::checkpoint::TaskSnapshot;
 use crate::error::{EngineError, TaskFailure, TaskResult};
+use crate::graph::VertexId;
 use crate::metrics::OperatorMetrics;
 
 /// One element of a chain, receiving what the previous one emits.
@@ -25,6 +28,10 @@ pub(crate) trait Link<T>: Send {
     fn processing_time(&mut self, now: Millis) -> TaskResult;
     /// Sends what is buffered for downstream (the task is about to wait for input).
     fn flush(&mut self) -> TaskResult;
+    /// A checkpoint barrier: snapshot into `snap`, then pass it on.
+    fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult;
+    /// A checkpoint is complete (sinks commit).
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> TaskResult;
     /// End of input: finish and pass the end on.
     fn end(&mut self) -> TaskResult;
     /// Always called last.
@@ -75,6 +82,9 @@ pub(crate) fn guarded<R>(info: &SubtaskInfo, f: impl FnOnce() -> OpResult<R>) ->
 /// An operator followed by the rest of its chain.
 pub(crate) struct OperatorLink<O: Operator> {
     op: O,
+    vertex: VertexId,
+    /// State to restore before `open`.
+    restore: Option<RestoredState>,
     ctx: OperatorContext,
     out: Output<O::Out>,
     next: Box<dyn Link<O::Out>>,
@@ -85,12 +95,16 @@ pub(crate) struct OperatorLink<O: Operator> {
 impl<O: Operator> OperatorLink<O> {
     pub(crate) fn new(
         op: O,
+        vertex: VertexId,
+        restore: Option<RestoredState>,
         ctx: OperatorContext,
         next: Box<dyn Link<O::Out>>,
         metrics: Arc<OperatorMetrics>,
     ) -> Self {
         OperatorLink {
             op,
+            vertex,
+            restore,
             ctx,
             out: Output::new(),
             next,
@@ -130,9 +144,27 @@ impl<O: Operator> OperatorLink<O> {
 
 impl<O: Operator> Link<O::In> for OperatorLink<O> {
     fn open(&mut self) -> TaskResult {
+        if let Some(r) = self.restore.take() {
+            self.timed(|op, ctx, _| op.restore_state(ctx, &r))?;
+        }
         self.timed(|op, ctx, _| op.open(ctx))?;
         self.emit()?;
         self.next.open()
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult {
+        let mut s = StateSnapshot::new();
+        self.timed(|op, ctx, _| op.snapshot_state(barrier.id, ctx, &mut s))?;
+        if !s.is_empty() {
+            snap.operators.push((self.vertex, self.ctx.info().index, s));
+        }
+        self.next.barrier(barrier, snap)
+    }
+
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> TaskResult {
+        self.timed(|op, _, _| op.notify_checkpoint_complete(id))?;
+        self.emit()?;
+        self.next.checkpoint_complete(id)
     }
 
     fn batch(&mut self, batch: Batch<O::In>) -> TaskResult {
@@ -197,20 +229,26 @@ impl<O: Operator> Link<O::In> for OperatorLink<O> {
 /// A sink writer at the end of a chain.
 pub(crate) struct SinkLink<T> {
     writer: Box<dyn SinkWriter<In = T>>,
+    vertex: VertexId,
     info: SubtaskInfo,
     metrics: Arc<OperatorMetrics>,
+    /// Pre-committed, not yet committed: (checkpoint, committable).
+    pending: Vec<(CheckpointId, Vec<u8>)>,
 }
 
 impl<T> SinkLink<T> {
     pub(crate) fn new(
         writer: Box<dyn SinkWriter<In = T>>,
+        vertex: VertexId,
         info: SubtaskInfo,
         metrics: Arc<OperatorMetrics>,
     ) -> Self {
         SinkLink {
             writer,
+            vertex,
             info,
             metrics,
+            pending: Vec::new(),
         }
     }
 }
@@ -250,6 +288,32 @@ impl<T: Send + 'static> Link<T> for SinkLink<T> {
     fn flush(&mut self) -> TaskResult {
         let w = &mut self.writer;
         guarded(&self.info, || w.flush())
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult {
+        let w = &mut self.writer;
+        if let Some(c) = guarded(&self.info, || w.prepare_commit(barrier.id))? {
+            self.pending.push((barrier.id, c));
+        }
+        // Everything pre-committed and not yet committed goes into the checkpoint: if
+        // an earlier checkpoint failed, its data is committed with this one.
+        let all = self.pending.iter().map(|(_, c)| c.clone()).collect();
+        snap.sinks.push((self.vertex, self.info.index, all));
+        Ok(())
+    }
+
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> TaskResult {
+        let (done, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(c, _)| *c <= id);
+        self.pending = rest;
+        if done.is_empty() {
+            return Ok(());
+        }
+        let w = &mut self.writer;
+        guarded(&self.info, || {
+            w.commit(id, done.into_iter().map(|(_, c)| c).collect())
+        })
     }
 
     fn end(&mut self) -> TaskResult {
@@ -315,6 +379,18 @@ impl<T: Clone + Send + 'static> Link<T> for FanOut<T> {
         self.outputs.iter_mut().try_for_each(|o| o.flush())
     }
 
+    fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.barrier(barrier, snap))
+    }
+
+    fn checkpoint_complete(&mut self, id: CheckpointId) -> TaskResult {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.checkpoint_complete(id))
+    }
+
     fn end(&mut self) -> TaskResult {
         self.outputs.iter_mut().try_for_each(|o| o.end())
     }
@@ -347,6 +423,12 @@ impl<T: Send + 'static> Link<T> for Discard {
         Ok(())
     }
     fn flush(&mut self) -> TaskResult {
+        Ok(())
+    }
+    fn barrier(&mut self, _barrier: CheckpointBarrier, _snap: &mut TaskSnapshot) -> TaskResult {
+        Ok(())
+    }
+    fn checkpoint_complete(&mut self, _id: CheckpointId) -> TaskResult {
         Ok(())
     }
     fn end(&mut self) -> TaskResult {

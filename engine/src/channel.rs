@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use brook_core::checkpoint::{CheckpointBarrier, CheckpointId};
 use brook_core::element::{Batch, StreamElement};
 use brook_core::keys::{key_group_for_hash, subtask_for_key_group};
 use brook_core::partition::Partitioner;
@@ -11,6 +12,7 @@ use brook_core::time::{Millis, Stopwatch, Watermark};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::chain::Link;
+use crate::checkpoint::TaskSnapshot;
 use crate::error::{TaskFailure, TaskResult};
 use crate::metrics::OperatorMetrics;
 
@@ -150,6 +152,14 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
 
     fn flush(&mut self) -> TaskResult {
         self.flush_all()
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier, _snap: &mut TaskSnapshot) -> TaskResult {
+        self.broadcast(StreamElement::Barrier(barrier))
+    }
+
+    fn checkpoint_complete(&mut self, _id: CheckpointId) -> TaskResult {
+        Ok(())
     }
 
     fn end(&mut self) -> TaskResult {

@@ -22,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::channel::KeyHasher;
+use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint};
 use crate::error::EngineError;
 use crate::execute::{start, JobHandle, JobResult};
 use crate::graph::{
@@ -45,6 +46,11 @@ pub struct JobConfig {
     pub clock: SharedClock,
     /// Creates keyed state backends. Default: in memory.
     pub state_backend: StateBackendFactory,
+    /// Take aligned checkpoints (semantics.md §4). Default: none.
+    pub checkpoint: Option<CheckpointConfig>,
+    /// Restore operator state, source positions and sink commits from this checkpoint
+    /// (see [`crate::checkpoint::latest_complete`]).
+    pub restore: Option<Arc<RestoredCheckpoint>>,
 }
 
 impl std::fmt::Debug for JobConfig {
@@ -67,6 +73,8 @@ impl Default for JobConfig {
             channel_capacity: 4,
             clock: SystemClock::shared(),
             state_backend: Arc::new(|| Box::new(MemoryStateBackend::new())),
+            checkpoint: None,
+            restore: None,
         }
     }
 }

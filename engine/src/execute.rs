@@ -1,7 +1,7 @@
 //! Planning and running a job: chain forward edges, create channels, assemble one task
 //! per subtask of each chain, run each on its own thread, and report the first failure.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -11,6 +11,7 @@ use brook_core::time::Stopwatch;
 use tracing::{error, info};
 
 use crate::chain::{panic_message, ErasedLink};
+use crate::checkpoint::{run_coordinator, CheckpointControl};
 use crate::error::{EngineError, TaskFailure};
 use crate::graph::JobGraph;
 use crate::graph::{BuildEnv, ErasedGate, VertexKind};
@@ -22,6 +23,8 @@ use crate::task::{TaskEnv, TaskRunner};
 pub struct JobHandle {
     name: String,
     threads: Vec<(String, JoinHandle<()>)>,
+    /// The checkpoint coordinator and its stop flag.
+    coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
     cancelled: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<EngineError>>>,
     metrics: JobMetrics,
@@ -61,8 +64,9 @@ impl JobHandle {
     /// # Errors
     /// The first task failure (naming operator and subtask), or
     /// [`EngineError::Cancelled`].
-    pub fn join(self) -> Result<JobResult, EngineError> {
-        for (name, h) in self.threads {
+    pub fn join(mut self) -> Result<JobResult, EngineError> {
+        let threads = std::mem::take(&mut self.threads);
+        for (name, h) in threads {
             if let Err(p) = h.join() {
                 // A panic outside operator code: a bug in the engine.
                 let e = EngineError::Task {
@@ -74,6 +78,10 @@ impl JobHandle {
                     .unwrap_or_else(|e| e.into_inner())
                     .get_or_insert(e);
             }
+        }
+        if let Some((h, stop)) = self.coordinator.take() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = h.join();
         }
         if let Some(e) = self
             .failure
@@ -95,7 +103,7 @@ impl JobHandle {
             .collect();
         info!(job = %self.name, elapsed_ms, "job finished");
         Ok(JobResult {
-            name: self.name,
+            name: self.name.clone(),
             elapsed_ms,
             vertices,
         })
@@ -165,6 +173,31 @@ pub(crate) fn start(
         .map(|(v, p)| metrics.register(&v.name, *p))
         .collect();
     let cancelled = Arc::new(AtomicBool::new(false));
+    let vertex_names: Vec<String> = g.vertices.iter().map(|v| v.name.clone()).collect();
+    if let Some(r) = &g.config.restore {
+        r.check_graph(&vertex_names, max).map_err(|m| {
+            EngineError::InvalidGraph(format!("cannot restore {}: {m}", r.path.display()))
+        })?;
+    }
+    let mut coordinator_setup = None;
+    let checkpoints = match &g.config.checkpoint {
+        Some(c) => {
+            std::fs::create_dir_all(&c.dir).map_err(|e| {
+                EngineError::InvalidGraph(format!("checkpoint directory {}: {e}", c.dir.display()))
+            })?;
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let control = Arc::new(CheckpointControl {
+                requested: AtomicU64::new(0),
+                completed: AtomicU64::new(0),
+                task_ended: AtomicBool::new(false),
+                acks: tx,
+                dir: c.dir.clone(),
+            });
+            coordinator_setup = Some((Arc::clone(&control), rx, c.clone()));
+            Some(control)
+        }
+        None => None,
+    };
     let env = BuildEnv {
         max_parallelism: g.config.max_parallelism,
         batch_size: g.config.batch_size,
@@ -175,7 +208,9 @@ pub(crate) fn start(
             clock: g.config.clock.clone(),
             cancelled: Arc::clone(&cancelled),
             batch_size: g.config.batch_size,
+            checkpoints,
         },
+        restore: g.config.restore.clone(),
     };
     let info = |v: usize, i: u32| SubtaskInfo {
         name: g.vertices[v].name.clone(),
@@ -230,9 +265,9 @@ pub(crate) fn start(
             }
             let m = Arc::clone(&vmetrics[v][i as usize]);
             match &g.vertices[v].kind {
-                VertexKind::Source(s) => runners.push(s.build(&info(v, i), outputs, m, &env)?),
+                VertexKind::Source(s) => runners.push(s.build(v, &info(v, i), outputs, m, &env)?),
                 VertexKind::Operator(f) | VertexKind::Sink(f) => {
-                    built.push(Some(f.build(&info(v, i), outputs, m, &env)?))
+                    built.push(Some(f.build(v, &info(v, i), outputs, m, &env)?))
                 }
             }
         }
@@ -276,6 +311,7 @@ pub(crate) fn start(
     }
 
     let failure: Arc<Mutex<Option<EngineError>>> = Arc::new(Mutex::new(None));
+    let task_count = runners.len();
     let mut threads = Vec::with_capacity(runners.len());
     info!(job = name, tasks = runners.len(), "starting job");
     for r in runners {
@@ -305,9 +341,40 @@ pub(crate) fn start(
             }
         }
     }
+    let coordinator = match coordinator_setup {
+        Some((control, acks, config)) => {
+            let restored = g.config.restore.as_ref().map_or(0, |r| r.id);
+            let first_id = crate::checkpoint::newest_id(&config.dir).max(restored) + 1;
+            let stop = Arc::new(AtomicBool::new(false));
+            let (s, job, clock) = (Arc::clone(&stop), name.to_string(), g.config.clock.clone());
+            let h = std::thread::Builder::new()
+                .name("checkpoints".into())
+                .spawn(move || {
+                    run_coordinator(
+                        control,
+                        acks,
+                        config,
+                        first_id,
+                        task_count,
+                        job,
+                        vertex_names,
+                        max,
+                        clock,
+                        s,
+                    )
+                })
+                .map_err(|source| EngineError::Spawn {
+                    task: "checkpoint coordinator".into(),
+                    source,
+                })?;
+            Some((h, stop))
+        }
+        None => None,
+    };
     Ok(JobHandle {
         name: name.to_string(),
         threads,
+        coordinator,
         cancelled,
         failure,
         metrics,

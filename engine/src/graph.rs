@@ -17,6 +17,7 @@ use brook_state::KeyedStateBackend;
 
 use crate::chain::{combine_outputs, erase, unerase, ErasedLink, OperatorLink, SinkLink};
 use crate::channel::{channels, ChannelWriter, EdgeChannels, InputGate, KeyHasher};
+use crate::checkpoint::RestoredCheckpoint;
 use crate::error::EngineError;
 use crate::metrics::OperatorMetrics;
 use crate::task::{InputTask, SourceTask, TaskEnv, TaskRunner};
@@ -36,12 +37,15 @@ pub(crate) struct BuildEnv {
     pub(crate) clock: SharedClock,
     pub(crate) state_backend: StateBackendFactory,
     pub(crate) task: TaskEnv,
+    /// The checkpoint the job restores from.
+    pub(crate) restore: Option<Arc<RestoredCheckpoint>>,
 }
 
 /// Builds the chain link of an operator or sink vertex for one subtask.
 pub(crate) trait LinkVertex: Send + Sync {
     fn build(
         &self,
+        vertex: VertexId,
         info: &SubtaskInfo,
         outputs: Vec<ErasedLink>,
         metrics: Arc<OperatorMetrics>,
@@ -55,6 +59,7 @@ pub(crate) trait SourceVertex: Send + Sync {
     fn enumerate(&self, parallelism: u32) -> Result<(), EngineError>;
     fn build(
         &self,
+        vertex: VertexId,
         info: &SubtaskInfo,
         outputs: Vec<ErasedLink>,
         metrics: Arc<OperatorMetrics>,
@@ -137,6 +142,7 @@ where
 {
     fn build(
         &self,
+        vertex: VertexId,
         info: &SubtaskInfo,
         outputs: Vec<ErasedLink>,
         metrics: Arc<OperatorMetrics>,
@@ -145,8 +151,12 @@ where
         let next = combine_outputs::<O::Out>(outputs, &info.name)?;
         let op = (self.factory)(info, env);
         let ctx = OperatorContext::new(info.clone(), env.clock.clone());
+        let restore = env
+            .restore
+            .as_ref()
+            .map(|r| r.operator_state(vertex, info.key_groups()));
         Ok(erase::<O::In>(Box::new(OperatorLink::new(
-            op, ctx, next, metrics,
+            op, vertex, restore, ctx, next, metrics,
         ))))
     }
 }
@@ -158,20 +168,26 @@ pub(crate) struct SinkVertex<S> {
 impl<S: Sink> LinkVertex for SinkVertex<S> {
     fn build(
         &self,
+        vertex: VertexId,
         info: &SubtaskInfo,
         _outputs: Vec<ErasedLink>,
         metrics: Arc<OperatorMetrics>,
-        _env: &BuildEnv,
+        env: &BuildEnv,
     ) -> Result<ErasedLink, EngineError> {
-        let writer = self
-            .sink
-            .create_writer(info)
-            .map_err(|e| EngineError::Task {
-                task: info.to_string(),
-                message: e.to_string(),
-            })?;
+        let writer = match &env.restore {
+            Some(r) => self.sink.restore_writer(
+                info,
+                r.sink_committables(vertex, info.index, info.parallelism),
+            ),
+            None => self.sink.create_writer(info),
+        }
+        .map_err(|e| EngineError::Task {
+            task: info.to_string(),
+            message: e.to_string(),
+        })?;
         Ok(erase::<S::In>(Box::new(SinkLink::new(
             writer,
+            vertex,
             info.clone(),
             metrics,
         ))))
@@ -202,6 +218,7 @@ where
 
     fn build(
         &self,
+        vertex: VertexId,
         info: &SubtaskInfo,
         outputs: Vec<ErasedLink>,
         metrics: Arc<OperatorMetrics>,
@@ -212,6 +229,22 @@ where
             let all = guard
                 .as_ref()
                 .ok_or_else(|| EngineError::InvalidGraph("source splits not enumerated".into()))?;
+            if let Some(r) = &env.restore {
+                let (positions, _) = r.source_state(vertex);
+                let ids: std::collections::HashSet<String> =
+                    all.iter().map(|s| s.split_id()).collect();
+                let mut unknown: Vec<&String> =
+                    positions.keys().filter(|k| !ids.contains(*k)).collect();
+                if !unknown.is_empty() {
+                    unknown.sort();
+                    return Err(EngineError::InvalidGraph(format!(
+                        "{}: the checkpoint has positions of splits {unknown:?} this run does not \
+                         have (the source's splits depend on its parallelism: restore it at the \
+                         parallelism of the checkpoint)",
+                        info.name
+                    )));
+                }
+            }
             all.iter()
                 .enumerate()
                 .filter(|(i, _)| (*i as u32) % info.parallelism == info.index)
@@ -219,13 +252,20 @@ where
                 .collect()
         };
         let split_ids = mine.iter().map(|s| s.split_id()).collect();
-        let reader = self
-            .source
-            .create_reader(info, mine)
-            .map_err(|e| EngineError::Task {
-                task: info.to_string(),
-                message: e.to_string(),
-            })?;
+        let (reader, restored_watermarks) = match &env.restore {
+            Some(r) => {
+                let (positions, watermarks) = r.source_state(vertex);
+                (
+                    self.source.restore_reader(info, mine, &positions),
+                    watermarks,
+                )
+            }
+            None => (self.source.create_reader(info, mine), Default::default()),
+        };
+        let reader = reader.map_err(|e| EngineError::Task {
+            task: info.to_string(),
+            message: e.to_string(),
+        })?;
         let head = combine_outputs::<S::Out>(outputs, &info.name)?;
         Ok(Box::new(SourceTask {
             info: info.clone(),
@@ -235,6 +275,8 @@ where
             env: env.task.clone(),
             strategy: self.strategy.clone(),
             split_ids,
+            vertex,
+            restored_watermarks,
         }))
     }
 }

@@ -33,6 +33,7 @@
 
 mod chain;
 mod channel;
+pub mod checkpoint;
 pub mod environment;
 mod error;
 mod execute;
@@ -42,6 +43,7 @@ mod task;
 pub mod testing;
 pub mod window;
 
+pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, RestoredCheckpoint};
 pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use brook_core::checkpoint::{CheckpointBarrier, CheckpointId};
 use brook_core::element::{Batch, StreamElement, StreamRecord};
 use brook_core::operator::{Output, SubtaskInfo};
 use brook_core::source::{InputStatus, SourceReader};
@@ -15,7 +16,9 @@ use crossbeam_channel::Select;
 
 use crate::chain::{guarded, Link};
 use crate::channel::{note_queue, queued, InputGate, WatermarkTracker};
+use crate::checkpoint::{CheckpointControl, SourceSnapshot, TaskSnapshot};
 use crate::error::{TaskFailure, TaskResult};
+use crate::graph::VertexId;
 use crate::metrics::{OperatorMetrics, SplitMetrics};
 
 /// How long a task waits for input before checking timers and cancellation (ms).
@@ -36,6 +39,8 @@ pub(crate) struct TaskEnv {
     pub(crate) clock: SharedClock,
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) batch_size: usize,
+    /// Set when the job takes checkpoints.
+    pub(crate) checkpoints: Option<Arc<CheckpointControl>>,
 }
 
 impl TaskEnv {
@@ -44,6 +49,40 @@ impl TaskEnv {
             return Err(TaskFailure::Disconnected);
         }
         Ok(())
+    }
+
+    /// A checkpoint sources should inject now, if one was requested since `last`.
+    fn requested_checkpoint(&self, last: CheckpointId) -> Option<CheckpointId> {
+        let c = self.checkpoints.as_ref()?;
+        let r = c.requested.load(Ordering::SeqCst);
+        (r > last).then_some(r)
+    }
+
+    /// Passes a newly completed checkpoint down the chain.
+    fn notify_complete<T>(&self, head: &mut dyn Link<T>, last: &mut CheckpointId) -> TaskResult {
+        if let Some(c) = &self.checkpoints {
+            let done = c.completed.load(Ordering::SeqCst);
+            if done > *last {
+                *last = done;
+                head.checkpoint_complete(done)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The barrier of checkpoint `id` now (processing time).
+    fn barrier(&self, id: CheckpointId) -> CheckpointBarrier {
+        CheckpointBarrier {
+            id,
+            timestamp: self.clock.now_ms(),
+        }
+    }
+
+    /// The task's input ended: no later checkpoint can complete.
+    fn task_ended(&self) {
+        if let Some(c) = &self.checkpoints {
+            c.task_ended.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -77,6 +116,9 @@ pub(crate) struct SourceTask<T> {
     pub(crate) strategy: WatermarkStrategy<T>,
     /// Ids of this subtask's splits, in the order the reader got them.
     pub(crate) split_ids: Vec<String>,
+    pub(crate) vertex: VertexId,
+    /// Restored watermark progress per split id: (largest event time, idle).
+    pub(crate) restored_watermarks: std::collections::HashMap<String, (Option<Millis>, bool)>,
 }
 
 /// How often per-split watermarks are copied into the metrics (ms).
@@ -88,6 +130,18 @@ impl<T: Send + 'static> SourceTask<T> {
         let clock = self.env.clock.clone();
         let mut now = clock.now_ms();
         let mut wms = self.strategy.split_watermarks(self.split_ids.len(), now);
+        for (i, id) in self.split_ids.iter().enumerate() {
+            if let Some((t, idle)) = self.restored_watermarks.get(id) {
+                wms.restore(i, *t, *idle, now);
+            }
+        }
+        // The restored watermark goes out before any record, so a record late before
+        // the crash is late after it (semantics.md §4).
+        if !self.restored_watermarks.is_empty() {
+            let u = wms.update(now);
+            self.apply(u)?;
+        }
+        let (mut injected, mut completed) = (0, 0);
         let interval = self.strategy.emit_interval_ms();
         let per_record = wms.enabled() && interval == 0;
         let mut next_emit = now.saturating_add(interval);
@@ -97,6 +151,12 @@ impl<T: Send + 'static> SourceTask<T> {
         let mut out = Output::with_capacity(self.env.batch_size);
         loop {
             self.env.check_cancelled()?;
+            if let Some(id) = self.env.requested_checkpoint(injected) {
+                injected = id;
+                self.checkpoint(id, &wms)?;
+            }
+            self.env
+                .notify_complete(self.head.as_mut(), &mut completed)?;
             let reader = &mut self.reader;
             let status = guarded(&self.info, || reader.poll_next(&mut out))?;
             now = clock.now_ms();
@@ -131,6 +191,7 @@ impl<T: Send + 'static> SourceTask<T> {
                     self.reader.wait_for_data(wait.max(1) as u64);
                 }
                 InputStatus::End => {
+                    self.env.task_ended();
                     // Bounded input: the final watermark fires every window and timer.
                     self.head.watermark(Watermark::MAX)?;
                     self.metrics.watermark.store(i64::MAX, Ordering::Relaxed);
@@ -139,6 +200,37 @@ impl<T: Send + 'static> SourceTask<T> {
                 }
             }
         }
+    }
+
+    /// Snapshots the reader's positions and the split watermarks, passes the barrier
+    /// down the chain (each operator snapshots), writes the task's file and acks.
+    fn checkpoint(&mut self, id: CheckpointId, wms: &SplitWatermarks) -> TaskResult {
+        let Some(control) = self.env.checkpoints.clone() else {
+            return Ok(());
+        };
+        self.head.flush()?;
+        let reader = &mut self.reader;
+        let Some(positions) = reader.snapshot_positions() else {
+            let _ = control.acks.send(crate::checkpoint::Ack {
+                id,
+                result: Err(format!("{}: this source cannot be checkpointed", self.info)),
+            });
+            return Ok(());
+        };
+        let mut snap = TaskSnapshot::default();
+        snap.sources.push(SourceSnapshot {
+            vertex: self.vertex,
+            positions,
+            watermarks: self
+                .split_ids
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.clone(), wms.split_max_timestamp(i), wms.split_idle(i)))
+                .collect(),
+        });
+        self.head.barrier(self.env.barrier(id), &mut snap)?;
+        control.write_and_ack(id, &self.info.to_string(), &snap);
+        Ok(())
     }
 
     /// Sends an idleness change, then a watermark advance, downstream.
@@ -307,18 +399,44 @@ pub(crate) struct InputTask<T> {
     pub(crate) env: TaskEnv,
 }
 
+/// A `Select` over the receivers not blocked by a barrier alignment; `map[k]` is the
+/// channel of the select's operation `k`.
+fn select_over<'a, T>(
+    receivers: &'a [crossbeam_channel::Receiver<StreamElement<T>>],
+    usable: &[bool],
+) -> (Select<'a>, Vec<usize>) {
+    let mut sel = Select::new();
+    let mut map = Vec::new();
+    for (i, r) in receivers.iter().enumerate() {
+        if usable[i] {
+            sel.recv(r);
+            map.push(i);
+        }
+    }
+    (sel, map)
+}
+
 impl<T: Send + 'static> InputTask<T> {
     fn run_loop(&mut self) -> TaskResult {
         self.head.open()?;
         let receivers = self.gate.receivers.clone();
-        let mut tracker = WatermarkTracker::new(receivers.len());
-        let mut sel = Select::new();
-        for r in &receivers {
-            sel.recv(r);
-        }
-        let mut open = receivers.len();
+        let n = receivers.len();
+        let mut tracker = WatermarkTracker::new(n);
+        // A channel is usable while it is open and not holding back after a barrier.
+        let mut ended = vec![false; n];
+        let mut blocked = vec![false; n];
+        let usable = |ended: &[bool], blocked: &[bool]| -> Vec<bool> {
+            (0..ended.len()).map(|i| !ended[i] && !blocked[i]).collect()
+        };
+        let (mut sel, mut map) = select_over(&receivers, &usable(&ended, &blocked));
+        // The checkpoint being aligned, if any.
+        let mut aligning: Option<CheckpointBarrier> = None;
+        let mut completed = 0;
+        let mut open = n;
         while open > 0 {
             note_queue(&self.metrics, queued(&self.gate));
+            self.env
+                .notify_complete(self.head.as_mut(), &mut completed)?;
             let oper = match sel.try_select() {
                 Ok(op) => op,
                 Err(_) => {
@@ -348,10 +466,11 @@ impl<T: Send + 'static> InputTask<T> {
                     }
                 }
             };
-            let i = oper.index();
+            let i = map[oper.index()];
             let msg = oper
                 .recv(&receivers[i])
                 .map_err(|_| TaskFailure::Disconnected)?;
+            let mut reselect = false;
             let update = match msg {
                 StreamElement::Records(b) => {
                     self.head.batch(b)?;
@@ -360,9 +479,29 @@ impl<T: Send + 'static> InputTask<T> {
                 }
                 StreamElement::Watermark(w) => tracker.on_watermark(i, w),
                 StreamElement::Idle(idle) => tracker.on_idle(i, idle),
+                StreamElement::Barrier(b) => {
+                    // Aligned checkpoints: hold this channel back until the barrier
+                    // has come on every open channel.
+                    if aligning.is_none_or(|a| a.id < b.id) {
+                        aligning = Some(b);
+                        blocked.iter_mut().for_each(|x| *x = false);
+                    }
+                    if aligning.is_some_and(|a| a.id == b.id) {
+                        blocked[i] = true;
+                    }
+                    reselect = true;
+                    crate::channel::WatermarkUpdate {
+                        advanced: None,
+                        idle_changed: None,
+                    }
+                }
                 StreamElement::EndOfInput => {
-                    sel.remove(i);
+                    ended[i] = true;
                     open -= 1;
+                    reselect = true;
+                    if open == 0 {
+                        self.env.task_ended();
+                    }
                     tracker.on_end(i)
                 }
             };
@@ -372,8 +511,30 @@ impl<T: Send + 'static> InputTask<T> {
             if let Some(idle) = update.idle_changed {
                 self.head.idle(idle)?;
             }
+            if let Some(b) = aligning {
+                if (0..n).all(|k| blocked[k] || ended[k]) {
+                    aligning = None;
+                    blocked.iter_mut().for_each(|x| *x = false);
+                    reselect = true;
+                    self.checkpoint(b)?;
+                }
+            }
+            if reselect {
+                (sel, map) = select_over(&receivers, &usable(&ended, &blocked));
+            }
         }
         self.head.end()
+    }
+
+    /// Every input delivered barrier `b`: snapshot the chain, write the file, ack.
+    fn checkpoint(&mut self, b: CheckpointBarrier) -> TaskResult {
+        let Some(control) = self.env.checkpoints.clone() else {
+            return self.head.barrier(b, &mut TaskSnapshot::default());
+        };
+        let mut snap = TaskSnapshot::default();
+        self.head.barrier(b, &mut snap)?;
+        control.write_and_ack(b.id, &self.name, &snap);
+        Ok(())
     }
 }
 

@@ -14,6 +14,7 @@ use brook_core::time::Millis;
 pub struct VecSource<T> {
     records: Arc<Vec<StreamRecord<T>>>,
     splits: Option<usize>,
+    poll: usize,
 }
 
 impl<T: Clone + Send + Sync + 'static> VecSource<T> {
@@ -22,6 +23,7 @@ impl<T: Clone + Send + Sync + 'static> VecSource<T> {
         VecSource {
             records: Arc::new(values.into_iter().map(StreamRecord::new).collect()),
             splits: None,
+            poll: 1024,
         }
     }
 
@@ -35,7 +37,14 @@ impl<T: Clone + Send + Sync + 'static> VecSource<T> {
                     .collect(),
             ),
             splits: None,
+            poll: 1024,
         }
+    }
+
+    /// Records read per poll (default 1024): checkpoint barriers go in between polls.
+    pub fn poll_size(mut self, n: usize) -> Self {
+        self.poll = n.max(1);
+        self
     }
 
     /// Sets the number of splits (at least 1) instead of one per subtask.
@@ -50,11 +59,13 @@ impl<T: Clone + Send + Sync + 'static> VecSource<T> {
 pub struct VecSplit {
     start: usize,
     end: usize,
+    /// `first..end` as enumerated (a restored split starts later but keeps its id).
+    id: String,
 }
 
 impl Split for VecSplit {
     fn split_id(&self) -> String {
-        format!("{}..{}", self.start, self.end)
+        self.id.clone()
     }
 }
 
@@ -66,9 +77,13 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
         let n = self.records.len();
         let k = self.splits.unwrap_or(parallelism as usize).max(1);
         Ok((0..k)
-            .map(|i| VecSplit {
-                start: i * n / k,
-                end: (i + 1) * n / k,
+            .map(|i| {
+                let (start, end) = (i * n / k, (i + 1) * n / k);
+                VecSplit {
+                    start,
+                    end,
+                    id: format!("{start}..{end}"),
+                }
             })
             .collect())
     }
@@ -80,34 +95,94 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
     ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
         Ok(Box::new(VecReader {
             records: Arc::clone(&self.records),
+            poll: self.poll,
             splits,
             pos: None,
             done: 0,
+            finished: Vec::new(),
+            report_finished: false,
         }))
     }
 
     fn is_bounded(&self) -> bool {
         true
     }
+
+    fn restore_reader(
+        &self,
+        _info: &SubtaskInfo,
+        splits: Vec<VecSplit>,
+        positions: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        let mut finished = Vec::new();
+        let mut remaining = Vec::new();
+        for s in splits {
+            let at = positions
+                .get(&s.split_id())
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(s.start, |b| u64::from_le_bytes(b) as usize);
+            if at >= s.end {
+                finished.push(s);
+            } else {
+                remaining.push(VecSplit {
+                    start: at,
+                    end: s.end,
+                    id: s.id.clone(),
+                });
+            }
+        }
+        // Splits are read in order: the finished ones are the first.
+        Ok(Box::new(VecReader {
+            records: Arc::clone(&self.records),
+            poll: self.poll,
+            done: finished.len() as u32,
+            report_finished: true,
+            finished,
+            splits: remaining,
+            pos: None,
+        }))
+    }
 }
 
 struct VecReader<T> {
     records: Arc<Vec<StreamRecord<T>>>,
+    poll: usize,
     splits: Vec<VecSplit>,
     pos: Option<usize>,
     /// Splits read so far: the index of the current one.
     done: u32,
+    /// Splits read completely.
+    finished: Vec<VecSplit>,
+    /// Restored: tell the runtime on the first poll which splits were finished.
+    report_finished: bool,
 }
 
 impl<T: Clone + Send + Sync + 'static> SourceReader for VecReader<T> {
     type Out = T;
 
+    fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
+        let at = |s: &VecSplit, p: usize| (s.id.clone(), (p as u64).to_le_bytes().to_vec());
+        let mut v: Vec<_> = self.finished.iter().map(|s| at(s, s.end)).collect();
+        for (i, s) in self.splits.iter().enumerate() {
+            let p = if i == 0 {
+                self.pos.unwrap_or(s.start)
+            } else {
+                s.start
+            };
+            v.push(at(s, p));
+        }
+        Some(v)
+    }
+
     fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        if std::mem::take(&mut self.report_finished) {
+            (0..self.finished.len() as u32).for_each(|i| out.finish_split(i));
+        }
         let Some(split) = self.splits.first().cloned() else {
             return Ok(InputStatus::End);
         };
         let pos = self.pos.unwrap_or(split.start);
-        let end = split.end.min(pos + 1024);
+        let end = split.end.min(pos + self.poll);
         out.set_split(self.done);
         for r in &self.records[pos..end] {
             out.push(r.clone());
@@ -115,7 +190,7 @@ impl<T: Clone + Send + Sync + 'static> SourceReader for VecReader<T> {
         if end == split.end {
             out.finish_split(self.done);
             self.done += 1;
-            self.splits.remove(0);
+            self.finished.push(self.splits.remove(0));
             self.pos = None;
         } else {
             self.pos = Some(end);

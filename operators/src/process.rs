@@ -3,10 +3,12 @@
 
 use std::hash::Hash;
 
+use brook_core::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
 use brook_core::element::Batch;
 use brook_core::keys::{key_group_for_key, KeyGroup};
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 use brook_core::time::{Millis, Watermark};
+use brook_state::snapshot::{restore_keyed, snapshot_keyed};
 use brook_state::{KeyedStateBackend, KeyedStateStore, TimeDomain, Timer, TimerService};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -197,6 +199,24 @@ where
 {
     type In = F::In;
     type Out = F::Out;
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+        snapshot: &mut StateSnapshot,
+    ) -> OpResult {
+        snapshot_keyed(self.state.backend(), &self.timers, snapshot).map_err(OperatorError::other)
+    }
+
+    fn restore_state(&mut self, ctx: &mut OperatorContext, state: &RestoredState) -> OpResult {
+        restore_keyed(state, self.state.backend_mut(), &mut self.timers)
+            .map_err(OperatorError::other)?;
+        if let Some(t) = self.timers.next_processing_time() {
+            ctx.request_processing_time_callback(t);
+        }
+        Ok(())
+    }
 
     fn process_batch(
         &mut self,

@@ -31,6 +31,9 @@ pub enum BackendKind {
     Serialized,
 }
 
+/// Sees `(state, full key, value)` of each entry of a backend.
+pub type EntryVisitor<'a> = dyn FnMut(&str, &[u8], &[u8]) + 'a;
+
 /// A store of keyed state entries, one keyspace per named state.
 ///
 /// Keys are composed with [`compose_key`]. Implementations: [`MemoryStateBackend`]
@@ -46,6 +49,9 @@ pub trait KeyedStateBackend: Send + Debug {
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)>;
     /// Number of entries over all states (for metrics and tests).
     fn len(&self) -> usize;
+    /// Calls `f(state, key, value)` for every entry (for snapshots; the key group is
+    /// the key's first two bytes, see [`compose_key`]).
+    fn for_each_entry(&self, f: &mut EntryVisitor<'_>);
     /// Whether the backend holds no entries.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -107,6 +113,14 @@ impl KeyedStateBackend for MemoryStateBackend {
 
     fn len(&self) -> usize {
         self.states.values().map(BTreeMap::len).sum()
+    }
+
+    fn for_each_entry(&self, f: &mut EntryVisitor<'_>) {
+        for (name, m) in &self.states {
+            for (k, v) in m {
+                f(name, k, v);
+            }
+        }
     }
 
     fn kind(&self) -> BackendKind {

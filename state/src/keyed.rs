@@ -104,6 +104,11 @@ impl KeyedStateStore {
         self.backend.as_ref()
     }
 
+    /// The backend, to restore into.
+    pub fn backend_mut(&mut self) -> &mut dyn KeyedStateBackend {
+        self.backend.as_mut()
+    }
+
     fn full_key(&mut self, state: &str) -> Result<()> {
         if !self.has_key {
             return Err(StateError::NoCurrentKey(state.into()));

@@ -7,6 +7,8 @@
 //! - [`keyed`]: [`KeyedStateStore`], which scopes a backend to the current key and
 //!   namespace, and the typed handles [`ValueState`], [`ListState`] and [`MapState`]
 //!   declared with [`StateDescriptor`]s (values are encoded with bincode).
+//! - [`snapshot`]: keyed state and timers written per key group into checkpoints and
+//!   read back, at any parallelism.
 //! - [`timers`]: the [`TimerService`] of event-time and processing-time timers per
 //!   key and namespace.
 //! - [`table`]: typed [`NamespacedTable`]s, `(key, namespace) -> value`, kept as Rust
@@ -20,6 +22,7 @@
 
 pub mod backend;
 pub mod keyed;
+pub mod snapshot;
 pub mod table;
 pub mod timer_queue;
 pub mod timers;

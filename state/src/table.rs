@@ -426,6 +426,9 @@ mod tests {
         fn len(&self) -> usize {
             self.0.len()
         }
+        fn for_each_entry(&self, f: &mut crate::backend::EntryVisitor<'_>) {
+            self.0.for_each_entry(f)
+        }
     }
 
     fn exercise(t: &mut dyn NamespacedTable<String, (i64, i64), u64>) {

@@ -70,6 +70,15 @@ impl TimerService {
         }
     }
 
+    /// Every timer with its domain (for snapshots).
+    pub fn iter(&self) -> impl Iterator<Item = (TimeDomain, &Timer)> {
+        self.event.iter().map(|t| (TimeDomain::EventTime, t)).chain(
+            self.processing
+                .iter()
+                .map(|t| (TimeDomain::ProcessingTime, t)),
+        )
+    }
+
     /// The earliest processing-time timer, to schedule a callback.
     pub fn next_processing_time(&self) -> Option<Millis> {
         self.processing.first().map(|t| t.timestamp)

@@ -56,6 +56,9 @@ impl KeyedStateBackend for BytesBackend {
     fn len(&self) -> usize {
         self.0.len()
     }
+    fn for_each_entry(&self, f: &mut brook_state::backend::EntryVisitor<'_>) {
+        self.0.for_each_entry(f)
+    }
 }
 
 /// Both kinds of state: `(name, backend)`.

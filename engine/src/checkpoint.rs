@@ -1,0 +1,509 @@
+//! Aligned checkpoints (semantics.md §4), as Flink's: the [`CheckpointCoordinator`]
+//! thread asks every source task to inject a barrier; each task snapshots its chain
+//! when the barrier has arrived on all its inputs, writes one file and acknowledges;
+//! when every task has, the coordinator writes the checkpoint's `_metadata` last and
+//! atomically (write, fsync, rename, fsync the directory), and only then announces
+//! completion (sinks commit).
+//!
+//! Layout: `<dir>/chk-<id>/<task file>` per task and `<dir>/chk-<id>/_metadata`
+//! (JSON: format version, job, id, vertices, and size and CRC-32C of every file). A
+//! directory without valid metadata, or whose files do not match it, is incomplete and
+//! never used: [`latest_complete`] skips it with a warning.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use brook_core::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
+use brook_core::keys::KeyGroupRange;
+use brook_core::time::{Millis, SharedClock};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::graph::VertexId;
+
+/// Version of the task-file and metadata formats.
+pub const FORMAT_VERSION: u32 = 1;
+
+const MAGIC: &[u8; 8] = b"BROOKCP1";
+const METADATA: &str = "_metadata";
+
+/// Checkpointing settings of a job.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// Where checkpoints are stored (`chk-<id>` directories).
+    pub dir: PathBuf,
+    /// Time between the end of one checkpoint and the start of the next (ms).
+    pub interval_ms: Millis,
+    /// Complete checkpoints kept (older ones are deleted). Default 3.
+    pub retain: usize,
+    /// A checkpoint not complete after this long is aborted (ms). Default 10 min.
+    pub timeout_ms: Millis,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints into `dir` every `interval_ms`.
+    pub fn new(dir: impl Into<PathBuf>, interval_ms: Millis) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval_ms,
+            retain: 3,
+            timeout_ms: 600_000,
+        }
+    }
+}
+
+/// Errors reading or writing checkpoints.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// I/O on a checkpoint file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file is not a checkpoint of this format, or is damaged.
+    #[error("{path}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No complete checkpoint in the directory.
+    #[error("no complete checkpoint in {0}")]
+    NoneComplete(PathBuf),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What one task wrote for a checkpoint: the state of every operator of its chain, its
+/// source positions and watermarks, its sinks' committables.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub(crate) struct TaskSnapshot {
+    pub(crate) operators: Vec<(VertexId, u32, StateSnapshot)>,
+    pub(crate) sources: Vec<SourceSnapshot>,
+    pub(crate) sinks: Vec<(VertexId, u32, Vec<Vec<u8>>)>,
+}
+
+/// A source subtask's position and watermark progress per split.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub(crate) struct SourceSnapshot {
+    pub(crate) vertex: VertexId,
+    /// (split id, position)
+    pub(crate) positions: Vec<(String, Vec<u8>)>,
+    /// (split id, largest event time seen, idle)
+    pub(crate) watermarks: Vec<(String, Option<Millis>, bool)>,
+}
+
+/// A task's answer to a barrier.
+#[derive(Debug)]
+pub(crate) struct Ack {
+    pub(crate) id: CheckpointId,
+    pub(crate) result: Result<FileEntry, String>,
+}
+
+/// A file of a checkpoint, as listed in its metadata.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct FileEntry {
+    pub(crate) name: String,
+    pub(crate) size: u64,
+    pub(crate) crc32c: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Metadata {
+    format_version: u32,
+    job: String,
+    checkpoint_id: CheckpointId,
+    timestamp_ms: Millis,
+    max_parallelism: u32,
+    vertices: Vec<String>,
+    files: Vec<FileEntry>,
+}
+
+/// Shared between the coordinator and the tasks of a job.
+#[derive(Debug)]
+pub(crate) struct CheckpointControl {
+    /// The newest checkpoint sources are asked to inject.
+    pub(crate) requested: AtomicU64,
+    /// The newest complete checkpoint.
+    pub(crate) completed: AtomicU64,
+    /// Set when a task ended: no further checkpoints can complete.
+    pub(crate) task_ended: AtomicBool,
+    pub(crate) acks: Sender<Ack>,
+    pub(crate) dir: PathBuf,
+}
+
+impl CheckpointControl {
+    pub(crate) fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
+        self.dir.join(format!("chk-{id}"))
+    }
+
+    /// Writes a task's snapshot into checkpoint `id` and acknowledges it.
+    pub(crate) fn write_and_ack(&self, id: CheckpointId, task: &str, snap: &TaskSnapshot) {
+        let result =
+            write_task_file(&self.checkpoint_dir(id), task, snap).map_err(|e| e.to_string());
+        // The coordinator may be gone (the job is ending); nothing to do then.
+        let _ = self.acks.send(Ack { id, result });
+    }
+}
+
+fn file_name(task: &str) -> String {
+    let mut s: String = task
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.push_str(".state");
+    s
+}
+
+fn write_task_file(
+    dir: &Path,
+    task: &str,
+    snap: &TaskSnapshot,
+) -> Result<FileEntry, CheckpointError> {
+    let name = file_name(task);
+    let path = dir.join(&name);
+    let body = bincode::serialize(snap).map_err(|e| CheckpointError::Corrupt {
+        path: path.clone(),
+        reason: format!("cannot encode: {e}"),
+    })?;
+    let mut bytes = Vec::with_capacity(body.len() + 12);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&body);
+    let mut f = File::create(&path).map_err(io(&path))?;
+    f.write_all(&bytes).map_err(io(&path))?;
+    f.sync_all().map_err(io(&path))?;
+    Ok(FileEntry {
+        name,
+        size: bytes.len() as u64,
+        crc32c: crc32c::crc32c(&bytes),
+    })
+}
+
+fn read_task_file(path: &Path, entry: &FileEntry) -> Result<TaskSnapshot, CheckpointError> {
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(io(path))?;
+    if bytes.len() as u64 != entry.size || crc32c::crc32c(&bytes) != entry.crc32c {
+        return Err(corrupt("size or checksum differs from the metadata".into()));
+    }
+    if bytes.len() < 12 || &bytes[..8] != MAGIC {
+        return Err(corrupt("not a brook checkpoint file".into()));
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "format version {version}, this brook reads {FORMAT_VERSION}"
+        )));
+    }
+    bincode::deserialize(&bytes[12..]).map_err(|e| corrupt(format!("cannot decode: {e}")))
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Split positions by split id.
+pub(crate) type SplitPositions = HashMap<String, Vec<u8>>;
+/// Watermark progress by split id: (largest event time, idle).
+pub(crate) type SplitWatermarks = HashMap<String, (Option<Millis>, bool)>;
+
+/// A complete checkpoint read back for a restore.
+#[derive(Debug)]
+pub struct RestoredCheckpoint {
+    /// Its id; the restored job continues with `id + 1`.
+    pub id: CheckpointId,
+    /// Its directory.
+    pub path: PathBuf,
+    vertices: Vec<String>,
+    max_parallelism: u32,
+    tasks: Vec<TaskSnapshot>,
+}
+
+impl RestoredCheckpoint {
+    /// Reads and checks the checkpoint in `path` (a `chk-<id>` directory).
+    ///
+    /// # Errors
+    /// [`CheckpointError`] when the metadata or a file is missing, damaged, or of
+    /// another format version.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let meta_path = path.join(METADATA);
+        let text = fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
+        let meta: Metadata = serde_json::from_str(&text).map_err(|e| CheckpointError::Corrupt {
+            path: meta_path.clone(),
+            reason: e.to_string(),
+        })?;
+        if meta.format_version != FORMAT_VERSION {
+            return Err(CheckpointError::Corrupt {
+                path: meta_path,
+                reason: format!(
+                    "format version {}, this brook reads {FORMAT_VERSION}",
+                    meta.format_version
+                ),
+            });
+        }
+        let tasks = meta
+            .files
+            .iter()
+            .map(|f| read_task_file(&path.join(&f.name), f))
+            .collect::<Result<_, _>>()?;
+        Ok(RestoredCheckpoint {
+            id: meta.checkpoint_id,
+            path: path.to_path_buf(),
+            vertices: meta.vertices,
+            max_parallelism: meta.max_parallelism,
+            tasks,
+        })
+    }
+
+    /// Checks that the checkpoint was taken by a job of the same shape.
+    pub(crate) fn check_graph(
+        &self,
+        vertices: &[String],
+        max_parallelism: u32,
+    ) -> Result<(), String> {
+        if self.max_parallelism != max_parallelism {
+            return Err(format!(
+                "the checkpoint has {} key groups, the job {max_parallelism}: max_parallelism cannot change",
+                self.max_parallelism
+            ));
+        }
+        if self.vertices != vertices {
+            return Err(format!(
+                "the checkpoint was taken by a job with operators {:?}, this job has {:?}",
+                self.vertices, vertices
+            ));
+        }
+        Ok(())
+    }
+
+    /// The state of operator `vertex` for a subtask owning `range`.
+    pub(crate) fn operator_state(&self, vertex: VertexId, range: KeyGroupRange) -> RestoredState {
+        RestoredState::collect(
+            self.tasks
+                .iter()
+                .flat_map(|t| t.operators.iter())
+                .filter(|(v, _, _)| *v == vertex)
+                .map(|(_, _, s)| s),
+            range,
+        )
+    }
+
+    /// Split positions and watermark progress of source `vertex`, by split id.
+    pub(crate) fn source_state(&self, vertex: VertexId) -> (SplitPositions, SplitWatermarks) {
+        let mut positions = HashMap::new();
+        let mut watermarks = HashMap::new();
+        for s in self
+            .tasks
+            .iter()
+            .flat_map(|t| t.sources.iter())
+            .filter(|s| s.vertex == vertex)
+        {
+            positions.extend(s.positions.iter().cloned());
+            watermarks.extend(
+                s.watermarks
+                    .iter()
+                    .map(|(id, t, idle)| (id.clone(), (*t, *idle))),
+            );
+        }
+        (positions, watermarks)
+    }
+
+    /// Committables of sink `vertex` that subtask `index` of `parallelism` commits again:
+    /// those of former subtask `j` go to `j % parallelism`.
+    pub(crate) fn sink_committables(
+        &self,
+        vertex: VertexId,
+        index: u32,
+        parallelism: u32,
+    ) -> Vec<Vec<u8>> {
+        self.tasks
+            .iter()
+            .flat_map(|t| t.sinks.iter())
+            .filter(|(v, j, _)| *v == vertex && j % parallelism == index)
+            .flat_map(|(_, _, c)| c.iter().cloned())
+            .collect()
+    }
+}
+
+/// Complete checkpoints in `dir`, newest first, as `(id, path)`.
+fn checkpoint_dirs(dir: &Path) -> Vec<(CheckpointId, PathBuf)> {
+    let mut v: Vec<(CheckpointId, PathBuf)> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_prefix("chk-")?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.0));
+    v
+}
+
+/// The largest checkpoint id used in `dir` (complete or not), 0 for none: a new run
+/// continues after it and never overwrites a checkpoint.
+pub(crate) fn newest_id(dir: &Path) -> CheckpointId {
+    checkpoint_dirs(dir).first().map_or(0, |(id, _)| *id)
+}
+
+/// The newest complete checkpoint in `dir`; incomplete or damaged ones are skipped
+/// with a warning.
+///
+/// # Errors
+/// [`CheckpointError::NoneComplete`] when there is none.
+pub fn latest_complete(dir: &Path) -> Result<RestoredCheckpoint, CheckpointError> {
+    for (_, path) in checkpoint_dirs(dir) {
+        match RestoredCheckpoint::load(&path) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                warn!(checkpoint = %path.display(), error = %e, "skipping an incomplete or damaged checkpoint")
+            }
+        }
+    }
+    Err(CheckpointError::NoneComplete(dir.to_path_buf()))
+}
+
+/// Runs checkpoints for a job until `stop` is set or a task ends.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_coordinator(
+    control: Arc<CheckpointControl>,
+    acks: Receiver<Ack>,
+    config: CheckpointConfig,
+    first_id: CheckpointId,
+    tasks: usize,
+    job: String,
+    vertices: Vec<String>,
+    max_parallelism: u32,
+    clock: SharedClock,
+    stop: Arc<AtomicBool>,
+) {
+    let mut id = first_id;
+    let stopped = || stop.load(Ordering::SeqCst) || control.task_ended.load(Ordering::SeqCst);
+    loop {
+        // Sleep in steps so a finished job is not kept waiting.
+        let mut slept = 0;
+        while slept < config.interval_ms && !stopped() {
+            let step = (config.interval_ms - slept).min(20);
+            std::thread::sleep(Duration::from_millis(step as u64));
+            slept += step;
+        }
+        if stopped() {
+            return;
+        }
+        let dir = control.checkpoint_dir(id);
+        if let Err(e) = fs::create_dir_all(&dir) {
+            warn!(checkpoint = id, error = %e, "cannot create the checkpoint directory");
+            return;
+        }
+        let started = clock.now_ms();
+        control.requested.store(id, Ordering::SeqCst);
+        let mut files = Vec::with_capacity(tasks);
+        let mut failure = None;
+        while files.len() < tasks && failure.is_none() {
+            if stopped() {
+                failure = Some("the job is ending".to_string());
+                break;
+            }
+            if clock.now_ms() - started > config.timeout_ms {
+                failure = Some(format!("not complete after {} ms", config.timeout_ms));
+                break;
+            }
+            match acks.recv_timeout(Duration::from_millis(20)) {
+                Ok(a) if a.id == id => match a.result {
+                    Ok(f) => files.push(f),
+                    Err(e) => failure = Some(e),
+                },
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let done = failure.is_none() && {
+            let meta = Metadata {
+                format_version: FORMAT_VERSION,
+                job: job.clone(),
+                checkpoint_id: id,
+                timestamp_ms: started,
+                max_parallelism,
+                vertices: vertices.clone(),
+                files,
+            };
+            match write_metadata(&dir, &meta) {
+                Ok(()) => true,
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    false
+                }
+            }
+        };
+        if done {
+            control.completed.store(id, Ordering::SeqCst);
+            info!(
+                checkpoint = id,
+                ms = clock.now_ms() - started,
+                "checkpoint complete"
+            );
+            for (old, path) in checkpoint_dirs(&control.dir)
+                .into_iter()
+                .skip(config.retain)
+            {
+                if old < id {
+                    let _ = fs::remove_dir_all(path);
+                }
+            }
+        } else {
+            warn!(
+                checkpoint = id,
+                reason = failure.as_deref().unwrap_or("?"),
+                "checkpoint aborted"
+            );
+            let _ = fs::remove_dir_all(&dir);
+            if stopped() {
+                return;
+            }
+        }
+        id += 1;
+    }
+}
+
+fn write_metadata(dir: &Path, meta: &Metadata) -> Result<(), CheckpointError> {
+    let tmp = dir.join("_metadata.tmp");
+    let text = serde_json::to_vec_pretty(meta).map_err(|e| CheckpointError::Corrupt {
+        path: tmp.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut f = File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(&text).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    fsync_dir(dir)?;
+    let path = dir.join(METADATA);
+    fs::rename(&tmp, &path).map_err(io(&path))?;
+    fsync_dir(dir)
+}
