@@ -19,6 +19,17 @@ pub trait Sink: Send + Sync + 'static {
     /// A writer for one subtask.
     fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = Self::In>>>;
 
+    /// A writer for one subtask of a job that takes checkpoints: a sink that can
+    /// commit in two phases makes its output visible only when a checkpoint completes
+    /// (and at the end of input). The default is [`Sink::create_writer`] (at least
+    /// once).
+    fn create_committing_writer(
+        &self,
+        info: &SubtaskInfo,
+    ) -> OpResult<Box<dyn SinkWriter<In = Self::In>>> {
+        self.create_writer(info)
+    }
+
     /// A writer for one subtask of a job restoring from a checkpoint: first commit
     /// `committables` (pre-committed before the crash; committing twice must be
     /// harmless) and clean up what aborted attempts left. The default ignores them
@@ -28,7 +39,7 @@ pub trait Sink: Send + Sync + 'static {
         info: &SubtaskInfo,
         _committables: Vec<Vec<u8>>,
     ) -> OpResult<Box<dyn SinkWriter<In = Self::In>>> {
-        self.create_writer(info)
+        self.create_committing_writer(info)
     }
 }
 

@@ -179,6 +179,7 @@ impl<S: Sink> LinkVertex for SinkVertex<S> {
                 info,
                 r.sink_committables(vertex, info.index, info.parallelism),
             ),
+            None if env.task.checkpoints.is_some() => self.sink.create_committing_writer(info),
             None => self.sink.create_writer(info),
         }
         .map_err(|e| EngineError::Task {
