@@ -219,7 +219,7 @@ fn run(cli: Cli) -> Result<()> {
     } = cli;
     let command = match command {
         // The log is opened only if the job reads or writes it.
-        Command::Run(args) => return run::run(args, || open_log(&data_dir, &fsync)),
+        Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
         other => other,
     };
     let log = open_log(&data_dir, &fsync)?;

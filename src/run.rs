@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brook::engine::metrics::JobMetrics;
-use brook::engine::{EngineError, JobConfig};
+use brook::engine::{latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint};
 use brook::log::Log;
 use brook::spec::{self, SinkSpec, SourceSpec};
 use clap::Args;
@@ -31,6 +31,54 @@ pub(crate) struct RunArgs {
     /// No progress bar and no summary.
     #[arg(long, short)]
     quiet: bool,
+    /// Take a checkpoint this often (`500ms`, `10s`, ...; overrides the spec's
+    /// `checkpoint_interval`).
+    #[arg(long, value_name = "DURATION")]
+    checkpoint_interval: Option<String>,
+    /// Where checkpoints go (default: `<data-dir>/checkpoints/<job name>`).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from a checkpoint: `latest` (the newest complete one in the checkpoint
+    /// directory) or the path of a `chk-<id>` directory.
+    #[arg(long, value_name = "latest|PATH")]
+    restore: Option<String>,
+}
+
+/// Checkpointing and restore settings from the command line and the spec.
+fn checkpoint_config(
+    args: &RunArgs,
+    spec: &spec::JobSpec,
+    data_dir: &std::path::Path,
+) -> Result<JobConfig> {
+    let mut config = JobConfig::default();
+    let interval = match &args.checkpoint_interval {
+        Some(t) => Some(
+            brook::core::config::parse_duration_ms(t)
+                .map_err(|e| anyhow::anyhow!("--checkpoint-interval {t:?}: {e}"))?,
+        ),
+        None => spec.checkpoint_interval_ms()?,
+    };
+    let dir = args
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("checkpoints").join(&spec.name));
+    if let Some(ms) = interval {
+        if ms <= 0 {
+            anyhow::bail!("the checkpoint interval must be positive");
+        }
+        config.checkpoint = Some(CheckpointConfig::new(&dir, ms));
+    }
+    if let Some(r) = &args.restore {
+        let cp = if r == "latest" {
+            latest_complete(&dir)
+        } else {
+            RestoredCheckpoint::load(std::path::Path::new(r))
+        }
+        .with_context(|| format!("--restore {r}"))?;
+        eprintln!("restoring checkpoint {} from {}", cp.id, cp.path.display());
+        config.restore = Some(std::sync::Arc::new(cp));
+    }
+    Ok(config)
 }
 
 fn uses_log(spec: &spec::JobSpec) -> bool {
@@ -55,7 +103,11 @@ fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
         .sum()
 }
 
-pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Result<()> {
+pub(crate) fn run(
+    args: RunArgs,
+    data_dir: &std::path::Path,
+    open_log: impl FnOnce() -> Result<Log>,
+) -> Result<()> {
     let text = std::fs::read_to_string(&args.spec)
         .with_context(|| format!("reading {}", args.spec.display()))?;
     let mut parsed: spec::JobSpec = if args.set.is_empty() {
@@ -86,9 +138,10 @@ pub(crate) fn run(args: RunArgs, open_log: impl FnOnce() -> Result<Log>) -> Resu
     } else {
         None
     };
-    let built = spec::build(&valid, JobConfig::default(), log.as_ref())
-        .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     let name = valid.spec.name.clone();
+    let config = checkpoint_config(&args, &valid.spec, data_dir)?;
+    let built = spec::build(&valid, config, log.as_ref())
+        .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();
     let _server = match args.metrics_addr {

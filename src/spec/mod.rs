@@ -82,6 +82,9 @@ pub struct JobSpec {
     /// File receiving dead letters as JSON lines `{raw, position, reason}`.
     #[serde(default)]
     pub dead_letter: Option<PathBuf>,
+    /// Take a checkpoint this often (`10s`; default: no checkpoints).
+    #[serde(default)]
+    pub checkpoint_interval: Option<DurationSpec>,
     /// Where rows come from.
     pub sources: Vec<SourceSpec>,
     /// What happens to them, in order.
@@ -402,6 +405,19 @@ pub struct ValidSpec {
     pub(crate) source_time: Vec<SourceTime>,
 }
 
+impl JobSpec {
+    /// `checkpoint_interval` in ms.
+    ///
+    /// # Errors
+    /// A bad duration, naming the field.
+    pub fn checkpoint_interval_ms(&self) -> Result<Option<i64>, SpecError> {
+        self.checkpoint_interval
+            .as_ref()
+            .map(|d| d.ms("checkpoint_interval"))
+            .transpose()
+    }
+}
+
 impl fmt::Display for JobSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -471,6 +487,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 ),
             ));
         }
+    }
+    if spec.checkpoint_interval_ms()? == Some(0) {
+        return Err(SpecError::new("checkpoint_interval", "must be positive"));
     }
     if spec.sources.is_empty() {
         return Err(SpecError::new("sources", "a job needs at least one source"));
