@@ -232,8 +232,9 @@ struct NsMap<N, K, V> {
     map: hashbrown::HashTable<(K, V)>,
 }
 
-/// At most this many emptied per-namespace maps are kept for reuse.
-const SPARE_MAPS: usize = 64;
+/// Emptied per-namespace maps are kept for reuse up to this many entries of capacity
+/// even when the table never held that many.
+const SPARE_MIN_CAPACITY: usize = 1 << 16;
 
 /// Heap state organised by namespace first: namespaces kept in order (`N: Ord`), each
 /// with its own hash map `key -> value`, as a window operator keeps
@@ -249,7 +250,17 @@ pub struct NamespaceMajorTable<N, K, V> {
     /// Namespaces in ascending order.
     spaces: VecDeque<NsMap<N, K, V>>,
     hasher: hashbrown::DefaultHashBuilder,
+    /// Emptied maps kept for new namespaces (their memory is already mapped: a table
+    /// that drops and creates namespaces all the time allocates nothing).
     spare: Vec<hashbrown::HashTable<(K, V)>>,
+    /// Total capacity of the spare maps, kept at most the largest number of entries
+    /// the table held (or [`SPARE_MIN_CAPACITY`]).
+    spare_capacity: usize,
+    /// The largest number of entries held so far.
+    peak_len: usize,
+    /// Entries of the namespace created or dropped last: the capacity for a new map
+    /// when there is no spare one.
+    last_size: usize,
     len: usize,
     /// The position last found or inserted.
     hint: usize,
@@ -271,6 +282,9 @@ impl<N, K, V> Default for NamespaceMajorTable<N, K, V> {
             spaces: VecDeque::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
             spare: Vec::new(),
+            spare_capacity: 0,
+            peak_len: 0,
+            last_size: 0,
             len: 0,
             hint: 0,
         }
@@ -324,7 +338,13 @@ impl<N: Ord + Copy, K: Hash + Eq + Clone, V> NamespaceMajorTable<N, K, V> {
         let i = match self.spaces.binary_search_by(|s| s.ns.cmp(&ns)) {
             Ok(i) => i,
             Err(i) => {
-                let map = self.spare.pop().unwrap_or_default();
+                let map = match self.spare.pop() {
+                    Some(m) => {
+                        self.spare_capacity -= m.capacity();
+                        m
+                    }
+                    None => hashbrown::HashTable::with_capacity(self.last_size),
+                };
                 self.spaces.insert(i, NsMap { ns, map });
                 i
             }
@@ -353,6 +373,7 @@ impl<N: Ord + Copy, K: Hash + Eq + Clone, V> NamespaceMajorTable<N, K, V> {
             hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().1,
             hashbrown::hash_table::Entry::Vacant(v) => {
                 self.len += 1;
+                self.peak_len = self.peak_len.max(self.len);
                 &mut v.insert((key.clone(), create())).into_mut().1
             }
         }
@@ -391,9 +412,11 @@ impl<N: Ord + Copy, K: Hash + Eq + Clone, V> NamespaceMajorTable<N, K, V> {
     pub fn remove_first(&mut self) -> Option<N> {
         let NsMap { ns, mut map } = self.spaces.pop_front()?;
         self.len -= map.len();
+        self.last_size = map.len();
         self.hint = self.hint.saturating_sub(1);
         map.clear();
-        if self.spare.len() < SPARE_MAPS {
+        if self.spare_capacity + map.capacity() <= self.peak_len.max(SPARE_MIN_CAPACITY) {
+            self.spare_capacity += map.capacity();
             self.spare.push(map);
         }
         Some(ns)

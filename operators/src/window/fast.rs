@@ -252,7 +252,20 @@ impl<K: Hash + Eq + Clone, S> Sessions<K, S> {
         };
         // Sessions are apart and ordered by start, hence also by end: those touching
         // `w` are one run.
-        let first = list.partition_point(|s| s.window.end < w.start);
+        // In-order input touches at most the newest session: try it before searching.
+        let n = list.len();
+        let first = match list.last() {
+            Some(l) if l.window.end < w.start => n,
+            Some(l) if n == 1 || list[n - 2].window.end < w.start => {
+                if l.window.start <= w.end {
+                    n - 1
+                } else {
+                    // Before the newest session: search.
+                    list.partition_point(|s| s.window.end < w.start)
+                }
+            }
+            _ => list.partition_point(|s| s.window.end < w.start),
+        };
         let mut last = first;
         while last < list.len() && list[last].window.start <= w.end {
             last += 1;
