@@ -29,7 +29,9 @@ pub mod timers;
 
 pub use backend::{BackendKind, KeyedStateBackend, MemoryStateBackend};
 pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
-pub use table::{namespaced_table, BytesTable, HeapTable, NamespacedTable};
+pub use table::{
+    namespaced_table, BytesTable, FastHashMap, HeapTable, NamespaceMajorTable, NamespacedTable,
+};
 pub use timer_queue::TimerQueue;
 pub use timers::{TimeDomain, Timer, TimerService};
 

@@ -12,9 +12,14 @@
 //!   [`compose_key`] (`key group | key | namespace`), for byte stores such as RocksDB.
 //!   The value last handed out is cached decoded and written back on the next access
 //!   or on [`NamespacedTable::flush`].
+//!
+//! [`NamespaceMajorTable`] is heap state organised the other way round, `namespace ->
+//! (key -> value)` with namespaces in order, for window operators whose windows fire
+//! and are dropped whole (no per-entry timers).
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
 use brook_core::keys::KeyGroup;
@@ -214,6 +219,214 @@ where
 
     fn needs_key_group(&self) -> bool {
         false
+    }
+}
+
+/// A hash map with the hasher every heap table uses (hashbrown's default, foldhash):
+/// for operators keeping typed state of their own on the heap.
+pub type FastHashMap<K, V> = hashbrown::HashMap<K, V>;
+
+/// One namespace of a [`NamespaceMajorTable`]: its entries `key -> value`.
+struct NsMap<N, K, V> {
+    ns: N,
+    map: hashbrown::HashTable<(K, V)>,
+}
+
+/// Emptied per-namespace maps are kept for reuse up to this many entries of capacity
+/// even when the table never held that many.
+const SPARE_MIN_CAPACITY: usize = 1 << 16;
+
+/// Heap state organised by namespace first: namespaces kept in order (`N: Ord`), each
+/// with its own hash map `key -> value`, as a window operator keeps
+/// `window -> (key -> accumulator)` when windows fire and are dropped whole, in order.
+///
+/// Records that arrive in namespace order mostly hit the namespace of the record before
+/// (a cached position), so a lookup is one hash probe in a small map that stays in the
+/// cache; dropping a namespace drops its map at once and keeps the memory for the next
+/// one (no allocation per entry in the steady state). Keys are hashed once per record
+/// ([`NamespaceMajorTable::hash_key`]) and cloned only when inserted. Entries are visible
+/// per namespace and key ([`NamespaceMajorTable::iter`]), for snapshots by key group.
+pub struct NamespaceMajorTable<N, K, V> {
+    /// Namespaces in ascending order.
+    spaces: VecDeque<NsMap<N, K, V>>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Emptied maps kept for new namespaces (their memory is already mapped: a table
+    /// that drops and creates namespaces all the time allocates nothing).
+    spare: Vec<hashbrown::HashTable<(K, V)>>,
+    /// Total capacity of the spare maps, kept at most the largest number of entries
+    /// the table held (or [`SPARE_MIN_CAPACITY`]).
+    spare_capacity: usize,
+    /// The largest number of entries held so far.
+    peak_len: usize,
+    /// Entries of the namespace created or dropped last: the capacity for a new map
+    /// when there is no spare one.
+    last_size: usize,
+    len: usize,
+    /// The position last found or inserted.
+    hint: usize,
+}
+
+impl<N: fmt::Debug, K, V> fmt::Debug for NamespaceMajorTable<N, K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NamespaceMajorTable")
+            .field("namespaces", &self.spaces.len())
+            .field("first", &self.spaces.front().map(|s| &s.ns))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<N, K, V> Default for NamespaceMajorTable<N, K, V> {
+    fn default() -> Self {
+        NamespaceMajorTable {
+            spaces: VecDeque::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            spare: Vec::new(),
+            spare_capacity: 0,
+            peak_len: 0,
+            last_size: 0,
+            len: 0,
+            hint: 0,
+        }
+    }
+}
+
+impl<N, K, V> NamespaceMajorTable<N, K, V> {
+    /// Number of `(namespace, key)` entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<N: Ord + Copy, K: Hash + Eq + Clone, V> NamespaceMajorTable<N, K, V> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The hash of `key`, to pass to [`NamespaceMajorTable::get_or_insert_with`] (the
+    /// same for every namespace).
+    #[inline]
+    pub fn hash_key(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The position of namespace `ns`, if it has a map.
+    #[inline]
+    pub fn find(&self, ns: &N) -> Option<usize> {
+        self.spaces.binary_search_by(|s| s.ns.cmp(ns)).ok()
+    }
+
+    /// The position of namespace `ns`, adding an empty map for it when there is none.
+    /// Positions stay valid until a namespace is added or removed.
+    #[inline]
+    pub fn namespace(&mut self, ns: N) -> usize {
+        let h = self.hint;
+        for i in [h, h.wrapping_sub(1), h + 1] {
+            if let Some(s) = self.spaces.get(i) {
+                if s.ns == ns {
+                    self.hint = i;
+                    return i;
+                }
+            }
+        }
+        let i = match self.spaces.binary_search_by(|s| s.ns.cmp(&ns)) {
+            Ok(i) => i,
+            Err(i) => {
+                let map = match self.spare.pop() {
+                    Some(m) => {
+                        self.spare_capacity -= m.capacity();
+                        m
+                    }
+                    None => hashbrown::HashTable::with_capacity(self.last_size),
+                };
+                self.spaces.insert(i, NsMap { ns, map });
+                i
+            }
+        };
+        self.hint = i;
+        i
+    }
+
+    /// The value of `key` (whose [`NamespaceMajorTable::hash_key`] is `hash`) in the
+    /// namespace at position `pos`, inserting `create()` (and a clone of the key) when
+    /// there is none: one probe either way.
+    ///
+    /// # Panics
+    /// When `pos` is not a position.
+    #[inline]
+    pub fn get_or_insert_with(
+        &mut self,
+        pos: usize,
+        hash: u64,
+        key: &K,
+        create: impl FnOnce() -> V,
+    ) -> &mut V {
+        let hasher = &self.hasher;
+        let map = &mut self.spaces[pos].map;
+        match map.entry(hash, |e| e.0 == *key, |e| hasher.hash_one(&e.0)) {
+            hashbrown::hash_table::Entry::Occupied(o) => &mut o.into_mut().1,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                self.len += 1;
+                self.peak_len = self.peak_len.max(self.len);
+                &mut v.insert((key.clone(), create())).into_mut().1
+            }
+        }
+    }
+
+    /// Number of namespaces with a map.
+    pub fn namespace_count(&self) -> usize {
+        self.spaces.len()
+    }
+
+    /// The namespace at position `pos`.
+    pub fn namespace_at(&self, pos: usize) -> Option<&N> {
+        self.spaces.get(pos).map(|s| &s.ns)
+    }
+
+    /// The first position whose namespace does not satisfy `pred` (namespaces are in
+    /// order, so `pred` must hold for a prefix of them).
+    pub fn partition_point(&self, mut pred: impl FnMut(&N) -> bool) -> usize {
+        self.spaces.partition_point(|s| pred(&s.ns))
+    }
+
+    /// The entries of the namespace at position `pos` (in no particular order).
+    pub fn entries_at(&self, pos: usize) -> impl Iterator<Item = (&K, &V)> + '_ {
+        self.spaces
+            .get(pos)
+            .into_iter()
+            .flat_map(|s| s.map.iter().map(|(k, v)| (k, v)))
+    }
+
+    /// The first (smallest) namespace.
+    pub fn first(&self) -> Option<&N> {
+        self.spaces.front().map(|s| &s.ns)
+    }
+
+    /// Drops the first namespace and its entries (keeping the map's memory for reuse).
+    pub fn remove_first(&mut self) -> Option<N> {
+        let NsMap { ns, mut map } = self.spaces.pop_front()?;
+        self.len -= map.len();
+        self.last_size = map.len();
+        self.hint = self.hint.saturating_sub(1);
+        map.clear();
+        if self.spare_capacity + map.capacity() <= self.peak_len.max(SPARE_MIN_CAPACITY) {
+            self.spare_capacity += map.capacity();
+            self.spare.push(map);
+        }
+        Some(ns)
+    }
+
+    /// Every entry as `(namespace, key, value)`, namespaces in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&N, &K, &V)> + '_ {
+        self.spaces
+            .iter()
+            .flat_map(|s| s.map.iter().map(move |(k, v)| (&s.ns, k, v)))
     }
 }
 

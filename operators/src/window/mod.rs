@@ -15,6 +15,7 @@
 
 pub mod aggregate;
 pub mod assigner;
+mod fast;
 pub mod function;
 mod operator;
 pub mod trigger;

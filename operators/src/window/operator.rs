@@ -8,11 +8,14 @@ use brook_core::element::Batch;
 use brook_core::keys::{key_group_for_key, KeyGroup};
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 use brook_core::time::{Millis, Watermark};
-use brook_state::{namespaced_table, KeyedStateBackend, NamespacedTable, StateError, TimerQueue};
+use brook_state::{
+    namespaced_table, BackendKind, KeyedStateBackend, NamespacedTable, StateError, TimerQueue,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::assigner::WindowAssigner;
+use super::fast::{event_cleanup_time, FixedWindows, Sessions};
 use super::function::{Aggregating, ProcessWindowFunction, Processing, WindowFunction};
 use super::trigger::{Domain, TimerSet, Trigger, TriggerCtx, TriggerState};
 use super::{AggregateFunction, TimeWindow, WindowOutput};
@@ -47,9 +50,7 @@ impl<K: Clone> Core<K> {
     /// overflow), `max_timestamp` in processing time.
     fn cleanup_time(&self, w: &TimeWindow) -> Millis {
         if self.assigner.is_event_time() {
-            w.max_timestamp()
-                .checked_add(self.allowed_lateness)
-                .unwrap_or(Millis::MAX)
+            event_cleanup_time(w, self.allowed_lateness)
         } else {
             w.max_timestamp()
         }
@@ -88,6 +89,22 @@ impl<K: Clone> Core<K> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Test-only: operators built on this thread while set take the general path.
+    pub(super) static FORCE_GENERAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Which state the operator keeps (chosen from the backend kind, assigner and trigger).
+enum Path<K, S> {
+    /// The general path: a [`NamespacedTable`] per key and window plus timers.
+    General,
+    /// Tumbling or sliding event-time windows, default trigger, heap state.
+    Fixed(FixedWindows<K, S>),
+    /// Event-time sessions, default trigger, heap state.
+    Sessions(Sessions<K, S>),
+}
+
 /// Windows on a keyed stream, as Flink's `WindowOperator`: records of type `T` are
 /// keyed by `KS`, assigned to windows by a [`WindowAssigner`], kept per key and window
 /// by a [`WindowFunction`] `F` (an aggregate's accumulator or the records), and emitted
@@ -102,7 +119,11 @@ impl<K: Clone> Core<K> {
 /// forwarded.
 ///
 /// State lives in a [`NamespacedTable`] with the window as namespace: Rust values on the
-/// heap for an in-memory backend, bincode in any other backend.
+/// heap for an in-memory backend, bincode in any other backend. With an in-memory
+/// backend, event-time windows and the default trigger, state is kept without timers
+/// per key and window instead (window-major for tumbling and sliding windows, sessions
+/// changed in place), with the same results; the rows of one window firing at one
+/// watermark then come in no particular key order.
 pub struct WindowOperator<T, K, KS, F: WindowFunction<K, T>> {
     core: Core<K>,
     emit_late: bool,
@@ -110,6 +131,8 @@ pub struct WindowOperator<T, K, KS, F: WindowFunction<K, T>> {
     func: F,
     table: Box<dyn NamespacedTable<K, TimeWindow, Slot<F::State>>>,
     needs_key_group: bool,
+    heap: bool,
+    path: Path<K, F::State>,
     windows: Vec<TimeWindow>,
     existing: Vec<TimeWindow>,
     sweep: Vec<(TimeWindow, bool)>,
@@ -126,7 +149,14 @@ impl<T, K, KS, F: WindowFunction<K, T>> fmt::Debug for WindowOperator<T, K, KS, 
             .field("trigger", &self.core.trigger)
             .field("allowed_lateness", &self.core.allowed_lateness)
             .field("emit_late", &self.emit_late)
-            .field("windows", &self.table.len())
+            .field(
+                "windows",
+                &match &self.path {
+                    Path::General => self.table.len(),
+                    Path::Fixed(f) => f.len(),
+                    Path::Sessions(s) => s.len(),
+                },
+            )
             .field("late_records", &self.late_records)
             .finish_non_exhaustive()
     }
@@ -191,8 +221,9 @@ where
         func: F,
         backend: Box<dyn KeyedStateBackend>,
     ) -> Self {
+        let heap = backend.kind() == BackendKind::Heap;
         let table = namespaced_table(WINDOW_STATE, backend);
-        WindowOperator {
+        let mut op = WindowOperator {
             core: Core {
                 trigger: Trigger::default_for(assigner.is_event_time()),
                 assigner,
@@ -206,6 +237,8 @@ where
             func,
             needs_key_group: table.needs_key_group(),
             table,
+            heap,
+            path: Path::General,
             windows: Vec::new(),
             existing: Vec::new(),
             sweep: Vec::new(),
@@ -213,13 +246,35 @@ where
             removed: Vec::new(),
             late_records: 0,
             _in: PhantomData,
-        }
+        };
+        op.choose_path();
+        op
+    }
+
+    /// The fast paths need heap state, event time and the default trigger.
+    fn choose_path(&mut self) {
+        #[cfg(test)]
+        let forced = FORCE_GENERAL.with(std::cell::Cell::get);
+        #[cfg(not(test))]
+        let forced = false;
+        let fast = self.heap
+            && !forced
+            && self.core.assigner.is_event_time()
+            && self.core.trigger == Trigger::EventTime;
+        self.path = if !fast {
+            Path::General
+        } else if self.core.assigner.is_merging() {
+            Path::Sessions(Sessions::new())
+        } else {
+            Path::Fixed(FixedWindows::new())
+        };
     }
 
     /// Fires on `trigger` instead of the assigner's default ([`Trigger::EventTime`] or
     /// [`Trigger::ProcessingTime`]).
     pub fn trigger(mut self, trigger: Trigger) -> Self {
         self.core.trigger = trigger;
+        self.choose_path();
         self
     }
 
@@ -246,7 +301,11 @@ where
 
     /// Number of (key, window) entries in state.
     pub fn window_count(&self) -> usize {
-        self.table.len()
+        match &self.path {
+            Path::General => self.table.len(),
+            Path::Fixed(f) => f.len(),
+            Path::Sessions(s) => s.len(),
+        }
     }
 
     fn key_group(&self, key: &K, ctx: &OperatorContext) -> KeyGroup {
@@ -585,11 +644,43 @@ where
                 _ => Millis::MIN,
             };
             let key = (self.key_selector)(&r.value);
-            let kg = self.key_group(&key, ctx);
-            let skipped = if self.core.assigner.is_merging() {
-                self.process_merging(kg, &key, ts, &r.value, clocks, out)?
-            } else {
-                self.process_fixed(kg, &key, ts, &r.value, clocks, out)?
+            let lateness = self.core.allowed_lateness;
+            let skipped = match &mut self.path {
+                Path::Fixed(f) => {
+                    self.windows.clear();
+                    self.core
+                        .assigner
+                        .assign_windows(ts, clocks.1, &mut self.windows);
+                    f.add(
+                        &key,
+                        &r.value,
+                        &self.windows,
+                        clocks.0,
+                        lateness,
+                        &mut self.func,
+                        out,
+                    )
+                }
+                Path::Sessions(s) => {
+                    self.windows.clear();
+                    self.core
+                        .assigner
+                        .assign_windows(ts, clocks.1, &mut self.windows);
+                    let mut skipped = true;
+                    for &w in &self.windows {
+                        skipped &=
+                            s.add(&key, &r.value, w, clocks.0, lateness, &mut self.func, out);
+                    }
+                    skipped
+                }
+                Path::General => {
+                    let kg = self.key_group(&key, ctx);
+                    if self.core.assigner.is_merging() {
+                        self.process_merging(kg, &key, ts, &r.value, clocks, out)?
+                    } else {
+                        self.process_fixed(kg, &key, ts, &r.value, clocks, out)?
+                    }
+                }
             };
             // As Flink: late when no window took it and `ts + lateness <= watermark`.
             if skipped && event_time && ts.saturating_add(self.core.allowed_lateness) <= clocks.0 {
@@ -614,7 +705,12 @@ where
         ctx: &mut OperatorContext,
         out: &mut Output<Self::Out>,
     ) -> OpResult<Option<Watermark>> {
-        self.fire_timers(Domain::Event, wm.millis(), ctx, out)?;
+        let lateness = self.core.allowed_lateness;
+        match &mut self.path {
+            Path::Fixed(f) => f.on_watermark(wm.millis(), lateness, &mut self.func, out),
+            Path::Sessions(s) => s.on_watermark(wm.millis(), lateness, &mut self.func, out),
+            Path::General => self.fire_timers(Domain::Event, wm.millis(), ctx, out)?,
+        }
         self.request_processing_callback(ctx);
         Ok(Some(wm))
     }

@@ -61,13 +61,26 @@ impl KeyedStateBackend for BytesBackend {
     }
 }
 
-/// Both kinds of state: `(name, backend)`.
+/// Every kind of state: `(name, backend)`. Making the backend also sets whether the
+/// operator built next (on this thread) may take a fast path: "heap" takes one where
+/// the configuration allows (event time, default trigger), "heap-general" and "bytes"
+/// never do.
 type MakeBackend = fn() -> Box<dyn KeyedStateBackend>;
 
-fn backends() -> [(&'static str, MakeBackend); 2] {
+fn backends() -> [(&'static str, MakeBackend); 3] {
     [
-        ("heap", || Box::new(MemoryStateBackend::new())),
-        ("bytes", || Box::new(BytesBackend::default())),
+        ("heap", || {
+            operator::FORCE_GENERAL.with(|f| f.set(false));
+            Box::new(MemoryStateBackend::new())
+        }),
+        ("bytes", || {
+            operator::FORCE_GENERAL.with(|f| f.set(false));
+            Box::new(BytesBackend::default())
+        }),
+        ("heap-general", || {
+            operator::FORCE_GENERAL.with(|f| f.set(true));
+            Box::new(MemoryStateBackend::new())
+        }),
     ]
 }
 
@@ -715,9 +728,9 @@ proptest! {
 
     /// In-order input, no lateness: results equal the offline computation.
     #[test]
-    fn in_order_results_match_offline(assigner in assigner_strategy(), mut events in events_strategy(), bytes in any::<bool>()) {
+    fn in_order_results_match_offline(assigner in assigner_strategy(), mut events in events_strategy(), which in 0usize..3) {
         events.sort_by_key(|e| e.ts);
-        let backend = backends()[usize::from(bytes)].1;
+        let backend = backends()[which].1;
         let clock = ManualClock::new(0);
         let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
         for e in &events {
@@ -734,10 +747,10 @@ proptest! {
     fn sessions_independent_of_arrival_order(
         gap in 1i64..40,
         (events, shuffled) in events_strategy().prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle())),
-        bytes in any::<bool>(),
+        which in 0usize..3,
     ) {
         let assigner = EventTimeSessionWindows::with_gap(gap).unwrap();
-        let backend = backends()[usize::from(bytes)].1;
+        let backend = backends()[which].1;
         let run = |evs: &[Ev]| {
             let clock = ManualClock::new(0);
             let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
@@ -759,6 +772,77 @@ proptest! {
         }
         held.end();
         prop_assert_eq!(a, results(&held.got));
+    }
+}
+
+/// One step of a random run: a record (without moving the watermark) or a watermark.
+#[derive(Debug, Clone)]
+enum Step {
+    Record(Ev),
+    Watermark(Millis),
+}
+
+fn steps_strategy() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        4 => (0u8..4, -200i64..200, -50i64..50)
+            .prop_map(|(k, ts, v)| Step::Record(ev(&format!("k{k}"), ts, v))),
+        1 => (-220i64..220).prop_map(Step::Watermark),
+    ];
+    prop::collection::vec(step, 0..80)
+}
+
+/// Runs `steps` (watermarks only when they advance; the final watermark at the end).
+fn run_steps(
+    assigner: WindowAssigner,
+    lateness: Millis,
+    backend: MakeBackend,
+    steps: &[Step],
+) -> (Vec<(Option<Millis>, String)>, u64, usize) {
+    let op = aggregate_op(assigner, backend())
+        .allowed_lateness(lateness)
+        .emit_late_records(true);
+    let mut d = Driver::new(op, 0, &ManualClock::new(0));
+    for s in steps {
+        match s {
+            Step::Record(e) => d.record(e.clone()),
+            Step::Watermark(w) => d.watermark(*w),
+        }
+    }
+    let open = d.op.window_count();
+    d.end();
+    // Late rows carry their watermark too: compare when they were emitted.
+    let mut out = rows(&d.got);
+    let late_at: Vec<_> = d
+        .got
+        .iter()
+        .filter_map(|(wm, o, _)| match o {
+            WindowOutput::Late(e) => Some(format!("late {} {} {} at {wm}", e.key, e.ts, e.value)),
+            WindowOutput::Result(_) => None,
+        })
+        .collect();
+    out.extend(late_at.into_iter().map(|l| (None, l)));
+    out.sort();
+    (out, d.op.late_records(), open)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The fast paths (heap state, default trigger) give exactly the general path's
+    /// output (heap and bytes tables): the same rows at the same watermarks, the same
+    /// late records at the same watermarks, the same number of (key, window) entries
+    /// before the final watermark, on random out-of-order input with random
+    /// watermarks and allowed lateness.
+    #[test]
+    fn fast_path_equals_general_path(
+        assigner in assigner_strategy(),
+        lateness in prop_oneof![Just(0i64), 0i64..100, Just(i64::MAX)],
+        steps in steps_strategy(),
+    ) {
+        let [heap, bytes, general] = backends();
+        let fast = run_steps(assigner, lateness, heap.1, &steps);
+        prop_assert_eq!(&fast, &run_steps(assigner, lateness, general.1, &steps));
+        prop_assert_eq!(&fast, &run_steps(assigner, lateness, bytes.1, &steps));
     }
 }
 
