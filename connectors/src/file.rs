@@ -20,6 +20,15 @@
 //! back until the newline arrives), polling every file of the subtask in turn. Files
 //! added to a directory later are not picked up, and gzip files cannot be followed.
 //!
+//! A file's checkpointed position (split id: the path as displayed) is version byte 1,
+//! then the byte offset (`u64` LE) after the last complete line (JSON) or row (CSV)
+//! returned, in the decompressed stream for `.gz`; then the number of lines before it
+//! (`u64` LE, for error positions); then flags: 1 = a bounded reader read the whole
+//! file, 2 = the CSV header was read. A restored reader seeks to the offset (a gzip
+//! file is decompressed again and skipped up to it); for CSV it first reads the
+//! header again. Follow mode goes on after a restore. A file shorter than its
+//! checkpointed offset fails the restore: it changed since the checkpoint.
+//!
 //! A line (or CSV row) that does not decode follows the [`BadRecords`] policy
 //! ([`FileSource::on_bad_record`]); its position is `path:line` with 1-based line
 //! numbers (the first line of a CSV row).
@@ -36,6 +45,34 @@
 //! files are created (or truncated) when the job starts, along with missing parent
 //! directories. Output is buffered and written out by `flush` and `finish` (the
 //! engine calls them when the input idles and at the end); it is not fsynced.
+//!
+//! ## Exactly once (jobs with checkpoints)
+//!
+//! In a job that checkpoints, each subtask writes what arrives between two barriers
+//! to a hidden part file next to its output, `.{name}.{subtask}.part-{n}` (for gzip
+//! output, one complete gzip member). At a barrier the part is closed and fsynced and
+//! its committable goes into the checkpoint; when the checkpoint completes the part is
+//! appended to the output file (fsynced) and deleted. Committing is idempotent: the
+//! committable records the output's length before the part and the part's length, so
+//! an output already that long is left alone, one cut off in the middle of an append
+//! is truncated back and appended again. At the end of the input everything pending
+//! is committed. The output only ever holds what a complete checkpoint (or the end of
+//! the input) committed. A gzip output is then a multi-member gzip file (valid gzip;
+//! `gzip -d`, `zcat` and [`MultiGzDecoder`] read all members); a CSV header is written
+//! once, with the first committed part.
+//!
+//! On restore the writer commits the restored checkpoint's committables again, then
+//! truncates each output file to the length they imply: anything beyond was
+//! committed after the restored checkpoint (by a newer checkpoint that was skipped as
+//! damaged, or by `finish` of a subtask whose job then failed elsewhere), and the
+//! restored job writes it again. Part files those attempts left are deleted. Every
+//! barrier produces a committable, also with nothing new, so the committed length of
+//! every file is known. Restored at another parallelism, the old files keep what was
+//! committed and the new subtasks write their own files from the restore on.
+//!
+//! Committable format: version byte 1, then part number, output length before the
+//! part, part length (`u64` LE each), then the output path and the part path (each a
+//! `u32` LE length and the path's bytes).
 //!
 //! # Example
 //! ```
