@@ -20,6 +20,15 @@
 //! back until the newline arrives), polling every file of the subtask in turn. Files
 //! added to a directory later are not picked up, and gzip files cannot be followed.
 //!
+//! A file's checkpointed position (split id: the path as displayed) is version byte 1,
+//! then the byte offset (`u64` LE) after the last complete line (JSON) or row (CSV)
+//! returned, in the decompressed stream for `.gz`; then the number of lines before it
+//! (`u64` LE, for error positions); then flags: 1 = a bounded reader read the whole
+//! file, 2 = the CSV header was read. A restored reader seeks to the offset (a gzip
+//! file is decompressed again and skipped up to it); for CSV it first reads the
+//! header again. Follow mode goes on after a restore. A file shorter than its
+//! checkpointed offset fails the restore: it changed since the checkpoint.
+//!
 //! A line (or CSV row) that does not decode follows the [`BadRecords`] policy
 //! ([`FileSource::on_bad_record`]); its position is `path:line` with 1-based line
 //! numbers (the first line of a CSV row).
@@ -36,6 +45,34 @@
 //! files are created (or truncated) when the job starts, along with missing parent
 //! directories. Output is buffered and written out by `flush` and `finish` (the
 //! engine calls them when the input idles and at the end); it is not fsynced.
+//!
+//! ## Exactly once (jobs with checkpoints)
+//!
+//! In a job that checkpoints, each subtask writes what arrives between two barriers
+//! to a hidden part file next to its output, `.{name}.{subtask}.part-{n}` (for gzip
+//! output, one complete gzip member). At a barrier the part is closed and fsynced and
+//! its committable goes into the checkpoint; when the checkpoint completes the part is
+//! appended to the output file (fsynced) and deleted. Committing is idempotent: the
+//! committable records the output's length before the part and the part's length, so
+//! an output already that long is left alone, one cut off in the middle of an append
+//! is truncated back and appended again. At the end of the input everything pending
+//! is committed. The output only ever holds what a complete checkpoint (or the end of
+//! the input) committed. A gzip output is then a multi-member gzip file (valid gzip;
+//! `gzip -d`, `zcat` and [`MultiGzDecoder`] read all members); a CSV header is written
+//! once, with the first committed part.
+//!
+//! On restore the writer commits the restored checkpoint's committables again, then
+//! truncates each output file to the length they imply: anything beyond was
+//! committed after the restored checkpoint (by a newer checkpoint that was skipped as
+//! damaged, or by `finish` of a subtask whose job then failed elsewhere), and the
+//! restored job writes it again. Part files those attempts left are deleted. Every
+//! barrier produces a committable, also with nothing new, so the committed length of
+//! every file is known. Restored at another parallelism, the old files keep what was
+//! committed and the new subtasks write their own files from the restore on.
+//!
+//! Committable format: version byte 1, then part number, output length before the
+//! part, part length (`u64` LE each), then the output path and the part path (each a
+//! `u32` LE length and the path's bytes).
 //!
 //! # Example
 //! ```
@@ -57,13 +94,15 @@
 //! ```
 
 use std::any::TypeId;
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
@@ -297,17 +336,45 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
 
     fn create_reader(
         &self,
-        _info: &SubtaskInfo,
+        info: &SubtaskInfo,
         splits: Vec<FileSplit>,
     ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        self.restore_reader(info, splits, &HashMap::new())
+    }
+
+    fn restore_reader(
+        &self,
+        _info: &SubtaskInfo,
+        splits: Vec<FileSplit>,
+        positions: &HashMap<String, Vec<u8>>,
+    ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        let mut cursors = Vec::with_capacity(splits.len());
+        let mut finished = Vec::new();
+        for (i, s) in splits.into_iter().enumerate() {
+            let id = s.split_id();
+            let pos = match positions.get(&id) {
+                None => FilePosition::default(),
+                Some(b) => FilePosition::decode(b).ok_or_else(|| {
+                    ConnectorError::config(
+                        "restore",
+                        format!("the checkpointed position of {id} is not one this source wrote"),
+                    )
+                })?,
+            };
+            if pos.finished && !self.follow {
+                finished.push((i as u32, id, pos));
+                continue;
+            }
+            let mut c = Cursor::new(s.path, self.format, i as u32);
+            c.resume = (pos.offset > 0).then_some(pos);
+            cursors.push(c);
+        }
         Ok(Box::new(FileReader::<T> {
             format: self.format,
             follow: self.follow,
-            cursors: splits
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| Cursor::new(s.path, self.format, i as u32))
-                .collect(),
+            cursors,
+            report_finished: !finished.is_empty(),
+            finished,
             current: 0,
             bad: self.bad.clone(),
             _out: PhantomData,
@@ -341,7 +408,158 @@ struct Cursor {
     complete: bool,
     /// 1-based number of the last complete line.
     line_no: u64,
+    /// Bytes of the (decompressed) file up to the end of the last complete line.
+    offset: u64,
     csv: Option<CsvState>,
+    /// Where a restored cursor starts (applied when the file is opened).
+    resume: Option<FilePosition>,
+}
+
+/// Version of a file's checkpointed position.
+const POSITION_V1: u8 = 1;
+/// Position flag: a bounded reader read the whole file.
+const FLAG_FINISHED: u8 = 1;
+/// Position flag: the CSV header was read (re-read it before seeking).
+const FLAG_CSV_HEADER: u8 = 2;
+
+/// A file's checkpointed position (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct FilePosition {
+    /// Byte offset (of the decompressed stream) where reading resumes: after the last
+    /// complete line (JSON) or row (CSV) returned.
+    offset: u64,
+    /// Lines before `offset` (for 1-based line numbers in error positions).
+    line: u64,
+    finished: bool,
+    csv_header: bool,
+}
+
+impl FilePosition {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(18);
+        b.push(POSITION_V1);
+        b.extend_from_slice(&self.offset.to_le_bytes());
+        b.extend_from_slice(&self.line.to_le_bytes());
+        let mut flags = 0;
+        if self.finished {
+            flags |= FLAG_FINISHED;
+        }
+        if self.csv_header {
+            flags |= FLAG_CSV_HEADER;
+        }
+        b.push(flags);
+        b
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let [POSITION_V1, rest @ ..] = bytes else {
+            return None;
+        };
+        if rest.len() != 17 {
+            return None;
+        }
+        let offset = u64::from_le_bytes(rest[..8].try_into().ok()?);
+        let line = u64::from_le_bytes(rest[8..16].try_into().ok()?);
+        let flags = rest[16];
+        Some(FilePosition {
+            offset,
+            line,
+            finished: flags & FLAG_FINISHED != 0,
+            csv_header: flags & FLAG_CSV_HEADER != 0,
+        })
+    }
+}
+
+fn open_input(path: &Path) -> OpResult<Box<dyn BufRead + Send>> {
+    let f = File::open(path).map_err(|e| ConnectorError::io("open", path, e))?;
+    Ok(if is_gzip(path) {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            MultiGzDecoder::new(BufReader::new(f)),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, f))
+    })
+}
+
+/// Opens `path` at byte `offset` of its (decompressed) content: a seek, or for gzip
+/// decompressing and skipping `offset` bytes.
+fn open_at(path: &Path, offset: u64) -> OpResult<Box<dyn BufRead + Send>> {
+    let short = |len: u64| {
+        ConnectorError::config(
+            "restore",
+            format!(
+                "{} has {len} bytes, fewer than the checkpointed position {offset}: the file \
+                 changed since the checkpoint",
+                path.display()
+            ),
+        )
+    };
+    if is_gzip(path) {
+        let mut r = open_input(path)?;
+        let skipped = io::copy(&mut (&mut r).take(offset), &mut io::sink())
+            .map_err(|e| ConnectorError::io("read", path, e))?;
+        if skipped < offset {
+            return Err(short(skipped).into());
+        }
+        return Ok(r);
+    }
+    let mut f = File::open(path).map_err(|e| ConnectorError::io("open", path, e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| ConnectorError::io("open", path, e))?
+        .len();
+    if len < offset {
+        return Err(short(len).into());
+    }
+    f.seek(SeekFrom::Start(offset))
+        .map_err(|e| ConnectorError::io("seek", path, e))?;
+    Ok(Box::new(BufReader::with_capacity(1 << 16, f)))
+}
+
+/// Reads the CSV header of `path` (which may span lines) into `csv`.
+fn read_csv_header(path: &Path, csv: &mut CsvState) -> OpResult {
+    let mut r = open_input(path)?;
+    let mut line = Vec::new();
+    let mut line_no = 0;
+    while csv.headers.is_none() {
+        line.clear();
+        let n = r
+            .read_until(b'\n', &mut line)
+            .map_err(|e| ConnectorError::io("read", path, e))?;
+        if n == 0 {
+            csv.next_row(true)
+                .map_err(|reason| OperatorError::BadRecord {
+                    position: Some(format!("{}:1", path.display())),
+                    reason,
+                })?;
+            break;
+        }
+        line_no += 1;
+        if line_no == 1 && line.starts_with(UTF8_BOM) {
+            line.drain(..UTF8_BOM.len());
+        }
+        if !csv.in_row() && line.trim_ascii().is_empty() {
+            continue;
+        }
+        csv.push_line(&line, line_no);
+        csv.next_row(false)
+            .map_err(|reason| OperatorError::BadRecord {
+                position: Some(format!("{}:1", path.display())),
+                reason,
+            })?;
+    }
+    if csv.headers.is_none() {
+        return Err(ConnectorError::config(
+            "restore",
+            format!(
+                "{} has no CSV header any more: the file changed since the checkpoint",
+                path.display()
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 impl Cursor {
@@ -354,7 +572,32 @@ impl Cursor {
             line: Vec::new(),
             complete: false,
             line_no: 0,
+            offset: 0,
             csv: (format == Format::Csv).then(CsvState::new),
+            resume: None,
+        }
+    }
+
+    /// The position after what was returned so far.
+    fn snapshot(&self) -> FilePosition {
+        if let Some(p) = self.resume.filter(|_| self.input.is_none()) {
+            // Not opened since the restore.
+            return p;
+        }
+        let (mut offset, mut line) = (self.offset, self.line_no);
+        let mut csv_header = false;
+        if let Some(csv) = &self.csv {
+            // Bytes of a row not yet complete are read again after a restore.
+            let pending = &csv.buf[csv.done.min(csv.buf.len())..];
+            offset -= pending.len() as u64;
+            line -= pending.iter().filter(|b| **b == b'\n').count() as u64;
+            csv_header = csv.headers.is_some();
+        }
+        FilePosition {
+            offset,
+            line,
+            finished: false,
+            csv_header,
         }
     }
 
@@ -369,19 +612,22 @@ impl Cursor {
         }
         let input = match &mut self.input {
             Some(i) => i,
-            None => {
-                let f = File::open(&self.path)
-                    .map_err(|e| ConnectorError::io("open", &self.path, e))?;
-                let r: Box<dyn BufRead + Send> = if is_gzip(&self.path) {
-                    Box::new(BufReader::with_capacity(
-                        1 << 16,
-                        MultiGzDecoder::new(BufReader::new(f)),
-                    ))
-                } else {
-                    Box::new(BufReader::with_capacity(1 << 16, f))
-                };
-                self.input.insert(r)
-            }
+            None => match self.resume.take() {
+                None => self.input.insert(open_input(&self.path)?),
+                Some(p) => {
+                    if p.csv_header {
+                        if let Some(csv) = &mut self.csv {
+                            read_csv_header(&self.path, csv)?;
+                            let headers = csv.headers.take();
+                            *csv = CsvState::new();
+                            csv.headers = headers;
+                        }
+                    }
+                    self.offset = p.offset;
+                    self.line_no = p.line;
+                    self.input.insert(open_at(&self.path, p.offset)?)
+                }
+            },
         };
         input
             .read_until(b'\n', &mut self.line)
@@ -389,6 +635,7 @@ impl Cursor {
         if self.line.last() == Some(&b'\n') || (!follow && !self.line.is_empty()) {
             self.complete = true;
             self.line_no += 1;
+            self.offset += self.line.len() as u64;
             if self.line_no == 1 && self.line.starts_with(UTF8_BOM) {
                 self.line.drain(..UTF8_BOM.len());
             }
@@ -415,6 +662,10 @@ struct FileReader<T> {
     follow: bool,
     /// Files not yet finished.
     cursors: Vec<Cursor>,
+    /// Files read completely: (split index, split id, final position).
+    finished: Vec<(u32, String, FilePosition)>,
+    /// Restored: report the finished splits on the first poll.
+    report_finished: bool,
     /// The cursor being read.
     current: usize,
     bad: BadRecords,
@@ -500,6 +751,11 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
     type Out = T;
 
     fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        if std::mem::take(&mut self.report_finished) {
+            for (split, _, _) in &self.finished {
+                out.finish_split(*split);
+            }
+        }
         let mut emitted = 0;
         let mut lines = 0;
         // Cursors in a row that had nothing (follow mode).
@@ -527,6 +783,9 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
                         emitted += csv_rows(&mut cur, &self.bad, out, true)?;
                     }
                     out.finish_split(cur.split);
+                    let mut pos = cur.snapshot();
+                    pos.finished = true;
+                    self.finished.push((cur.split, cur.name, pos));
                 }
             }
         }
@@ -537,6 +796,18 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
         } else {
             InputStatus::NothingAvailable
         })
+    }
+
+    fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
+        let done = self
+            .finished
+            .iter()
+            .map(|(_, id, p)| (id.clone(), p.encode()));
+        let open = self
+            .cursors
+            .iter()
+            .map(|c| (c.name.clone(), c.snapshot().encode()));
+        Some(done.chain(open).collect())
     }
 
     fn close(&mut self) {
@@ -848,6 +1119,21 @@ impl<T: Serialize + Send + 'static> FileSink<T> {
 impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
     type In = T;
 
+    fn create_committing_writer(
+        &self,
+        info: &SubtaskInfo,
+    ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(self.committing_writer(info, Vec::new())?))
+    }
+
+    fn restore_writer(
+        &self,
+        info: &SubtaskInfo,
+        committables: Vec<Vec<u8>>,
+    ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(self.committing_writer(info, committables)?))
+    }
+
     fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
         let path = self.path_for(info.index, info.parallelism);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -904,6 +1190,24 @@ impl Out {
             Out::Gzip(w) => w.finish()?.flush(),
         }
     }
+
+    /// Finishes (a complete gzip member) and gives the file back.
+    fn into_file(self) -> io::Result<File> {
+        let w = match self {
+            Out::Plain(w) => w,
+            Out::Gzip(w) => w.finish()?,
+        };
+        w.into_inner().map_err(|e| e.into_error())
+    }
+
+    fn new(file: File, gzip: bool) -> Self {
+        let buffered = BufWriter::with_capacity(1 << 16, file);
+        if gzip {
+            Out::Gzip(GzEncoder::new(buffered, Compression::default()))
+        } else {
+            Out::Plain(buffered)
+        }
+    }
 }
 
 enum Encoder {
@@ -922,6 +1226,9 @@ enum CsvMode {
 struct CsvEncoder {
     writer: csv::Writer<Vec<u8>>,
     mode: Option<CsvMode>,
+    /// The header is already in the output (a restored exactly-once writer): write
+    /// rows only; for records that serialise as maps, these are its columns.
+    existing_header: Option<Option<Vec<String>>>,
 }
 
 impl CsvEncoder {
@@ -929,6 +1236,18 @@ impl CsvEncoder {
         CsvEncoder {
             writer: csv::Writer::from_writer(Vec::new()),
             mode: None,
+            existing_header: None,
+        }
+    }
+
+    /// An encoder for output that already has the header `header` (as read back).
+    fn after_header(header: Option<Vec<String>>) -> Self {
+        CsvEncoder {
+            writer: csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(Vec::new()),
+            mode: None,
+            existing_header: Some(header),
         }
     }
 
@@ -938,13 +1257,20 @@ impl CsvEncoder {
             let mode = match probe.serialize(value) {
                 Ok(()) => CsvMode::Serde,
                 Err(probe_err) => match serde_json::to_value(value) {
-                    Ok(Value::Object(map)) => {
-                        let headers: Vec<String> = map.keys().cloned().collect();
-                        self.writer
-                            .write_record(&headers)
-                            .map_err(|e| e.to_string())?;
-                        CsvMode::Object(headers)
-                    }
+                    Ok(Value::Object(map)) => match &self.existing_header {
+                        Some(existing) => CsvMode::Object(
+                            existing
+                                .clone()
+                                .unwrap_or_else(|| map.keys().cloned().collect()),
+                        ),
+                        None => {
+                            let headers: Vec<String> = map.keys().cloned().collect();
+                            self.writer
+                                .write_record(&headers)
+                                .map_err(|e| e.to_string())?;
+                            CsvMode::Object(headers)
+                        }
+                    },
                     Ok(_) => return Err(probe_err.to_string()),
                     Err(e) => return Err(e.to_string()),
                 },
@@ -994,6 +1320,39 @@ impl CsvEncoder {
     }
 }
 
+/// Encodes `batch` into `buf` (cleared first); `written` counts records for error
+/// positions.
+fn encode_batch<T: Serialize>(
+    encoder: &mut Encoder,
+    batch: &Batch<T>,
+    buf: &mut Vec<u8>,
+    written: &mut u64,
+    name: &str,
+    path: &Path,
+) -> OpResult {
+    buf.clear();
+    for r in batch {
+        *written += 1;
+        let res = match encoder {
+            Encoder::Json => serde_json::to_writer(&mut *buf, &r.value)
+                .map(|()| buf.push(b'\n'))
+                .map_err(|e| e.to_string()),
+            Encoder::Csv(csv) => csv.encode(&r.value),
+        };
+        if let Err(reason) = res {
+            return Err(OperatorError::BadRecord {
+                position: Some(format!("{name} record {written}")),
+                reason: format!("cannot encode: {reason}"),
+            });
+        }
+    }
+    if let Encoder::Csv(csv) = encoder {
+        csv.drain_into(buf)
+            .map_err(|e| ConnectorError::io("write", path, e))?;
+    }
+    Ok(())
+}
+
 struct FileWriter<T> {
     path: PathBuf,
     name: String,
@@ -1019,26 +1378,14 @@ impl<T: Serialize + Send + 'static> SinkWriter for FileWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
-        self.buf.clear();
-        for r in &batch {
-            self.written += 1;
-            let res = match &mut self.encoder {
-                Encoder::Json => serde_json::to_writer(&mut self.buf, &r.value)
-                    .map(|()| self.buf.push(b'\n'))
-                    .map_err(|e| e.to_string()),
-                Encoder::Csv(csv) => csv.encode(&r.value),
-            };
-            if let Err(reason) = res {
-                return Err(OperatorError::BadRecord {
-                    position: Some(format!("{} record {}", self.name, self.written)),
-                    reason: format!("cannot encode: {reason}"),
-                });
-            }
-        }
-        if let Encoder::Csv(csv) = &mut self.encoder {
-            csv.drain_into(&mut self.buf)
-                .map_err(|e| ConnectorError::io("write", &self.path, e))?;
-        }
+        encode_batch(
+            &mut self.encoder,
+            &batch,
+            &mut self.buf,
+            &mut self.written,
+            &self.name,
+            &self.path,
+        )?;
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -1071,6 +1418,467 @@ impl<T: Serialize + Send + 'static> SinkWriter for FileWriter<T> {
                 .map_err(|e| ConnectorError::io("finish", &self.path, e).into()),
             None => Ok(()),
         }
+    }
+}
+
+/// Version of a [`FileSink`] committable.
+const COMMITTABLE_V1: u8 = 1;
+
+/// What commits one pending part of an exactly-once [`FileSink`] writer: append `part`
+/// (`len` bytes) to `target`, which has `before` bytes until it is appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Committable {
+    /// The part's number (increasing per writer, over restores too).
+    seq: u64,
+    before: u64,
+    len: u64,
+    target: PathBuf,
+    part: PathBuf,
+}
+
+fn path_bytes(p: &Path) -> Vec<u8> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        p.as_os_str().as_bytes().to_vec()
+    }
+    #[cfg(not(unix))]
+    {
+        p.to_string_lossy().as_bytes().to_vec()
+    }
+}
+
+fn path_from(bytes: &[u8]) -> Option<PathBuf> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+    #[cfg(not(unix))]
+    {
+        std::str::from_utf8(bytes).ok().map(PathBuf::from)
+    }
+}
+
+impl Committable {
+    /// Version 1, `seq`, `before`, `len` (`u64` little endian), then the target and
+    /// part paths, each as a `u32` little-endian length and the bytes.
+    fn encode(&self) -> Vec<u8> {
+        let (t, p) = (path_bytes(&self.target), path_bytes(&self.part));
+        let mut b = Vec::with_capacity(33 + t.len() + p.len());
+        b.push(COMMITTABLE_V1);
+        for v in [self.seq, self.before, self.len] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for bytes in [t, p] {
+            b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            b.extend_from_slice(&bytes);
+        }
+        b
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let [COMMITTABLE_V1, rest @ ..] = bytes else {
+            return None;
+        };
+        let u64_at = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(rest.get(i..i + 8)?.try_into().ok()?))
+        };
+        let (seq, before, len) = (u64_at(0)?, u64_at(8)?, u64_at(16)?);
+        let mut at = 24;
+        let mut path = || -> Option<PathBuf> {
+            let n = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
+            let p = path_from(rest.get(at + 4..at + 4 + n)?)?;
+            at += 4 + n;
+            Some(p)
+        };
+        let (target, part) = (path()?, path()?);
+        Some(Committable {
+            seq,
+            before,
+            len,
+            target,
+            part,
+        })
+    }
+
+    /// The committable's checkpoint-independent meaning: the target's length once it
+    /// is committed.
+    fn after(&self) -> u64 {
+        self.before + self.len
+    }
+}
+
+fn fsync_parent(path: &Path) -> OpResult {
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d,
+        None => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| ConnectorError::io("fsync directory", dir, e).into())
+}
+
+/// Commits one part (idempotently): appends it to the target unless the target's
+/// length shows it is appended already.
+fn commit_part(c: &Committable) -> OpResult {
+    if c.len == 0 {
+        return Ok(());
+    }
+    let mut target = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&c.target)
+        .map_err(|e| ConnectorError::io("open", &c.target, e))?;
+    let have = target
+        .metadata()
+        .map_err(|e| ConnectorError::io("open", &c.target, e))?
+        .len();
+    if have >= c.after() {
+        // Appended before (a commit repeated after a restore).
+        return remove_part(&c.part);
+    }
+    if have < c.before {
+        return Err(OperatorError::failed(format!(
+            "cannot commit {} to {}: the file has {have} bytes, fewer than the {} committed \
+             before it (was it changed outside the job?)",
+            c.part.display(),
+            c.target.display(),
+            c.before
+        )));
+    }
+    let mut part = File::open(&c.part).map_err(|e| {
+        OperatorError::failed(format!(
+            "cannot commit {} bytes to {}: the pending part {} is gone ({e})",
+            c.len,
+            c.target.display(),
+            c.part.display()
+        ))
+    })?;
+    let part_len = part
+        .metadata()
+        .map_err(|e| ConnectorError::io("open", &c.part, e))?
+        .len();
+    if part_len != c.len {
+        return Err(OperatorError::failed(format!(
+            "cannot commit {} to {}: it has {part_len} bytes, the checkpoint says {}",
+            c.part.display(),
+            c.target.display(),
+            c.len
+        )));
+    }
+    if have > c.before {
+        // A commit that crashed half-way: append again from the start.
+        target
+            .set_len(c.before)
+            .map_err(|e| ConnectorError::io("truncate", &c.target, e))?;
+    }
+    target
+        .seek(SeekFrom::Start(c.before))
+        .map_err(|e| ConnectorError::io("seek", &c.target, e))?;
+    let copied =
+        io::copy(&mut part, &mut target).map_err(|e| ConnectorError::io("append", &c.target, e))?;
+    if copied != c.len {
+        return Err(OperatorError::failed(format!(
+            "cannot commit {} to {}: read {copied} of its {} bytes",
+            c.part.display(),
+            c.target.display(),
+            c.len
+        )));
+    }
+    target
+        .sync_all()
+        .map_err(|e| ConnectorError::io("fsync", &c.target, e))?;
+    remove_part(&c.part)
+}
+
+fn remove_part(part: &Path) -> OpResult {
+    match fs::remove_file(part) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ConnectorError::io("remove", part, e).into()),
+    }
+}
+
+/// The prefix of the pending part files of the writer of `target` (subtask `index`):
+/// `.{name}.{index}.part-`.
+fn part_prefix(target: &Path, index: u32) -> String {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(".{name}.{index}.part-")
+}
+
+/// Removes the part files of `target` (`.{name}.{subtask}.part-{n}` next to it) that
+/// attempts left without committing them.
+fn remove_parts(target: &Path) -> OpResult {
+    let dir = match target.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{name}.");
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ConnectorError::io("list", dir, e).into()),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| ConnectorError::io("list", &dir, e))?;
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        let is_part = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split_once(".part-"))
+            .is_some_and(|(subtask, n)| digits(subtask) && digits(n));
+        if is_part {
+            remove_part(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The columns of the CSV file `path` (its first row), if it has one.
+fn read_csv_columns(path: &Path) -> Option<Vec<String>> {
+    let input = open_input(path).ok()?;
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_reader(input);
+    let h = r.headers().ok()?;
+    (!h.is_empty()).then(|| h.iter().map(str::to_string).collect())
+}
+
+impl<T: Serialize + Send + 'static> FileSink<T> {
+    /// The exactly-once writer of subtask `info`, first committing `committables` (a
+    /// restore; see the [module docs](self)).
+    fn committing_writer(
+        &self,
+        info: &SubtaskInfo,
+        committables: Vec<Vec<u8>>,
+    ) -> OpResult<TwoPhaseWriter<T>> {
+        let target = self.path_for(info.index, info.parallelism);
+        if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).map_err(|e| ConnectorError::io("create directory", dir, e))?;
+        }
+        let restored = committables
+            .iter()
+            .map(|b| {
+                Committable::decode(b).ok_or_else(|| {
+                    OperatorError::failed(format!(
+                        "{}: a committable in the checkpoint is not one this sink wrote",
+                        target.display()
+                    ))
+                })
+            })
+            .collect::<OpResult<Vec<_>>>()?;
+        // Commit again what the restored checkpoint pre-committed, in order.
+        let mut lengths: Vec<(PathBuf, u64)> = Vec::new();
+        for c in &restored {
+            commit_part(c)?;
+            match lengths.iter_mut().find(|(t, _)| *t == c.target) {
+                Some(entry) => entry.1 = c.after(),
+                None => lengths.push((c.target.clone(), c.after())),
+            }
+        }
+        // Output beyond the restored checkpoint was committed by a later one that is
+        // not restored (damaged or skipped) or by `finish` of a run that failed
+        // elsewhere: the restored job writes it again, so cut it off.
+        for (t, len) in &lengths {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(t)
+                .map_err(|e| ConnectorError::io("open", t, e))?;
+            let have = f
+                .metadata()
+                .map_err(|e| ConnectorError::io("open", t, e))?
+                .len();
+            if have > *len {
+                f.set_len(*len)
+                    .map_err(|e| ConnectorError::io("truncate", t, e))?;
+                f.sync_all()
+                    .map_err(|e| ConnectorError::io("fsync", t, e))?;
+            }
+            remove_parts(t)?;
+        }
+        let own = lengths.iter().find(|(t, _)| *t == target).map(|e| e.1);
+        let committed = match own {
+            Some(len) => len,
+            None => {
+                // A new job (or this file is new at this parallelism): start empty.
+                File::create(&target).map_err(|e| ConnectorError::io("create", &target, e))?;
+                fsync_parent(&target)?;
+                0
+            }
+        };
+        remove_parts(&target)?;
+        let prefix = part_prefix(&target, info.index);
+        let encoder = match self.format {
+            Format::JsonLines => Encoder::Json,
+            Format::Csv if committed > 0 => Encoder::Csv(Box::new(CsvEncoder::after_header(
+                read_csv_columns(&target),
+            ))),
+            Format::Csv => Encoder::Csv(Box::new(CsvEncoder::new())),
+        };
+        Ok(TwoPhaseWriter {
+            name: target.display().to_string(),
+            gzip: is_gzip(&target),
+            part_base: target.with_file_name(&prefix),
+            target,
+            encoder,
+            part: None,
+            seq: restored.iter().map(|c| c.seq + 1).max().unwrap_or(0),
+            expected: committed,
+            pending: Vec::new(),
+            buf: Vec::new(),
+            written: 0,
+            finished: false,
+            _in: PhantomData,
+        })
+    }
+}
+
+/// The exactly-once writer of a [`FileSink`] subtask (see the [module docs](self)).
+struct TwoPhaseWriter<T> {
+    target: PathBuf,
+    name: String,
+    gzip: bool,
+    /// `dir/.{name}.{subtask}.part-`: a part's path is this and its number.
+    part_base: PathBuf,
+    encoder: Encoder,
+    /// The part being written (since the last barrier) and its path.
+    part: Option<(PathBuf, Out)>,
+    /// The next part's number.
+    seq: u64,
+    /// The target's length once every pre-committed part is committed.
+    expected: u64,
+    /// Pre-committed, not yet committed.
+    pending: Vec<Committable>,
+    buf: Vec<u8>,
+    written: u64,
+    finished: bool,
+    _in: PhantomData<fn(T)>,
+}
+
+impl<T> TwoPhaseWriter<T> {
+    /// Closes the current part (fsynced) and returns its committable (one of length 0
+    /// when nothing was written since the last barrier: it still records the target's
+    /// length, which a restore cuts the target back to).
+    fn pre_commit(&mut self) -> OpResult<Committable> {
+        let seq = self.seq;
+        self.seq += 1;
+        let (part, len) = match self.part.take() {
+            None => (PathBuf::new(), 0),
+            Some((path, out)) => {
+                let file = out
+                    .into_file()
+                    .map_err(|e| ConnectorError::io("write", &path, e))?;
+                file.sync_all()
+                    .map_err(|e| ConnectorError::io("fsync", &path, e))?;
+                let len = file
+                    .metadata()
+                    .map_err(|e| ConnectorError::io("write", &path, e))?
+                    .len();
+                fsync_parent(&path)?;
+                (path, len)
+            }
+        };
+        let c = Committable {
+            seq,
+            before: self.expected,
+            len,
+            target: self.target.clone(),
+            part,
+        };
+        self.expected += len;
+        Ok(c)
+    }
+}
+
+impl<T: Serialize + Send + 'static> SinkWriter for TwoPhaseWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        if self.finished {
+            return Err(OperatorError::failed(format!(
+                "{}: written to after it was finished",
+                self.name
+            )));
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let res = encode_batch(
+            &mut self.encoder,
+            &batch,
+            &mut buf,
+            &mut self.written,
+            &self.name,
+            &self.target,
+        )
+        .and_then(|()| {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            if self.part.is_none() {
+                let mut path = self.part_base.clone().into_os_string();
+                path.push(self.seq.to_string());
+                let path = PathBuf::from(path);
+                let f = File::create(&path).map_err(|e| ConnectorError::io("create", &path, e))?;
+                self.part = Some((path, Out::new(f, self.gzip)));
+            }
+            let Some((path, out)) = &mut self.part else {
+                return Ok(());
+            };
+            out.write_all(&buf)
+                .map_err(|e| ConnectorError::io("write", &*path, e).into())
+        });
+        self.buf = buf;
+        res
+    }
+
+    /// Pending output is not visible before it is committed: nothing to do.
+    fn flush(&mut self) -> OpResult {
+        Ok(())
+    }
+
+    fn prepare_commit(&mut self, _checkpoint: CheckpointId) -> OpResult<Option<Vec<u8>>> {
+        let c = self.pre_commit()?;
+        let bytes = c.encode();
+        self.pending.push(c);
+        Ok(Some(bytes))
+    }
+
+    fn commit(&mut self, _checkpoint: CheckpointId, committables: Vec<Vec<u8>>) -> OpResult {
+        let mut last = None;
+        for bytes in committables {
+            let c = Committable::decode(&bytes).ok_or_else(|| {
+                OperatorError::failed(format!("{}: a committable it did not write", self.name))
+            })?;
+            commit_part(&c)?;
+            last = Some(last.map_or(c.seq, |l: u64| l.max(c.seq)));
+        }
+        if let Some(last) = last {
+            self.pending.retain(|c| c.seq > last);
+        }
+        Ok(())
+    }
+
+    /// End of input: commits everything, including what came after the last barrier.
+    fn finish(&mut self) -> OpResult {
+        if self.finished {
+            return Ok(());
+        }
+        let c = self.pre_commit()?;
+        self.pending.push(c);
+        for c in std::mem::take(&mut self.pending) {
+            commit_part(&c)?;
+        }
+        self.finished = true;
+        Ok(())
     }
 }
 

@@ -8,11 +8,28 @@
 //! value = i mod 100
 //! ```
 //!
-//! so every run, at any parallelism, produces the same multiset of events. The range
-//! `0..n` is cut into one contiguous split per subtask. Without a rate the events come
-//! as fast as the job takes them, in batches of 1024; with [`GeneratorBuilder::rate`]
-//! each of the `p` subtasks emits `rate / p` events per second, on a schedule computed
-//! from the time elapsed since its first poll (a reader that falls behind catches up).
+//! so every run, at any parallelism, produces the same multiset of events.
+//!
+//! # Splits
+//!
+//! The range `0..n` is cut into blocks of 256 consecutive events, dealt round-robin to
+//! a fixed number `S` of splits ([`GeneratorBuilder::splits`], default 16): split `j`
+//! holds the blocks `j, j + S, j + 2S, ...`. The splits do not depend on the
+//! parallelism, so a job can restore a checkpoint at another parallelism; subtask `i`
+//! of `p` reads splits `i, i + p, ...` (with `p > S` some subtasks have nothing to
+//! read). A reader emits its blocks in increasing event order, so its event times
+//! grow and every split's watermark advances together (one contiguous range per split
+//! would hold a subtask's watermark back at its slowest range).
+//!
+//! A split's checkpointed position is the next event number it has not emitted
+//! (version byte 1, then a `u64` little endian); a restored reader continues there.
+//!
+//! # Rate
+//!
+//! Without a rate the events come as fast as the job takes them, in batches of 4096;
+//! with [`GeneratorBuilder::rate`] a subtask emits its share of the rate (the share of
+//! all events its splits hold) per second, on a schedule computed from the time elapsed since
+//! its first poll (a reader that falls behind catches up).
 //!
 //! ```
 //! use brook_connectors::GeneratorSource;
@@ -58,7 +75,14 @@ pub struct GeneratorBuilder {
     start_ms: Millis,
     step_ms: Millis,
     rate: Option<f64>,
+    splits: u32,
 }
+
+/// Events per block: split `j` of `S` holds blocks `j, j + S, ...`.
+const BLOCK: u64 = 256;
+
+/// Version of a split's checkpointed position.
+const POSITION_V1: u8 = 1;
 
 impl Default for GeneratorBuilder {
     fn default() -> Self {
@@ -68,6 +92,7 @@ impl Default for GeneratorBuilder {
             start_ms: 0,
             step_ms: 1,
             rate: None,
+            splits: 16,
         }
     }
 }
@@ -104,6 +129,13 @@ impl GeneratorBuilder {
         self
     }
 
+    /// How many splits (at least 1; default 16): the most subtasks that have events to
+    /// read. A checkpoint restores only into a source with the same number of splits.
+    pub fn splits(mut self, n: u32) -> Self {
+        self.splits = n;
+        self
+    }
+
     /// As fast as possible (the default).
     pub fn unlimited(mut self) -> Self {
         self.rate = None;
@@ -118,6 +150,9 @@ impl GeneratorBuilder {
     pub fn build(self) -> Result<GeneratorSource, ConnectorError> {
         if self.keys == 0 {
             return Err(ConnectorError::config("keys", "must be at least 1"));
+        }
+        if self.splits == 0 {
+            return Err(ConnectorError::config("splits", "must be at least 1"));
         }
         if let Some(r) = self.rate {
             if !(r.is_finite() && r > 0.0) {
@@ -200,18 +235,109 @@ fn event(cfg: &GeneratorBuilder, i: u64) -> GeneratorEvent {
     }
 }
 
-/// A contiguous range `start..end` of event numbers.
+/// Split `index` of `count`: the blocks of 256 events `index, index + count, ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GeneratorSplit {
-    /// First event number.
-    pub start: u64,
-    /// One past the last event number.
-    pub end: u64,
+    /// The split's number, `0..count`.
+    pub index: u32,
+    /// How many splits there are.
+    pub count: u32,
 }
 
 impl Split for GeneratorSplit {
     fn split_id(&self) -> String {
-        format!("generator[{}..{})", self.start, self.end)
+        format!("generator[{}/{}]", self.index, self.count)
+    }
+}
+
+impl GeneratorSplit {
+    /// Whether event `i` belongs to this split.
+    fn holds(&self, i: u64) -> bool {
+        (i / BLOCK) % u64::from(self.count) == u64::from(self.index)
+    }
+}
+
+impl GeneratorSource {
+    fn reader(
+        &self,
+        splits: Vec<GeneratorSplit>,
+        positions: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> OpResult<GeneratorReader> {
+        let n = self.cfg.events;
+        let mut cursors = Vec::with_capacity(splits.len());
+        let (mut total, mut all) = (0u64, 0u64);
+        for (k, split) in splits.into_iter().enumerate() {
+            let first = u64::from(split.index).saturating_mul(BLOCK);
+            let next = match positions.get(&split.split_id()) {
+                None => first,
+                Some(bytes) => {
+                    let next = decode_position(bytes).ok_or_else(|| {
+                        ConnectorError::config(
+                            "splits",
+                            format!(
+                                "the checkpointed position of {} is not one this generator wrote",
+                                split.split_id()
+                            ),
+                        )
+                    })?;
+                    if next < n && !split.holds(next) {
+                        return Err(ConnectorError::config(
+                            "splits",
+                            format!(
+                                "the checkpointed position {next} is not an event of {}",
+                                split.split_id()
+                            ),
+                        )
+                        .into());
+                    }
+                    next
+                }
+            };
+            total += remaining(&split, next, n);
+            all += remaining(&split, first, n);
+            cursors.push(SplitCursor {
+                index: k as u32,
+                split,
+                next,
+                reported: false,
+            });
+        }
+        // This subtask's share of all events (of the rate).
+        let share = if n == 0 { 0.0 } else { all as f64 / n as f64 };
+        Ok(GeneratorReader {
+            cfg: self.cfg.clone(),
+            cursors,
+            emitted: 0,
+            total,
+            rate: self.cfg.rate.map(|r| (r * share).max(f64::MIN_POSITIVE)),
+            started: None,
+        })
+    }
+}
+
+/// Events of `split` from event number `next` on (it is one of the split's, or `>= n`).
+fn remaining(split: &GeneratorSplit, next: u64, n: u64) -> u64 {
+    if next >= n {
+        return 0;
+    }
+    let s = u128::from(split.count);
+    let b = u128::from(BLOCK);
+    let (n, next) = (u128::from(n), u128::from(next));
+    // Events of the split in 0..x: full rounds of S blocks, then part of one.
+    let upto = |x: u128| {
+        let round = s * b;
+        let full = x / round * b;
+        let rest = x % round;
+        let lo = u128::from(split.index) * b;
+        full + rest.saturating_sub(lo).min(b)
+    };
+    (upto(n) - upto(next)) as u64
+}
+
+fn decode_position(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
+        _ => None,
     }
 }
 
@@ -219,41 +345,28 @@ impl Source for GeneratorSource {
     type Out = GeneratorEvent;
     type Split = GeneratorSplit;
 
-    fn enumerate_splits(&self, parallelism: u32) -> OpResult<Vec<GeneratorSplit>> {
-        let p = u128::from(parallelism.max(1));
-        let n = u128::from(self.cfg.events);
-        // i * n / p <= n, a u64: the narrowing is exact.
-        let bound = |i: u128| (i * n / p) as u64;
-        Ok((0..p)
-            .map(|i| GeneratorSplit {
-                start: bound(i),
-                end: bound(i + 1),
-            })
+    fn enumerate_splits(&self, _parallelism: u32) -> OpResult<Vec<GeneratorSplit>> {
+        let count = self.cfg.splits;
+        Ok((0..count)
+            .map(|index| GeneratorSplit { index, count })
             .collect())
     }
 
     fn create_reader(
         &self,
-        info: &SubtaskInfo,
+        _info: &SubtaskInfo,
         splits: Vec<GeneratorSplit>,
     ) -> OpResult<Box<dyn SourceReader<Out = GeneratorEvent>>> {
-        // Empty ranges (more subtasks than events) have nothing to read.
-        let mut splits = splits;
-        splits.retain(|s| s.end > s.start);
-        let total = splits.iter().map(|s| s.end.saturating_sub(s.start)).sum();
-        Ok(Box::new(GeneratorReader {
-            cfg: self.cfg.clone(),
-            splits,
-            split: 0,
-            next: None,
-            emitted: 0,
-            total,
-            rate: self
-                .cfg
-                .rate
-                .map(|r| r / f64::from(info.parallelism.max(1))),
-            started: None,
-        }))
+        Ok(Box::new(self.reader(splits, &Default::default())?))
+    }
+
+    fn restore_reader(
+        &self,
+        _info: &SubtaskInfo,
+        splits: Vec<GeneratorSplit>,
+        positions: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> OpResult<Box<dyn SourceReader<Out = GeneratorEvent>>> {
+        Ok(Box::new(self.reader(splits, positions)?))
     }
 
     fn is_bounded(&self) -> bool {
@@ -261,13 +374,20 @@ impl Source for GeneratorSource {
     }
 }
 
+/// Reading position in one split.
+struct SplitCursor {
+    /// Index of the split among the reader's splits (for per-split watermarks).
+    index: u32,
+    split: GeneratorSplit,
+    /// The next event number to emit (`>= n`: the split is done).
+    next: u64,
+    /// Whether the end of the split was reported.
+    reported: bool,
+}
+
 struct GeneratorReader {
     cfg: GeneratorBuilder,
-    splits: Vec<GeneratorSplit>,
-    /// Index of the split being read.
-    split: usize,
-    /// Next event number of that split.
-    next: Option<u64>,
+    cursors: Vec<SplitCursor>,
     /// Events emitted by this reader.
     emitted: u64,
     /// Events this reader emits in all.
@@ -303,6 +423,13 @@ impl SourceReader for GeneratorReader {
     type Out = GeneratorEvent;
 
     fn poll_next(&mut self, out: &mut Output<GeneratorEvent>) -> OpResult<InputStatus> {
+        let n = self.cfg.events;
+        for c in &mut self.cursors {
+            if c.next >= n && !c.reported {
+                c.reported = true;
+                out.finish_split(c.index);
+            }
+        }
         let allowed = self.allowed();
         let mut budget = allowed.saturating_sub(self.emitted).min(BATCH as u64);
         if budget == 0 && self.emitted < self.total {
@@ -310,28 +437,39 @@ impl SourceReader for GeneratorReader {
         }
         out.reserve(budget as usize);
         while budget > 0 {
-            let Some(split) = self.splits.get(self.split) else {
+            // The split with the smallest next event: blocks go out in event order.
+            let Some(c) = self
+                .cursors
+                .iter_mut()
+                .filter(|c| c.next < n)
+                .min_by_key(|c| c.next)
+            else {
                 break;
             };
-            let start = self.next.unwrap_or(split.start);
-            let end = split.end.min(start + budget);
-            out.set_split(self.split as u32);
+            let start = c.next;
+            let block_end = (start / BLOCK + 1).saturating_mul(BLOCK).min(n);
+            let end = block_end.min(start.saturating_add(budget));
+            out.set_split(c.index);
             for i in start..end {
                 let e = event(&self.cfg, i);
                 out.collect(e, Some(e.ts));
             }
-            let n = end - start;
-            budget -= n;
-            self.emitted += n;
-            if end >= split.end {
-                out.finish_split(self.split as u32);
-                self.split += 1;
-                self.next = None;
+            let k = end - start;
+            budget -= k;
+            self.emitted += k;
+            c.next = if end == block_end {
+                // The split's next block.
+                let skip = u64::from(c.split.count - 1).saturating_mul(BLOCK);
+                block_end.saturating_add(skip)
             } else {
-                self.next = Some(end);
+                end
+            };
+            if c.next >= n {
+                c.reported = true;
+                out.finish_split(c.index);
             }
         }
-        Ok(if self.split >= self.splits.len() {
+        Ok(if self.cursors.iter().all(|c| c.next >= n) {
             InputStatus::End
         } else {
             InputStatus::MoreAvailable
@@ -348,6 +486,54 @@ impl SourceReader for GeneratorReader {
         let wait = Duration::from_nanos(wait_ns as u64).min(Duration::from_millis(timeout_ms));
         if !wait.is_zero() {
             std::thread::sleep(wait);
+        }
+    }
+
+    fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
+        Some(
+            self.cursors
+                .iter()
+                .map(|c| {
+                    let mut b = Vec::with_capacity(9);
+                    b.push(POSITION_V1);
+                    b.extend_from_slice(&c.next.min(self.cfg.events).to_le_bytes());
+                    (c.split.split_id(), b)
+                })
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_counts_the_events_of_a_split() {
+        for (n, s) in [
+            (0u64, 3u32),
+            (10, 4),
+            (1000, 3),
+            (5000, 16),
+            (256 * 7 + 5, 7),
+        ] {
+            let src = GeneratorSource::builder()
+                .events(n)
+                .splits(s)
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut sum = 0;
+            for split in src.enumerate_splits(1).unwrap_or_default() {
+                let want = (0..n).filter(|i| split.holds(*i)).count() as u64;
+                let first = u64::from(split.index) * BLOCK;
+                assert_eq!(remaining(&split, first, n), want, "n={n} {split:?}");
+                sum += want;
+                if let Some(mid) = (0..n).filter(|i| split.holds(*i)).nth(300) {
+                    let after = (mid..n).filter(|i| split.holds(*i)).count() as u64;
+                    assert_eq!(remaining(&split, mid, n), after);
+                }
+            }
+            assert_eq!(sum, n);
         }
     }
 }

@@ -10,8 +10,17 @@
 //!
 //! Reading starts at the [`StartingOffsets`] (default: the earliest stored record).
 //! A [`bounded`](LogSource::bounded) source reads up to the log end offsets captured
-//! when each reader starts, then ends; otherwise it waits for new records, woken by
+//! when each reader starts (or restarts, after a restore), then ends; otherwise it waits for new records, woken by
 //! the partitions' end-offset notifications rather than by polling.
+//!
+//! # Checkpoints
+//!
+//! A partition's checkpointed position is the next offset to read: a version byte (1)
+//! then the offset as a `u64`, little endian; the split id is `topic/partition`. A
+//! restored reader resumes each partition at its checkpointed offset (partitions
+//! without one start at the [`StartingOffsets`]); an offset retention has deleted
+//! meanwhile (below the log start offset) fails the job, naming the topic, the
+//! partition and both offsets, rather than silently skipping records.
 //!
 //! A value that does not decode follows the [`BadRecords`] policy; its position is
 //! `topic/partition@offset`.
@@ -49,7 +58,7 @@
 //! assert_eq!(got, vec![1, 2, 3]);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -176,7 +185,22 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
     ///
     /// # Errors
     /// An unknown topic or partition, a starting offset out of range.
-    pub fn reader(&self, _info: &SubtaskInfo, splits: Vec<LogSplit>) -> OpResult<LogReader<T>> {
+    pub fn reader(&self, info: &SubtaskInfo, splits: Vec<LogSplit>) -> OpResult<LogReader<T>> {
+        self.restored_reader(info, splits, &HashMap::new())
+    }
+
+    /// The reader of one subtask resuming from checkpointed `positions` (see
+    /// [`Source::restore_reader`]), typed.
+    ///
+    /// # Errors
+    /// As [`LogSource::reader`]; a checkpointed position that is not one this source
+    /// wrote, or that is no longer stored (retention deleted it) or beyond the log end.
+    pub fn restored_reader(
+        &self,
+        _info: &SubtaskInfo,
+        splits: Vec<LogSplit>,
+        positions: &HashMap<String, Vec<u8>>,
+    ) -> OpResult<LogReader<T>> {
         let topic = self.open_topic()?;
         let mut cursors = Vec::with_capacity(splits.len());
         for split in splits {
@@ -186,24 +210,62 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
             // Subscribe before reading the end offset, so no append goes unnoticed.
             let changes = partition.subscribe();
             let (first, end) = (partition.log_start_offset(), partition.log_end_offset());
-            let position = match &self.start {
-                StartingOffsets::Earliest => first,
-                StartingOffsets::Latest => end,
-                StartingOffsets::Offsets(offsets) => match offsets.get(&split.partition).copied() {
-                    None => first,
-                    Some(o) if (first..=end).contains(&o) => o,
-                    Some(o) => {
-                        return Err(ConnectorError::config(
-                            "starting_offsets",
-                            format!(
-                                "offset {o} of {}/{} is out of range: the partition holds \
+            let restored = match positions.get(&split.split_id()) {
+                None => None,
+                Some(bytes) => Some(decode_position(bytes).ok_or_else(|| {
+                    ConnectorError::config(
+                        "restore",
+                        format!(
+                            "the checkpointed position of {}/{} is not one this source wrote",
+                            self.topic, split.partition
+                        ),
+                    )
+                })?),
+            };
+            let position = match (restored, &self.start) {
+                (Some(o), _) if o < first => {
+                    return Err(ConnectorError::config(
+                        "restore",
+                        format!(
+                            "cannot resume {}/{} at checkpointed offset {o}: the partition now \
+                             starts at offset {first} (retention deleted offsets {o}..{first}), \
+                             its end is {end}",
+                            self.topic, split.partition
+                        ),
+                    )
+                    .into())
+                }
+                (Some(o), _) if o > end => {
+                    return Err(ConnectorError::config(
+                        "restore",
+                        format!(
+                            "cannot resume {}/{} at checkpointed offset {o}: the partition ends \
+                             at offset {end} (was the topic deleted and created again?)",
+                            self.topic, split.partition
+                        ),
+                    )
+                    .into())
+                }
+                (Some(o), _) => o,
+                (None, StartingOffsets::Earliest) => first,
+                (None, StartingOffsets::Latest) => end,
+                (None, StartingOffsets::Offsets(offsets)) => {
+                    match offsets.get(&split.partition).copied() {
+                        None => first,
+                        Some(o) if (first..=end).contains(&o) => o,
+                        Some(o) => {
+                            return Err(ConnectorError::config(
+                                "starting_offsets",
+                                format!(
+                                    "offset {o} of {}/{} is out of range: the partition holds \
                                      offsets {first}..{end}",
-                                self.topic, split.partition
-                            ),
-                        )
-                        .into())
+                                    self.topic, split.partition
+                                ),
+                            )
+                            .into())
+                        }
                     }
-                },
+                }
             };
             cursors.push(Cursor {
                 split: cursors.len() as u32,
@@ -275,6 +337,34 @@ impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
 
     fn is_bounded(&self) -> bool {
         self.bounded
+    }
+
+    fn restore_reader(
+        &self,
+        info: &SubtaskInfo,
+        splits: Vec<LogSplit>,
+        positions: &HashMap<String, Vec<u8>>,
+    ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
+        Ok(Box::new(self.restored_reader(info, splits, positions)?))
+    }
+}
+
+/// Version of a partition's checkpointed position.
+const POSITION_V1: u8 = 1;
+
+/// A partition's checkpointed position: version 1, then the next offset to read
+/// (`u64` little endian).
+fn encode_position(offset: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(9);
+    b.push(POSITION_V1);
+    b.extend_from_slice(&offset.to_le_bytes());
+    b
+}
+
+fn decode_position(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
+        _ => None,
     }
 }
 
@@ -400,6 +490,20 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
         } else {
             InputStatus::NothingAvailable
         })
+    }
+
+    fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
+        Some(
+            self.cursors
+                .iter()
+                .map(|c| {
+                    (
+                        format!("{}/{}", self.topic, c.id),
+                        encode_position(c.position),
+                    )
+                })
+                .collect(),
+        )
     }
 
     fn wait_for_data(&mut self, timeout_ms: u64) {

@@ -1,0 +1,553 @@
+//! Checkpoints through the connectors (semantics.md §4): a job that fails part-way and
+//! is restored from its latest complete checkpoint reads every input record exactly
+//! once (log, files, generator), and the exactly-once `FileSink` ends with the output
+//! of a run without failure.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use brook_connectors::{FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSource};
+use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
+use brook_core::sink::Sink;
+use brook_core::source::{InputStatus, Source};
+use brook_core::time::Millis;
+use brook_engine::testing::{CollectSink, VecSource};
+use brook_engine::{latest_complete, CheckpointConfig, JobConfig, StreamEnvironment};
+use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+use brook_operators::process::{KeyedContext, KeyedProcessFunction};
+use brook_state::{StateDescriptor, TimeDomain};
+
+const KEYS: u64 = 10;
+
+/// Counts the records of each key; emits `(key, count)` when the input ends.
+struct CountPerKey;
+const COUNT: StateDescriptor<u64> = StateDescriptor::new("count");
+
+impl KeyedProcessFunction for CountPerKey {
+    type Key = u64;
+    type In = u64;
+    type Out = (u64, u64);
+
+    fn process_element(
+        &mut self,
+        _v: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Output<(u64, u64)>,
+    ) -> OpResult {
+        let n = ctx
+            .state()
+            .value(&COUNT)
+            .get()
+            .map_err(OperatorError::other)?;
+        if n.is_none() {
+            ctx.register_event_time_timer(i64::MAX - 1);
+        }
+        ctx.state()
+            .value(&COUNT)
+            .set(&(n.unwrap_or(0) + 1))
+            .map_err(OperatorError::other)
+    }
+
+    fn on_timer(
+        &mut self,
+        _t: Millis,
+        _d: TimeDomain,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Output<(u64, u64)>,
+    ) -> OpResult {
+        let n = ctx
+            .state()
+            .value(&COUNT)
+            .get()
+            .map_err(OperatorError::other)?;
+        out.collect((*ctx.key(), n.unwrap_or(0)), None);
+        Ok(())
+    }
+}
+
+fn config(dir: &Path, parallelism: u32, restore: bool) -> JobConfig {
+    JobConfig {
+        checkpoint: Some(CheckpointConfig::new(dir, 20)),
+        restore: restore.then(|| Arc::new(latest_complete(dir).unwrap())),
+        ..JobConfig::with_parallelism(parallelism)
+    }
+}
+
+/// Runs `source -> map(to a record number, slow, may fail) -> key_by -> count`.
+/// Returns the counts per key (or the error) and how many records the map saw.
+fn count_job<S>(
+    source: S,
+    number: fn(&S::Out) -> u64,
+    dir: &Path,
+    parallelism: u32,
+    fail_at: Option<u64>,
+    restore: bool,
+) -> (Result<BTreeMap<u64, u64>, String>, u64)
+where
+    S: Source,
+    S::Out: Clone + Send + 'static,
+{
+    let env = StreamEnvironment::new(config(dir, parallelism, restore));
+    let out = CollectSink::new();
+    let seen = Arc::new(AtomicU64::new(0));
+    let s = Arc::clone(&seen);
+    env.source(source)
+        .map(move |r: S::Out| {
+            let i = number(&r);
+            s.fetch_add(1, Ordering::SeqCst);
+            // Slow enough for checkpoints to complete between the source's polls.
+            std::thread::sleep(Duration::from_micros(20));
+            assert!(fail_at != Some(i), "injected failure at record {i}");
+            i
+        })
+        .key_by(|i: &u64| i % KEYS)
+        .process(|| CountPerKey)
+        .sink(out.clone());
+    let r = env.execute("counts").map_err(|e| e.to_string());
+    (
+        r.map(|_| out.values().into_iter().collect()),
+        seen.load(Ordering::SeqCst),
+    )
+}
+
+fn expected(n: u64) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for i in 0..n {
+        *m.entry(i % KEYS).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Fails at record `fail_at` at parallelism `before`, restores at `after`: every
+/// record counted exactly once, and the restored run did not start over.
+fn fail_then_restore<S>(
+    make: impl Fn() -> S,
+    number: fn(&S::Out) -> u64,
+    n: u64,
+    fail_at: u64,
+    before: u32,
+    after: u32,
+) where
+    S: Source,
+    S::Out: Clone + Send + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = count_job(make(), number, dir.path(), before, Some(fail_at), false);
+    let err = first.unwrap_err();
+    assert!(err.contains("injected failure"), "{err}");
+    let (second, seen) = count_job(make(), number, dir.path(), after, None, true);
+    assert_eq!(second.unwrap(), expected(n));
+    assert!(seen < n, "the restored run read all {seen} records again");
+}
+
+const N: u64 = 20_000;
+
+// ---------------------------------------------------------------- log
+
+fn log_with_numbers(dir: &Path, partitions: u32, n: u64) -> Log {
+    let log = Log::open(dir, LogOptions::default()).unwrap();
+    log.create_topic("numbers", partitions, TopicConfig::default())
+        .unwrap();
+    let topic = log.topic("numbers").unwrap();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let records = chunk
+            .iter()
+            .map(|i| ProducerRecord {
+                key: Some(bytes::Bytes::from(i.to_string())),
+                value: bytes::Bytes::from(i.to_string()),
+                timestamp: Some(*i as i64),
+                headers: Vec::new(),
+            })
+            .collect();
+        topic.append(records).unwrap();
+    }
+    log
+}
+
+#[test]
+fn log_source_restored_reads_every_record_once() {
+    let data = tempfile::tempdir().unwrap();
+    let log = log_with_numbers(data.path(), 4, N);
+    let make = || LogSource::json::<u64>(&log, "numbers").bounded(true);
+    fail_then_restore(make, |i| *i, N, 15_000, 1, 1);
+    fail_then_restore(make, |i| *i, N, 15_000, 2, 3);
+}
+
+#[test]
+fn log_restore_below_the_log_start_fails_naming_the_offsets() {
+    let data = tempfile::tempdir().unwrap();
+    let log = Log::open(data.path(), LogOptions::default()).unwrap();
+    let config = TopicConfig {
+        segment_bytes: 1024,
+        retention_ms: Some(1),
+        ..TopicConfig::default()
+    };
+    log.create_topic("old", 1, config).unwrap();
+    let topic = log.topic("old").unwrap();
+    for i in 0..200i64 {
+        topic
+            .append(vec![ProducerRecord {
+                key: None,
+                value: bytes::Bytes::from(i.to_string()),
+                timestamp: Some(i),
+                headers: Vec::new(),
+            }])
+            .unwrap();
+    }
+    let source = LogSource::json::<u64>(&log, "old").bounded(true);
+    let info = info(0, 1);
+    let splits = source.enumerate_splits(1).unwrap();
+    // A position at offset 5: [version 1, u64 LE].
+    let mut pos = vec![1u8];
+    pos.extend_from_slice(&5u64.to_le_bytes());
+    let positions: HashMap<String, Vec<u8>> = [("old/0".to_string(), pos)].into();
+    // Still stored: resumes there.
+    let mut reader = source
+        .restored_reader(&info, splits.clone(), &positions)
+        .unwrap();
+    let got = drain(&mut reader);
+    assert_eq!(got.first(), Some(&5));
+    assert_eq!(got.len(), 195);
+    // Retention deletes the oldest segments.
+    let deleted = topic.partition(0).unwrap().apply_retention(10_000).unwrap();
+    assert!(deleted > 0);
+    let start = topic.partition(0).unwrap().log_start_offset();
+    assert!(start > 5);
+    let err = source
+        .restored_reader(&info, splits, &positions)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("old/0") && err.contains("offset 5") && err.contains(&start.to_string()),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------- files
+
+fn info(index: u32, parallelism: u32) -> SubtaskInfo {
+    SubtaskInfo {
+        name: "test".into(),
+        index,
+        parallelism,
+        max_parallelism: 128,
+    }
+}
+
+fn drain<T: Send + 'static>(reader: &mut dyn brook_core::source::SourceReader<Out = T>) -> Vec<T> {
+    let mut out = Output::with_capacity(16);
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        let status = reader.poll_next(&mut out).unwrap();
+        got.extend(out.take().into_iter().map(|r| r.value));
+        if status != InputStatus::MoreAvailable {
+            break;
+        }
+    }
+    got
+}
+
+/// Writes `0..n` over `files` files (JSON lines or CSV with a quoted multi-line
+/// field, some gzip): record `i` is in file `i % files`.
+fn write_files(dir: &Path, n: u64, files: u64, csv: bool) -> PathBuf {
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for f in 0..files {
+        let gz = f % 3 == 2;
+        let ext = if csv { "csv" } else { "jsonl" };
+        let name = format!("part-{f:02}.{ext}{}", if gz { ".gz" } else { "" });
+        let mut text = String::new();
+        if csv {
+            text.push_str("i,note\n");
+        }
+        for i in (f..n).step_by(files as usize) {
+            if csv {
+                text.push_str(&format!("{i},\"line one\nline two\"\n"));
+            } else {
+                text.push_str(&format!("{i}\n"));
+                if i % 7 == 0 {
+                    text.push('\n');
+                }
+            }
+        }
+        let path = input.join(name);
+        if gz {
+            let mut e = flate2::write::GzEncoder::new(
+                std::fs::File::create(path).unwrap(),
+                flate2::Compression::fast(),
+            );
+            e.write_all(text.as_bytes()).unwrap();
+            e.finish().unwrap();
+        } else {
+            std::fs::write(path, text).unwrap();
+        }
+    }
+    input
+}
+
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
+struct Row {
+    i: u64,
+    note: String,
+}
+
+#[test]
+fn file_source_restored_reads_every_line_once() {
+    let data = tempfile::tempdir().unwrap();
+    let input = write_files(data.path(), N, 6, false);
+    let make = || FileSource::jsonl::<u64>(&input);
+    // File `i % 6` holds record `i`, files are read in turn: 15004 is in the fifth.
+    fail_then_restore(make, |i| *i, N, 15_004, 1, 1);
+    fail_then_restore(make, |i| *i, N, 15_004, 2, 3);
+}
+
+#[test]
+fn csv_file_source_restored_reads_every_row_once() {
+    let data = tempfile::tempdir().unwrap();
+    let input = write_files(data.path(), N, 6, true);
+    let make = || FileSource::csv::<Row>(&input);
+    fail_then_restore(make, |r| r.i, N, 15_004, 2, 1);
+}
+
+#[test]
+fn file_positions_resume_mid_file_and_in_follow_mode() {
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("rows.csv");
+    std::fs::write(&path, "i,note\n0,\"a\nb\"\n1,x\n2,\"c").unwrap();
+    let source = FileSource::csv::<Row>(&path).follow(true);
+    let splits = source.enumerate_splits(1).unwrap();
+    let mut reader = source.create_reader(&info(0, 1), splits.clone()).unwrap();
+    let got: Vec<u64> = drain(reader.as_mut()).into_iter().map(|r| r.i).collect();
+    assert_eq!(got, vec![0, 1]);
+    let positions: HashMap<String, Vec<u8>> =
+        reader.snapshot_positions().unwrap().into_iter().collect();
+    // The rest of the open row arrives; then a row more.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"\nd\"\n3,y\n").unwrap();
+    let mut restored = source
+        .restore_reader(&info(0, 1), splits, &positions)
+        .unwrap();
+    let got = drain(restored.as_mut());
+    assert_eq!(
+        got,
+        vec![
+            Row {
+                i: 2,
+                note: "c\nd".into()
+            },
+            Row {
+                i: 3,
+                note: "y".into()
+            },
+        ]
+    );
+    // Follow mode goes on after the restore.
+    f.write_all(b"4,z\n").unwrap();
+    let got = drain(restored.as_mut());
+    assert_eq!(
+        got,
+        vec![Row {
+            i: 4,
+            note: "z".into()
+        }]
+    );
+}
+
+// ---------------------------------------------------------------- generator
+
+#[test]
+fn generator_restored_at_another_parallelism_emits_every_event_once() {
+    let make = || {
+        GeneratorSource::builder()
+            .events(N)
+            .keys(KEYS)
+            .build()
+            .unwrap()
+    };
+    let number = |e: &GeneratorEvent| e.ts as u64;
+    fail_then_restore(make, number, N, 15_000, 1, 1);
+    fail_then_restore(make, number, N, 15_000, 2, 3);
+}
+
+// ---------------------------------------------------------------- file sink
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct OutRow {
+    i: u64,
+    key: u64,
+}
+
+/// `0..n` through a slow (maybe failing) map into an exactly-once `FileSink`.
+fn sink_job(
+    out: &Path,
+    dir: &Path,
+    parallelism: u32,
+    fail_at: Option<u64>,
+    restore: bool,
+) -> Result<(), String> {
+    let env = StreamEnvironment::new(config(dir, parallelism, restore));
+    let input: Vec<u64> = (0..3_000).collect();
+    let stream = env
+        .source(VecSource::new(input).splits(4).poll_size(25))
+        .map(move |i: u64| {
+            std::thread::sleep(Duration::from_micros(200));
+            assert!(fail_at != Some(i), "injected failure at record {i}");
+            OutRow { i, key: i % KEYS }
+        });
+    let is_csv = out.to_string_lossy().contains(".csv");
+    if is_csv {
+        stream.sink(FileSink::csv(out));
+    } else {
+        stream.sink(FileSink::jsonl(out));
+    }
+    env.execute("sink").map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn read_text(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut s = String::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    } else {
+        String::from_utf8(bytes).unwrap()
+    }
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn sink_fail_then_restore(name: &str, parallelism: u32) {
+    let clean = tempfile::tempdir().unwrap();
+    let out = clean.path().join("out").join(name);
+    sink_job(&out, &clean.path().join("chk"), parallelism, None, false).unwrap();
+
+    let failing = tempfile::tempdir().unwrap();
+    let out2 = failing.path().join("out").join(name);
+    let chk = failing.path().join("chk");
+    let err = sink_job(&out2, &chk, parallelism, Some(2_500), false).unwrap_err();
+    assert!(err.contains("injected failure"), "{err}");
+    assert!(latest_complete(&chk).unwrap().id >= 1);
+    sink_job(&out2, &chk, parallelism, None, true).unwrap();
+
+    let sink = FileSink::<OutRow>::jsonl(&out);
+    let sink2 = FileSink::<OutRow>::jsonl(&out2);
+    let mut lines = 0;
+    for i in 0..parallelism {
+        let want = read_text(&sink.path_for(i, parallelism));
+        let got = read_text(&sink2.path_for(i, parallelism));
+        assert_eq!(got, want, "{name} subtask {i}");
+        lines += want.lines().count();
+        if name.contains(".csv") {
+            assert_eq!(want.lines().filter(|l| *l == "i,key").count(), 1);
+        }
+    }
+    let header = usize::from(name.contains(".csv")) * parallelism as usize;
+    assert_eq!(lines, 3_000 + header);
+    // No pending part file is left.
+    assert_eq!(
+        files_in(out.parent().unwrap()),
+        files_in(out2.parent().unwrap())
+    );
+}
+
+#[test]
+fn file_sink_output_after_fail_and_restore_equals_a_clean_run() {
+    sink_fail_then_restore("out.jsonl", 1);
+}
+
+#[test]
+fn file_sink_csv_gzip_in_parallel_after_fail_and_restore_equals_a_clean_run() {
+    sink_fail_then_restore("out.csv.gz", 2);
+}
+
+fn batch(values: std::ops::Range<u64>) -> Vec<brook_core::element::StreamRecord<u64>> {
+    values.map(brook_core::element::StreamRecord::new).collect()
+}
+
+#[test]
+fn a_crash_between_prepare_and_commit_is_recovered_by_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("n.jsonl");
+    let sink = FileSink::<u64>::jsonl(&out);
+    let info = info(0, 1);
+    let mut w = sink.create_committing_writer(&info).unwrap();
+    w.write_batch(batch(0..3)).unwrap();
+    let c1 = w.prepare_commit(1).unwrap().unwrap();
+    w.commit(1, vec![c1.clone()]).unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n2\n");
+    w.write_batch(batch(3..5)).unwrap();
+    // Nothing is visible before the commit.
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n2\n");
+    let c2 = w.prepare_commit(2).unwrap().unwrap();
+    // Written after checkpoint 2's barrier: an aborted attempt's part.
+    w.write_batch(batch(5..7)).unwrap();
+    w.flush().unwrap();
+    let c3 = w.prepare_commit(3).unwrap().unwrap();
+    w.write_batch(batch(7..8)).unwrap();
+    w.flush().unwrap();
+    // Crash: checkpoint 2 completed (c2 stored) but was not committed, 3 never
+    // completed.
+    drop(w);
+    let parts = files_in(dir.path());
+    assert!(parts.len() >= 3, "{parts:?}");
+    assert!(
+        parts.iter().any(|p| p.starts_with(".n.jsonl.0.part-")),
+        "{parts:?}"
+    );
+    // Restored from checkpoint 2: its committables (c1 again, c2) are committed once.
+    let mut w = sink
+        .restore_writer(&info, vec![c1.clone(), c2.clone()])
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n2\n3\n4\n");
+    assert_eq!(files_in(dir.path()), vec!["n.jsonl".to_string()]);
+    // Committing again is harmless.
+    w.commit(2, vec![c1.clone(), c2.clone()]).unwrap();
+    w.write_batch(batch(5..6)).unwrap();
+    w.finish().unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n2\n3\n4\n5\n");
+    drop(w);
+    // Checkpoint 3's part was deleted by the restore: its committable cannot commit.
+    assert!(sink.restore_writer(&info, vec![c3]).is_err());
+}
+
+#[test]
+fn restore_cuts_output_committed_after_the_restored_checkpoint_and_a_half_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("n.jsonl");
+    let sink = FileSink::<u64>::jsonl(&out);
+    let info = info(0, 1);
+    let mut w = sink.create_committing_writer(&info).unwrap();
+    w.write_batch(batch(0..2)).unwrap();
+    let c1 = w.prepare_commit(1).unwrap().unwrap();
+    w.write_batch(batch(2..4)).unwrap();
+    let c2 = w.prepare_commit(2).unwrap().unwrap();
+    // Checkpoint 1 committed; checkpoint 2's append crashed half-way.
+    w.commit(1, vec![c1.clone()]).unwrap();
+    drop(w);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
+    f.write_all(b"2\n").unwrap();
+    let w = sink.restore_writer(&info, vec![c2.clone()]).unwrap();
+    drop(w);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n2\n3\n");
+    // Output beyond the restored checkpoint 1 (committed by 2) is cut off.
+    let w = sink.restore_writer(&info, vec![c1]).unwrap();
+    drop(w);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n");
+}
