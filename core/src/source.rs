@@ -19,6 +19,9 @@ pub enum InputStatus {
 }
 
 /// A unit of work of a source: a file, a log partition, a range of generated events.
+///
+/// Checkpoints store positions by split id, so for a job to restore at another
+/// parallelism the splits (and their ids) must not depend on the parallelism.
 pub trait Split: Clone + Send + Debug + 'static {
     /// A stable id, for logs, metrics and checkpoints.
     fn split_id(&self) -> String;

@@ -240,8 +240,8 @@ where
                     unknown.sort();
                     return Err(EngineError::InvalidGraph(format!(
                         "{}: the checkpoint has positions of splits {unknown:?} this run does not \
-                         have (the source's splits depend on its parallelism: restore it at the \
-                         parallelism of the checkpoint)",
+                         have: the source's splits changed since the checkpoint (other files, \
+                         another split count, or splits that depend on the parallelism)",
                         info.name
                     )));
                 }
