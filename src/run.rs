@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brook::engine::metrics::JobMetrics;
-use brook::engine::{latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint};
+use brook::engine::{
+    latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint,
+};
 use brook::log::Log;
 use brook::spec::{self, SinkSpec, SourceSpec};
 use clap::Args;
@@ -42,6 +44,10 @@ pub(crate) struct RunArgs {
     /// directory) or the path of a `chk-<id>` directory.
     #[arg(long, value_name = "latest|PATH")]
     restore: Option<String>,
+    /// On Ctrl-C, take a savepoint into a new directory under DIR before stopping
+    /// (Flink's stop-with-savepoint); resume later with `--restore DIR/savepoint-<id>`.
+    #[arg(long, value_name = "DIR")]
+    savepoint_dir: Option<PathBuf>,
 }
 
 /// Checkpointing and restore settings from the command line and the spec.
@@ -172,6 +178,15 @@ pub(crate) fn run(
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
                 _ = &mut ctrl_c, if !interrupted => {
                     interrupted = true;
+                    if let Some(dir) = &args.savepoint_dir {
+                        eprintln!("taking a savepoint before stopping (Ctrl-C again to stop at once)");
+                        // Blocking is fine: nothing else runs on this runtime.
+                        let sp = job.savepoint(dir);
+                        match sp {
+                            Ok(p) => eprintln!("savepoint written to {}", p.display()),
+                            Err(e) => eprintln!("no savepoint: {e}"),
+                        }
+                    }
                     job.cancel();
                 }
             }

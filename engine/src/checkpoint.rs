@@ -145,11 +145,43 @@ pub(crate) struct CheckpointControl {
     pub(crate) task_ended: AtomicBool,
     pub(crate) acks: Sender<Ack>,
     pub(crate) dir: PathBuf,
+    /// A savepoint asked for: its parent directory and who waits for its path.
+    pub(crate) savepoint: std::sync::Mutex<Option<SavepointRequest>>,
+    /// Savepoints in progress: checkpoint id -> directory.
+    pub(crate) savepoint_dirs: std::sync::Mutex<HashMap<CheckpointId, PathBuf>>,
+}
+
+/// A savepoint asked for with [`crate::JobHandle::savepoint`].
+#[derive(Debug)]
+pub(crate) struct SavepointRequest {
+    pub(crate) parent: PathBuf,
+    pub(crate) done: Sender<Result<PathBuf, String>>,
 }
 
 impl CheckpointControl {
     pub(crate) fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
-        self.dir.join(format!("chk-{id}"))
+        let savepoints = self
+            .savepoint_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match savepoints.get(&id) {
+            Some(d) => d.clone(),
+            None => self.dir.join(format!("chk-{id}")),
+        }
+    }
+
+    fn take_savepoint_request(&self) -> Option<SavepointRequest> {
+        self.savepoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn savepoint_requested(&self) -> bool {
+        self.savepoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Writes a task's snapshot into checkpoint `id` and acknowledges it.
@@ -408,15 +440,29 @@ pub(crate) fn run_coordinator(
     let mut id = first_id;
     let stopped = || stop.load(Ordering::SeqCst) || control.task_ended.load(Ordering::SeqCst);
     loop {
-        // Sleep in steps so a finished job is not kept waiting.
+        // Sleep in steps so a finished job is not kept waiting and a savepoint starts
+        // at once.
         let mut slept = 0;
-        while slept < config.interval_ms && !stopped() {
+        while slept < config.interval_ms && !stopped() && !control.savepoint_requested() {
             let step = (config.interval_ms - slept).min(20);
             std::thread::sleep(Duration::from_millis(step as u64));
             slept += step;
         }
+        let savepoint = control.take_savepoint_request();
         if stopped() {
+            if let Some(s) = savepoint {
+                let _ = s.done.send(Err("the job is ending".into()));
+            }
             return;
+        }
+        if let Some(s) = &savepoint {
+            // A savepoint is a checkpoint in a directory of the user's, never deleted
+            // by retention.
+            control
+                .savepoint_dirs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, s.parent.join(format!("savepoint-{id}")));
         }
         let dir = control.checkpoint_dir(id);
         if let Err(e) = fs::create_dir_all(&dir) {
@@ -463,6 +509,12 @@ pub(crate) fn run_coordinator(
                 }
             }
         };
+        if let Some(s) = savepoint {
+            let _ = s.done.send(match &failure {
+                None => Ok(dir.clone()),
+                Some(f) => Err(f.clone()),
+            });
+        }
         if done {
             control.completed.store(id, Ordering::SeqCst);
             info!(

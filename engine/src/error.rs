@@ -16,6 +16,9 @@ pub enum EngineError {
     /// The job graph is invalid (named vertex, reason).
     #[error("invalid job graph: {0}")]
     InvalidGraph(String),
+    /// A savepoint could not be taken.
+    #[error("savepoint failed: {0}")]
+    Savepoint(String),
     /// The job was cancelled.
     #[error("job cancelled")]
     Cancelled,

@@ -25,6 +25,7 @@ pub struct JobHandle {
     threads: Vec<(String, JoinHandle<()>)>,
     /// The checkpoint coordinator and its stop flag.
     coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    checkpoints: Option<Arc<CheckpointControl>>,
     cancelled: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<EngineError>>>,
     metrics: JobMetrics,
@@ -52,6 +53,30 @@ impl JobHandle {
     /// [`EngineError::Cancelled`] (unless a task had failed first).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes a savepoint into a new directory `savepoint-<id>` under `parent` and
+    /// waits for it: a checkpoint of the user's, kept until deleted by hand, from which
+    /// `restore` works at any parallelism. The job goes on.
+    ///
+    /// # Errors
+    /// [`EngineError::Savepoint`] when the job does not take checkpoints, has ended,
+    /// or the savepoint failed.
+    pub fn savepoint(&self, parent: &std::path::Path) -> Result<std::path::PathBuf, EngineError> {
+        let control = self.checkpoints.as_ref().ok_or_else(|| {
+            EngineError::Savepoint("the job takes no checkpoints: set a checkpoint interval".into())
+        })?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| EngineError::Savepoint(format!("{}: {e}", parent.display())))?;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        *control.savepoint.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(crate::checkpoint::SavepointRequest {
+                parent: parent.to_path_buf(),
+                done: tx,
+            });
+        rx.recv()
+            .map_err(|_| EngineError::Savepoint("the job ended before the savepoint".into()))?
+            .map_err(EngineError::Savepoint)
     }
 
     /// Whether every task has ended.
@@ -192,6 +217,8 @@ pub(crate) fn start(
                 task_ended: AtomicBool::new(false),
                 acks: tx,
                 dir: c.dir.clone(),
+                savepoint: Default::default(),
+                savepoint_dirs: Default::default(),
             });
             coordinator_setup = Some((Arc::clone(&control), rx, c.clone()));
             Some(control)
@@ -341,6 +368,7 @@ pub(crate) fn start(
             }
         }
     }
+    let control_for_handle = coordinator_setup.as_ref().map(|(c, _, _)| Arc::clone(c));
     let coordinator = match coordinator_setup {
         Some((control, acks, config)) => {
             let restored = g.config.restore.as_ref().map_or(0, |r| r.id);
@@ -375,6 +403,7 @@ pub(crate) fn start(
         name: name.to_string(),
         threads,
         coordinator,
+        checkpoints: control_for_handle,
         cancelled,
         failure,
         metrics,

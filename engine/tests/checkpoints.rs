@@ -68,6 +68,8 @@ impl KeyedProcessFunction for CountPerKey {
     }
 }
 
+type Counts = CollectSink<(u64, u64)>;
+
 /// Runs the job; with `fail_at`, the source side fails at that record. Returns the
 /// per-key counts (when it finished) and how many records the source side saw.
 fn run(
@@ -76,7 +78,21 @@ fn run(
     fail_at: Option<u64>,
     restore: bool,
 ) -> (Result<BTreeMap<u64, u64>, String>, u64) {
-    let restore = restore.then(|| Arc::new(latest_complete(dir).unwrap()));
+    let restore = restore.then(|| latest_complete(dir).unwrap());
+    let (env, out, seen) = job(dir, parallelism, fail_at, restore);
+    let r = env.execute("counts").map_err(|e| e.to_string());
+    let counts = r.map(|_| out.values().into_iter().collect());
+    (counts, seen.load(Ordering::SeqCst))
+}
+
+/// The job: count per key, checkpointing into `dir` every 20 ms.
+fn job(
+    dir: &Path,
+    parallelism: u32,
+    fail_at: Option<u64>,
+    restore: Option<brook_engine::RestoredCheckpoint>,
+) -> (StreamEnvironment, Counts, Arc<AtomicU64>) {
+    let restore = restore.map(Arc::new);
     let config = JobConfig {
         checkpoint: Some(CheckpointConfig::new(dir, 20)),
         restore,
@@ -102,9 +118,7 @@ fn run(
     .key_by(|i: &u64| i % KEYS)
     .process(|| CountPerKey)
     .sink(out.clone());
-    let r = env.execute("counts").map_err(|e| e.to_string());
-    let counts = r.map(|_| out.values().into_iter().collect());
-    (counts, seen.load(Ordering::SeqCst))
+    (env, out, seen)
 }
 
 fn expected() -> BTreeMap<u64, u64> {
@@ -176,4 +190,40 @@ fn a_job_without_failure_keeps_the_last_checkpoints() {
         "{complete} complete checkpoints kept"
     );
     let _ = AtomicBool::new(false);
+}
+
+#[test]
+fn a_savepoint_taken_while_running_restores_at_another_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let saves = dir.path().join("savepoints");
+    let (env, out, _) = job(&dir.path().join("cp"), 2, None, None);
+    let handle = env.start("counts").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let path = handle.savepoint(&saves).unwrap();
+    assert!(path.starts_with(&saves), "{}", path.display());
+    handle.join().unwrap();
+    assert_eq!(
+        out.values().into_iter().collect::<BTreeMap<_, _>>(),
+        expected()
+    );
+    // The savepoint is not subject to retention, and restores at parallelism 3.
+    let sp = brook_engine::RestoredCheckpoint::load(&path).unwrap();
+    let (env, out, seen) = job(&dir.path().join("cp2"), 3, None, Some(sp));
+    env.execute("counts").unwrap();
+    assert_eq!(
+        out.values().into_iter().collect::<BTreeMap<_, _>>(),
+        expected()
+    );
+    assert!(seen.load(Ordering::SeqCst) < N);
+}
+
+#[test]
+fn a_savepoint_needs_checkpointing() {
+    let env = StreamEnvironment::new(JobConfig::default());
+    env.source(VecSource::new(vec![1u8]))
+        .sink(CollectSink::new());
+    let h = env.start("no-checkpoints").unwrap();
+    let err = h.savepoint(Path::new("/nonexistent")).unwrap_err();
+    assert!(err.to_string().contains("checkpoint interval"), "{err}");
+    h.join().unwrap();
 }
