@@ -62,8 +62,9 @@ pub(crate) struct FixedWindows<K, S> {
     /// The last watermark fired.
     fired: Millis,
     /// Only after a restore from former subtasks that had fired up to different
-    /// watermarks: entries with `max_timestamp > fired` that fired already (not to
-    /// fire again when the watermark passes them). Empty otherwise.
+    /// watermarks: entries with `max_timestamp > fired` that fired already and got
+    /// no record since (not to fire again when the watermark passes them). Empty
+    /// otherwise.
     skip: FastHashMap<(TimeWindow, K), ()>,
 }
 
@@ -164,6 +165,10 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
             func.add(state, value);
             if w.max_timestamp() <= wm {
                 func.emit(key, w, state, out);
+            } else if !self.skip.is_empty() {
+                // A fired window that gets a record before the watermark reaches it
+                // again fires again then (as the event-time trigger re-registers).
+                self.skip.remove(&(*w, key.clone()));
             }
         }
         skipped
