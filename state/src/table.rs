@@ -78,6 +78,14 @@ pub trait NamespacedTable<K, N, V>: Send + fmt::Debug {
 
     /// Whether the `key_group` arguments are used (true for bytes tables).
     fn needs_key_group(&self) -> bool;
+
+    /// Calls `f(key, namespace, value)` for every entry, in no particular order (for
+    /// snapshots). Bytes tables write back their cached value first and decode each
+    /// entry.
+    ///
+    /// # Errors
+    /// As [`NamespacedTable::get_mut`].
+    fn for_each_entry(&mut self, f: &mut dyn FnMut(&K, &N, &V)) -> Result<()>;
 }
 
 /// The table for state `name` over `backend`: a [`HeapTable`] when the backend's kind is
@@ -87,7 +95,7 @@ pub fn namespaced_table<K, N, V>(
     backend: Box<dyn KeyedStateBackend>,
 ) -> Box<dyn NamespacedTable<K, N, V>>
 where
-    K: Hash + Eq + Clone + Serialize + Send + 'static,
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + 'static,
     N: Hash + Eq + Clone + Serialize + DeserializeOwned + Send + 'static,
     V: Serialize + DeserializeOwned + Send + 'static,
 {
@@ -219,6 +227,13 @@ where
 
     fn needs_key_group(&self) -> bool {
         false
+    }
+
+    fn for_each_entry(&mut self, f: &mut dyn FnMut(&K, &N, &V)) -> Result<()> {
+        for ((k, n), v) in &self.map {
+            f(k, n, v);
+        }
+        Ok(())
     }
 }
 
@@ -529,9 +544,22 @@ where
     }
 }
 
+/// Splits a full key made by [`compose_key`] into its key and namespace bytes.
+fn split_full_key(full: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len_at = |b: &[u8], at: usize| -> Option<usize> {
+        let l: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_be_bytes(l) as usize)
+    };
+    let klen = len_at(full, 2)?;
+    let key = full.get(6..6 + klen)?;
+    let nlen = len_at(full, 6 + klen)?;
+    let ns = full.get(10 + klen..10 + klen + nlen)?;
+    Some((key, ns))
+}
+
 impl<K, N, V> NamespacedTable<K, N, V> for BytesTable<K, N, V>
 where
-    K: Serialize + Send,
+    K: Serialize + DeserializeOwned + Send,
     N: Serialize + DeserializeOwned + Send,
     V: Serialize + DeserializeOwned + Send,
 {
@@ -612,6 +640,38 @@ where
     fn needs_key_group(&self) -> bool {
         true
     }
+
+    fn for_each_entry(&mut self, f: &mut dyn FnMut(&K, &N, &V)) -> Result<()> {
+        self.write_back()?;
+        let name = self.name.as_str();
+        let mut failed: Option<bincode::Error> = None;
+        self.backend.for_each_entry(&mut |state, full, value| {
+            if state != name || failed.is_some() {
+                return;
+            }
+            let decoded = split_full_key(full)
+                .ok_or_else(|| {
+                    Box::new(bincode::ErrorKind::Custom(
+                        "a state key is not `key group | key | namespace`".into(),
+                    ))
+                })
+                .and_then(|(k, n)| {
+                    Ok((
+                        bincode::deserialize::<K>(k)?,
+                        bincode::deserialize::<N>(n)?,
+                        bincode::deserialize::<V>(value)?,
+                    ))
+                });
+            match decoded {
+                Ok((k, n, v)) => f(&k, &n, &v),
+                Err(e) => failed = Some(e),
+            }
+        });
+        match failed {
+            Some(e) => Err(self.codec("decode", e)),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -673,6 +733,16 @@ mod tests {
         }
         t.insert(3, &b, &(100, 0), 99).unwrap();
         assert_eq!(t.len(), 22);
+        // The value changed last is still cached in a bytes table: visited too.
+        *t.get_mut(2, &b, &(0, 10)).unwrap().unwrap() += 1;
+        let mut all = Vec::new();
+        t.for_each_entry(&mut |k, n, v| all.push((k.clone(), *n, *v)))
+            .unwrap();
+        all.sort();
+        assert_eq!(all.len(), 22);
+        assert_eq!(all[0], (a.clone(), (10, 20), 5));
+        assert_eq!(all[1], (b.clone(), (0, 10), 9));
+        assert_eq!(all[2], (b.clone(), (100, 0), 99));
         t.flush().unwrap();
     }
 

@@ -61,6 +61,11 @@ pub(crate) struct FixedWindows<K, S> {
     table: NamespaceMajorTable<ByEnd, K, S>,
     /// The last watermark fired.
     fired: Millis,
+    /// Only after a restore from former subtasks that had fired up to different
+    /// watermarks: entries with `max_timestamp > fired` that fired already and got
+    /// no record since (not to fire again when the watermark passes them). Empty
+    /// otherwise.
+    skip: FastHashMap<(TimeWindow, K), ()>,
 }
 
 impl<K, S> fmt::Debug for FixedWindows<K, S> {
@@ -84,6 +89,50 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
         FixedWindows {
             table: NamespaceMajorTable::new(),
             fired: Millis::MIN,
+            skip: FastHashMap::default(),
+        }
+    }
+
+    /// Calls `f(key, window, state, pending)` for every entry, `pending` when the
+    /// window is still to fire at its max timestamp (for snapshots).
+    pub(crate) fn for_each_entry(&self, f: &mut dyn FnMut(&K, &TimeWindow, &S, bool)) {
+        for (ByEnd(w), key, state) in self.table.iter() {
+            let pending = w.max_timestamp() > self.fired
+                && (self.skip.is_empty() || !self.skip.contains_key(&(*w, key.clone())));
+            f(key, w, state, pending);
+        }
+    }
+
+    /// Puts restored entries `(key, window, state, pending)` into an empty table
+    /// (before the first watermark): windows not `pending` have fired and fire again
+    /// only for records within the allowed lateness.
+    pub(crate) fn restore(&mut self, entries: Vec<(K, TimeWindow, S, bool)>) {
+        let max_fired = entries
+            .iter()
+            .filter(|e| !e.3)
+            .map(|e| e.1.max_timestamp())
+            .max();
+        let min_pending = entries
+            .iter()
+            .filter(|e| e.3)
+            .map(|e| e.1.max_timestamp())
+            .min();
+        // Fired windows end before pending ones when all entries were written at one
+        // watermark (aligned checkpoints); otherwise those after `fired` are skipped.
+        let mut fired = max_fired.unwrap_or(Millis::MIN).max(self.fired);
+        if let Some(p) = min_pending {
+            fired = fired.min(p.saturating_sub(1));
+        }
+        self.fired = fired;
+        for (key, w, state, pending) in entries {
+            if !pending && w.max_timestamp() > fired {
+                self.skip.insert((w, key.clone()), ());
+            }
+            let pos = self.table.namespace(ByEnd(w));
+            let hash = self.table.hash_key(&key);
+            // (Entries are unique per key and window.)
+            self.table
+                .get_or_insert_with(pos, hash, &key, move || state);
         }
     }
 
@@ -116,6 +165,10 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
             func.add(state, value);
             if w.max_timestamp() <= wm {
                 func.emit(key, w, state, out);
+            } else if !self.skip.is_empty() {
+                // A fired window that gets a record before the watermark reaches it
+                // again fires again then (as the event-time trigger re-registers).
+                self.skip.remove(&(*w, key.clone()));
             }
         }
         skipped
@@ -140,9 +193,15 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
                 break;
             }
             for (key, state) in self.table.entries_at(pos) {
+                if !self.skip.is_empty() && self.skip.remove(&(w, key.clone())).is_some() {
+                    continue;
+                }
                 func.emit(key, &w, state, out);
             }
             pos += 1;
+        }
+        if !self.skip.is_empty() {
+            self.skip.retain(|(w, _), ()| w.max_timestamp() > wm);
         }
         while let Some(&ByEnd(w)) = self.table.first() {
             if event_cleanup_time(&w, allowed_lateness) > wm {
@@ -316,6 +375,36 @@ impl<K: Hash + Eq + Clone, S> Sessions<K, S> {
         }
         schedule(&mut self.queue, key, s, lateness);
         false
+    }
+
+    /// Calls `f(key, window, state, armed)` for every session, `armed` when it is
+    /// still to fire at its max timestamp (for snapshots).
+    pub(crate) fn for_each_entry(&self, f: &mut dyn FnMut(&K, &TimeWindow, &S, bool)) {
+        for (key, list) in &self.keys {
+            for s in list {
+                f(key, &s.window, &s.state, s.armed);
+            }
+        }
+    }
+
+    /// Puts restored sessions `(key, window, state, armed)` into an empty set and
+    /// queues their timers.
+    pub(crate) fn restore(&mut self, entries: Vec<(K, TimeWindow, S, bool)>, lateness: Millis) {
+        for (key, window, state, armed) in entries {
+            self.keys.entry(key).or_default().push(Session {
+                window,
+                state,
+                armed,
+                queued_at: Millis::MAX,
+            });
+            self.len += 1;
+        }
+        for (key, list) in self.keys.iter_mut() {
+            list.sort_by_key(|s| (s.window.start, s.window.end));
+            for s in list.iter_mut() {
+                schedule(&mut self.queue, key, s, lateness);
+            }
+        }
     }
 
     /// Fires and drops sessions due at watermark `wm`, in time order.

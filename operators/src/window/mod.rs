@@ -12,12 +12,15 @@
 //! - [`aggregate`]: built-in [`AggregateFunction`]s ([`Count`], [`Sum`], [`Min`], [`Max`],
 //!   [`Avg`], [`First`], [`Last`], [`CountDistinct`]) and tuples of them.
 //! - [`WindowOperator`]: the operator, with [`ProcessWindowFunction`]s or aggregates.
+//!   Its state goes into checkpoints one blob per key group, the same format on every
+//!   path (see `snapshot.rs`).
 
 pub mod aggregate;
 pub mod assigner;
 mod fast;
 pub mod function;
 mod operator;
+mod snapshot;
 pub mod trigger;
 
 pub use aggregate::{Avg, Count, CountDistinct, First, Last, Max, Min, Reduce, Sum};

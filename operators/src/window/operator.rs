@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
+use brook_core::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
 use brook_core::element::Batch;
 use brook_core::keys::{key_group_for_key, KeyGroup};
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::assigner::WindowAssigner;
 use super::fast::{event_cleanup_time, FixedWindows, Sessions};
 use super::function::{Aggregating, ProcessWindowFunction, Processing, WindowFunction};
+use super::snapshot::{self, event_time_timers, is_pending, Writer};
 use super::trigger::{Domain, TimerSet, Trigger, TriggerCtx, TriggerState};
 use super::{AggregateFunction, TimeWindow, WindowOutput};
 
@@ -592,6 +594,26 @@ where
         Ok(())
     }
 
+    /// Puts a restored entry into the general path's table and queues its timers.
+    fn restore_general(
+        &mut self,
+        kg: KeyGroup,
+        key: K,
+        w: TimeWindow,
+        slot: Slot<F::State>,
+    ) -> OpResult {
+        let timers: Vec<(Domain, Millis)> = slot.timers.iter().collect();
+        self.table.insert(kg, &key, &w, slot).map_err(state_err)?;
+        for (d, t) in timers {
+            let q = match d {
+                Domain::Event => &mut self.core.event_timers,
+                Domain::Processing => &mut self.core.processing_timers,
+            };
+            q.register(t, key.clone(), w);
+        }
+        Ok(())
+    }
+
     fn request_processing_callback(&self, ctx: &mut OperatorContext) {
         if let Some(t) = self.core.processing_timers.peek_time() {
             ctx.request_processing_time_callback(t);
@@ -618,6 +640,70 @@ where
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Writes every key's windows (contents, trigger state, timers; see `snapshot.rs`),
+    /// one blob per key group.
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        ctx: &mut OperatorContext,
+        snap: &mut StateSnapshot,
+    ) -> OpResult {
+        let mut w = Writer::new(ctx.info().max_parallelism);
+        let lateness = self.core.allowed_lateness;
+        let fresh = TriggerState::default();
+        match &self.path {
+            Path::General => self
+                .table
+                .for_each_entry(&mut |key, win, slot| {
+                    w.put(key, win, &slot.contents, &slot.trigger, &slot.timers);
+                })
+                .map_err(state_err)?,
+            Path::Fixed(f) => f.for_each_entry(&mut |key, win, state, pending| {
+                let timers = event_time_timers(win, lateness, pending);
+                w.put(key, win, state, &fresh, &timers);
+            }),
+            Path::Sessions(s) => s.for_each_entry(&mut |key, win, state, armed| {
+                let timers = event_time_timers(win, lateness, armed);
+                w.put(key, win, state, &fresh, &timers);
+            }),
+        }
+        w.finish(snap)
+    }
+
+    /// Puts back the windows of the key groups this subtask owns and re-registers
+    /// their timers (fired windows stay fired). Called before `open`, on a fresh
+    /// operator.
+    fn restore_state(&mut self, ctx: &mut OperatorContext, state: &RestoredState) -> OpResult {
+        let max_parallelism = ctx.info().max_parallelism;
+        let general = matches!(self.path, Path::General);
+        let mut fast = Vec::new();
+        for (kg, bytes) in state.keyed() {
+            snapshot::read::<K, F::State>(kg, bytes, max_parallelism, |entry| {
+                let (key, w, contents, trigger, timers) = entry;
+                if general {
+                    let slot = Slot {
+                        contents,
+                        trigger,
+                        timers,
+                    };
+                    self.restore_general(kg, key, w, slot)
+                } else {
+                    fast.push((key, w, contents, is_pending(&w, &timers)));
+                    Ok(())
+                }
+            })?;
+        }
+        let lateness = self.core.allowed_lateness;
+        match &mut self.path {
+            Path::General => {}
+            Path::Fixed(f) => f.restore(fast),
+            Path::Sessions(s) => s.restore(fast, lateness),
+        }
+        self.table.flush().map_err(state_err)?;
+        self.request_processing_callback(ctx);
         Ok(())
     }
 

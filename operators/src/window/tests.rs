@@ -947,3 +947,7 @@ fn window_throughput() {
         per(b)
     );
 }
+
+/// Snapshot and restore (issue 5): see the file.
+#[path = "snapshot_tests.rs"]
+mod snapshot_tests;

@@ -82,6 +82,20 @@ impl TimerSet {
         true
     }
 
+    /// Whether a timer is registered.
+    pub(crate) fn contains(&self, domain: Domain, time: Millis) -> bool {
+        self.find(domain, time).is_some()
+    }
+
+    /// The registered timers, as `(domain, time)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Domain, Millis)> + '_ {
+        (0..4).filter_map(|i| match self.kinds[i] {
+            1 => Some((Domain::Event, self.times[i])),
+            2 => Some((Domain::Processing, self.times[i])),
+            _ => None,
+        })
+    }
+
     /// Removes a timer; false when it was not registered (a stale queue entry).
     pub(crate) fn remove(&mut self, domain: Domain, time: Millis) -> bool {
         match self.find(domain, time) {
