@@ -280,7 +280,6 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
         Ok(LogReader {
             topic: self.topic.clone(),
             cursors,
-            next: 0,
             bad: self.bad.clone(),
             records: Vec::new(),
             runtime: None,
@@ -385,12 +384,13 @@ struct Cursor {
     changes: watch::Receiver<u64>,
 }
 
+/// Offsets per read turn of one partition (see `poll_next`).
+const CHUNK: u64 = 1024;
+
 /// Reads some partitions of a topic for one subtask of a [`LogSource`].
 pub struct LogReader<T> {
     topic: String,
     cursors: Vec<Cursor>,
-    /// The partition (index into `cursors`) read first on the next poll.
-    next: usize,
     bad: BadRecords,
     records: Vec<Record>,
     /// Waits for new records; created on the first wait.
@@ -425,33 +425,42 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
     type Out = T;
 
     fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
-        let n = self.cursors.len();
         let mut emitted = 0;
         let mut read_any = false;
-        for k in 0..n {
-            if emitted >= BATCH {
-                break;
-            }
-            let c = &mut self.cursors[(self.next + k) % n];
-            let until = match c.end {
-                Some(end) => end,
-                // Mark the current end as seen: `wait_for_data` wakes on the next one.
-                None => *c.changes.borrow_and_update(),
-            };
-            if c.position >= until {
-                if c.end.is_some() && !c.finished {
-                    c.finished = true;
-                    out.finish_split(c.split);
+        while emitted < BATCH {
+            // Partitions are read in chunks of CHUNK offsets, always the partition
+            // whose chunk comes first (by chunk number, then partition): the order of
+            // records over partitions, and with it every watermark and lateness
+            // decision, is then a function of the offsets alone, the same in a run
+            // restored from a checkpoint as in one without failures (when the data is
+            // all there, as in a replay).
+            let mut best: Option<(u64, u32, usize, u64)> = None;
+            for (i, c) in self.cursors.iter_mut().enumerate() {
+                let until = match c.end {
+                    Some(end) => end,
+                    // Mark the current end as seen: `wait_for_data` wakes on the next one.
+                    None => *c.changes.borrow_and_update(),
+                };
+                if c.position >= until {
+                    if c.end.is_some() && !c.finished {
+                        c.finished = true;
+                        out.finish_split(c.split);
+                    }
+                    continue;
                 }
-                continue;
+                let key = (c.position / CHUNK, c.id, i, until);
+                if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
+                    best = Some(key);
+                }
             }
+            let Some((chunk, _, i, until)) = best else {
+                break;
+            };
+            let c = &mut self.cursors[i];
             out.set_split(c.split);
-            let mut want = BATCH - emitted;
-            if c.end.is_some() {
-                want = want.min(usize::try_from(until - c.position).unwrap_or(usize::MAX));
-            }
+            let stop = ((chunk + 1) * CHUNK).min(until);
             let limit = ReadLimit {
-                max_records: want,
+                max_records: usize::try_from(stop - c.position).unwrap_or(usize::MAX),
                 max_bytes: 8 << 20,
             };
             self.records.clear();
@@ -463,6 +472,9 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                         e,
                     )
                 })?;
+            if self.records.is_empty() {
+                break;
+            }
             for record in self.records.drain(..) {
                 c.position = record.offset + 1;
                 read_any = true;
@@ -479,9 +491,6 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                     )?,
                 }
             }
-        }
-        if n > 0 {
-            self.next = (self.next + 1) % n;
         }
         Ok(if self.is_finished() {
             InputStatus::End

@@ -319,6 +319,25 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         self.add_operator(name, move |info, _env| factory(info))
     }
 
+    /// Applies a custom [`Operator`] with the parallelism of this stream's producer, so
+    /// it chains to it (no exchange, records in their order): for steps that belong to
+    /// their input, such as a check before a key exchange.
+    pub fn transform_chained<O, F>(self, name: &str, factory: F) -> DataStream<O::Out>
+    where
+        O: Operator<In = T>,
+        O::Out: Clone,
+        F: Fn(&SubtaskInfo) -> O + Send + Sync + 'static,
+    {
+        let p = self
+            .producing_vertex()
+            .and_then(|v| self.env.inner.borrow().vertices[v].parallelism);
+        let out = self.transform(name, factory);
+        match p {
+            Some(p) => out.set_parallelism(p),
+            None => out,
+        }
+    }
+
     /// Transforms every record (Flink's `map`). Each subtask gets a clone of `f`.
     pub fn map<U, F>(self, f: F) -> DataStream<U>
     where

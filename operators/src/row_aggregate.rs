@@ -29,9 +29,11 @@
 //! smaller (first) or larger (last) number, so merging accumulators gives the same
 //! result as adding all records to one in arrival order. The sequence is not part of a
 //! checkpoint of the function itself: after a restore it continues above the largest
-//! number seen in an accumulator that receives a record, but a window created after the
-//! restore and merged with a restored one before the restored one received a record may
-//! order their `first`/`last` values wrongly.
+//! number seen in an accumulator that receives a record, and every new function starts
+//! numbering at the wall-clock time of its creation in ns (µs × 1000 of headroom per
+//! ms), so records added after a restore (in a later process) always number above
+//! those of the restored accumulators, including when a new session window merges with
+//! a restored one.
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
@@ -472,6 +474,15 @@ impl Clone for RowAggregate {
     }
 }
 
+/// Where a new [`RowAggregate`] starts numbering records: the wall clock in ms × 10⁶,
+/// above every number handed out by an earlier process (fewer than 10⁶ records per ms).
+fn seq_base() -> u64 {
+    use brook_core::time::{Clock, SystemClock};
+    u64::try_from(SystemClock.now_ms())
+        .unwrap_or(0)
+        .saturating_mul(1_000_000)
+}
+
 impl RowAggregate {
     /// Aggregates `aggregates` (output name, aggregate) per key of `key_fields`.
     ///
@@ -515,7 +526,7 @@ impl RowAggregate {
             key_fields,
             aggregates,
             ordered,
-            seq: AtomicU64::new(0),
+            seq: AtomicU64::new(seq_base()),
         })
     }
 

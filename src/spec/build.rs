@@ -318,7 +318,7 @@ pub fn build(
                     .map_err(|e| SpecError::new(format!("{}.aggregate", step.name), e))?;
                 let check = {
                     let (agg, step_name) = (agg.clone(), step.name.clone());
-                    rows.transform(&format!("{}-check", step.name), move |_| CheckRows {
+                    rows.transform_chained(&format!("{}-check", step.name), move |_| CheckRows {
                         agg: agg.clone(),
                         bad: handler.clone(),
                         step: step_name.clone(),

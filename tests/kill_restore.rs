@@ -1,0 +1,221 @@
+//! Exactly once through crashes (semantics.md §4): a windowed job over a log topic
+//! (tumbling windows and sessions, with late records) runs as a `brook run` child that
+//! is killed with SIGKILL at random moments and restored from its latest checkpoint
+//! each time; the committed output (a two-phase-commit file sink) then equals the
+//! output of a run without failures exactly: no row lost, none twice.
+//!
+//! Kills: `BROOK_KILL_ITERATIONS` (default 20); `BROOK_KILL_SEED` fixes the moments.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+use rand::{Rng, SeedableRng};
+
+const EVENTS: i64 = 20_000;
+
+/// Events of 50 keys over 2 partitions; event time mostly increasing by 1 ms per event
+/// with some disorder, and every 997th event an hour late.
+fn produce(data: &Path) {
+    let log = Log::open(data, LogOptions::default()).unwrap();
+    log.create_topic("events", 2, TopicConfig::default())
+        .unwrap();
+    let t = log.topic("events").unwrap();
+    let mut batch: [Vec<ProducerRecord>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..EVENTS {
+        let key = (i * 7919) % 50;
+        let mut ts = 1_000_000 + i - (i % 13) * 7;
+        if i % 997 == 0 {
+            ts -= 3_600_000;
+        }
+        let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
+        let p = (key % 2) as usize;
+        batch[p].push(ProducerRecord::new(serde_json::to_vec(&v).unwrap()).with_timestamp(ts));
+        if batch[p].len() == 500 {
+            t.partition(p as u32).unwrap().append(&batch[p]).unwrap();
+            batch[p].clear();
+        }
+    }
+    for (p, b) in batch.iter().enumerate() {
+        if !b.is_empty() {
+            t.partition(p as u32).unwrap().append(b).unwrap();
+        }
+    }
+}
+
+fn spec(dir: &Path) -> std::path::PathBuf {
+    // One source subtask reads both partitions in an order fixed by their offsets, and
+    // each window subtask has that one input: the run is deterministic, so a restored
+    // run can be compared with a clean one row for row.
+    let yaml = r#"
+name: windows
+checkpoint_interval: 40ms
+sources:
+  - name: events
+    connector: log
+    parallelism: 1
+    topic: events
+    event_time: ts
+    watermark: { out_of_orderness: 100ms, interval: 0 }
+steps:
+  - key_by: [key]
+  - name: per-second
+    window: { kind: tumbling, size: 1s }
+    aggregate: { n: count(), total: sum(value) }
+    late_output: late
+  - name: sessions
+    input: events
+    key_by: [key]
+  - name: session-windows
+    window: { kind: session, gap: 30ms }
+    aggregate: { n: count(), first: first(value), last: last(value) }
+sinks:
+  - { name: out, connector: file, path: out/per_second.jsonl, input: per-second }
+  - { name: late, connector: file, path: out/late.jsonl }
+  - { name: sess, connector: file, path: out/sessions.jsonl, input: session-windows }
+"#;
+    let path = dir.join("job.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
+    c.arg("--data-dir")
+        .arg(data)
+        .args(["run", "--quiet", "--parallelism", &parallelism.to_string()])
+        .arg(job);
+    if restore {
+        c.args(["--restore", "latest"]);
+    }
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    c
+}
+
+/// The rows of each output (over the files of all subtasks: `per_second.jsonl`, or
+/// `per_second-<i>.jsonl` at parallelism > 1), sorted: rows fired by one watermark come
+/// in no particular order, so runs are compared as multisets.
+fn outputs(dir: &Path) -> Vec<Vec<String>> {
+    ["per_second", "late", "sessions"]
+        .iter()
+        .map(|stem| {
+            let mut rows: Vec<String> = Vec::new();
+            for e in std::fs::read_dir(dir.join("out"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
+                    let text = std::fs::read_to_string(e.path()).unwrap();
+                    rows.extend(text.lines().map(str::to_string));
+                }
+            }
+            rows.sort();
+            rows
+        })
+        .collect()
+}
+
+fn has_checkpoint(data: &Path) -> bool {
+    std::fs::read_dir(data.join("checkpoints/windows"))
+        .map(|d| d.flatten().any(|e| e.path().join("_metadata").exists()))
+        .unwrap_or(false)
+}
+
+/// Kills `iterations` runs at parallelism `before`, finishes at `after`, and compares
+/// with a clean run at `before`.
+fn kill_and_restore(iterations: usize, before: u32, after: u32) {
+    let seed: u64 = std::env::var("BROOK_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("BROOK_KILL_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+
+    // The reference: one run without failures.
+    let clean = tempfile::tempdir().unwrap();
+    produce(&clean.path().join("data"));
+    let job = spec(clean.path());
+    let out = brook(&clean.path().join("data"), &job, false, before)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = outputs(clean.path());
+    assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    produce(&data);
+    let job = spec(dir.path());
+    let mut kills = 0;
+    let mut finished_early = 0;
+    while kills < iterations {
+        let mut child = brook(&data, &job, has_checkpoint(&data), before)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+        if child.try_wait().unwrap().is_some() {
+            // The job got to the end before the kill: start over from nothing.
+            finished_early += 1;
+            assert!(finished_early < 50, "the job is too fast to be killed");
+            let _ = std::fs::remove_dir_all(dir.path().join("out"));
+            let _ = std::fs::remove_dir_all(data.join("checkpoints"));
+            continue;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+    }
+    let out = brook(&data, &job, has_checkpoint(&data), after)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = outputs(dir.path());
+    for (name, (g, w)) in ["per_second", "late", "sessions"]
+        .iter()
+        .zip(got.iter().zip(&want))
+    {
+        assert_eq!(
+            g.len(),
+            w.len(),
+            "{name}: row count after {kills} kills (seed {seed})"
+        );
+        let missing: Vec<&String> = w.iter().filter(|r| !g.contains(r)).collect();
+        let extra: Vec<&String> = g.iter().filter(|r| !w.contains(r)).collect();
+        assert!(
+            g == w,
+            "{name}: rows differ after {kills} kills (seed {seed}); rows of the clean run missing: {:?}, rows not in the clean run: {:?}",
+            &missing[..missing.len().min(3)],
+            &extra[..extra.len().min(3)]
+        );
+    }
+}
+
+fn iterations(default: usize) -> usize {
+    std::env::var("BROOK_KILL_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn killed_and_restored_runs_commit_exactly_the_output_of_a_clean_run() {
+    kill_and_restore(iterations(20), 1, 1);
+}
+
+#[test]
+fn killed_at_parallelism_2_and_finished_at_1_and_at_3() {
+    kill_and_restore(iterations(20) / 2, 2, 1);
+    kill_and_restore(iterations(20) / 2, 2, 3);
+}
