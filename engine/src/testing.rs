@@ -264,3 +264,48 @@ impl<T: Clone + Send + 'static> SinkWriter for CollectSink<T> {
         Ok(())
     }
 }
+
+/// Counts the records of each key in keyed state and emits `(key, count)` once, when
+/// the input ends (a timer at the final watermark): the state a job ends with, for
+/// exactly-once tests of checkpoints and restores.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountPerKey;
+
+const COUNT: brook_state::StateDescriptor<u64> = brook_state::StateDescriptor::new("count");
+
+impl brook_operators::process::KeyedProcessFunction for CountPerKey {
+    type Key = u64;
+    type In = u64;
+    type Out = (u64, u64);
+
+    fn process_element(
+        &mut self,
+        _value: u64,
+        ctx: &mut brook_operators::process::KeyedContext<'_, u64>,
+        _out: &mut Output<(u64, u64)>,
+    ) -> OpResult {
+        let other = brook_core::operator::OperatorError::other;
+        let n = ctx.state().value(&COUNT).get().map_err(other)?;
+        if n.is_none() {
+            // Fires on the final watermark at the end of the input.
+            ctx.register_event_time_timer(i64::MAX - 1);
+        }
+        ctx.state()
+            .value(&COUNT)
+            .set(&(n.unwrap_or(0) + 1))
+            .map_err(other)
+    }
+
+    fn on_timer(
+        &mut self,
+        _timestamp: Millis,
+        _domain: brook_state::TimeDomain,
+        ctx: &mut brook_operators::process::KeyedContext<'_, u64>,
+        out: &mut Output<(u64, u64)>,
+    ) -> OpResult {
+        let other = brook_core::operator::OperatorError::other;
+        let n = ctx.state().value(&COUNT).get().map_err(other)?;
+        out.collect((*ctx.key(), n.unwrap_or(0)), None);
+        Ok(())
+    }
+}

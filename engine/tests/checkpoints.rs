@@ -10,63 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brook_core::operator::{OpResult, OperatorError, Output};
 use brook_core::time::Millis;
-use brook_engine::testing::{CollectSink, VecSource};
+use brook_engine::testing::{CollectSink, CountPerKey, VecSource};
 use brook_engine::{latest_complete, CheckpointConfig, JobConfig, StreamEnvironment};
-use brook_operators::process::{KeyedContext, KeyedProcessFunction};
-use brook_state::{StateDescriptor, TimeDomain};
 
 const N: u64 = 3_000;
 const KEYS: u64 = 10;
-
-/// Counts the records of each key; emits `(key, count)` when the input ends.
-struct CountPerKey;
-const COUNT: StateDescriptor<u64> = StateDescriptor::new("count");
-
-impl KeyedProcessFunction for CountPerKey {
-    type Key = u64;
-    type In = u64;
-    type Out = (u64, u64);
-
-    fn process_element(
-        &mut self,
-        _v: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        _out: &mut Output<(u64, u64)>,
-    ) -> OpResult {
-        let n = ctx
-            .state()
-            .value(&COUNT)
-            .get()
-            .map_err(OperatorError::other)?;
-        if n.is_none() {
-            // Fires on the final watermark at the end of the input.
-            ctx.register_event_time_timer(i64::MAX - 1);
-        }
-        let n = n.unwrap_or(0) + 1;
-        ctx.state()
-            .value(&COUNT)
-            .set(&n)
-            .map_err(OperatorError::other)
-    }
-
-    fn on_timer(
-        &mut self,
-        _t: Millis,
-        _d: TimeDomain,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Output<(u64, u64)>,
-    ) -> OpResult {
-        let n = ctx
-            .state()
-            .value(&COUNT)
-            .get()
-            .map_err(OperatorError::other)?;
-        out.collect((*ctx.key(), n.unwrap_or(0)), None);
-        Ok(())
-    }
-}
 
 type Counts = CollectSink<(u64, u64)>;
 

@@ -67,12 +67,25 @@ pub trait KeyedStateBackend: Send + Debug {
 #[derive(Debug, Default)]
 pub struct MemoryStateBackend {
     states: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Report [`BackendKind::Serialized`], so operators keep encoded state here as they
+    /// would in RocksDB (for tests of that path).
+    serialized: bool,
 }
 
 impl MemoryStateBackend {
     /// An empty backend.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty backend that reports itself as a byte store
+    /// ([`BackendKind::Serialized`]): operators then encode their state in it, as with
+    /// RocksDB. For tests of that path without RocksDB.
+    pub fn serialized() -> Self {
+        MemoryStateBackend {
+            serialized: true,
+            ..Self::default()
+        }
     }
 }
 
@@ -124,6 +137,10 @@ impl KeyedStateBackend for MemoryStateBackend {
     }
 
     fn kind(&self) -> BackendKind {
-        BackendKind::Heap
+        if self.serialized {
+            BackendKind::Serialized
+        } else {
+            BackendKind::Heap
+        }
     }
 }

@@ -679,31 +679,6 @@ mod tests {
     use super::*;
     use crate::MemoryStateBackend;
 
-    /// A memory backend that reports itself as a byte store.
-    #[derive(Debug, Default)]
-    struct Bytes(MemoryStateBackend);
-
-    impl KeyedStateBackend for Bytes {
-        fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
-            self.0.get(state, key)
-        }
-        fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
-            self.0.put(state, key, value)
-        }
-        fn delete(&mut self, state: &str, key: &[u8]) {
-            self.0.delete(state, key)
-        }
-        fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-            self.0.scan_prefix(state, prefix)
-        }
-        fn len(&self) -> usize {
-            self.0.len()
-        }
-        fn for_each_entry(&self, f: &mut crate::backend::EntryVisitor<'_>) {
-            self.0.for_each_entry(f)
-        }
-    }
-
     fn exercise(t: &mut dyn NamespacedTable<String, (i64, i64), u64>) {
         let (a, b) = ("a".to_string(), "ab".to_string());
         assert!(t.get_mut(1, &a, &(0, 10)).unwrap().is_none());
@@ -756,14 +731,14 @@ mod tests {
     #[test]
     fn bytes_table_writes_back_to_the_backend() {
         let mut t: BytesTable<String, (i64, i64), u64> =
-            BytesTable::new("w", Box::new(Bytes::default()));
+            BytesTable::new("w", Box::new(MemoryStateBackend::serialized()));
         exercise(&mut t);
         assert_eq!(t.backend().len(), 22);
         let t2: Box<dyn NamespacedTable<String, (i64, i64), u64>> =
             namespaced_table("w", Box::new(MemoryStateBackend::new()));
         assert!(!t2.needs_key_group());
         let t3: Box<dyn NamespacedTable<String, (i64, i64), u64>> =
-            namespaced_table("w", Box::new(Bytes::default()));
+            namespaced_table("w", Box::new(MemoryStateBackend::serialized()));
         assert!(t3.needs_key_group());
     }
 }

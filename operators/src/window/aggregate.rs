@@ -165,76 +165,59 @@ fn keep_extreme<V: PartialOrd>(acc: &mut Option<V>, other: Option<V>, wanted: st
     }
 }
 
-/// The smallest extracted value (`None` for no records; incomparable values such as
-/// NaN never replace the current minimum).
-#[derive(Debug, Clone, Copy)]
-pub struct Min<F>(F);
+/// Min and Max: the extreme value by `$keep` (`Less` for a minimum).
+macro_rules! extreme {
+    ($(#[$doc:meta])* $name:ident, $keep:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<F>(F);
 
-impl<F> Min<F> {
-    /// The minimum of `extract(record)`.
-    pub fn of(extract: F) -> Self {
-        Min(extract)
-    }
+        impl<F> $name<F> {
+            #[doc = concat!("The ", $what, " of `extract(record)`.")]
+            pub fn of(extract: F) -> Self {
+                $name(extract)
+            }
+        }
+
+        impl<In, V, F> AggregateFunction<In> for $name<F>
+        where
+            V: AccValue + PartialOrd,
+            F: Fn(&In) -> V + Clone + Send + Sync + 'static,
+        {
+            type Acc = Option<V>;
+            type Out = Option<V>;
+
+            fn create_accumulator(&self) -> Option<V> {
+                None
+            }
+            #[inline]
+            fn add(&self, acc: &mut Option<V>, value: &In) {
+                let v = (self.0)(value);
+                self.merge(acc, Some(v));
+            }
+            fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
+                keep_extreme(acc, other, std::cmp::Ordering::$keep);
+            }
+            fn get_result(&self, acc: &Option<V>) -> Option<V> {
+                acc.clone()
+            }
+        }
+    };
 }
 
-impl<In, V, F> AggregateFunction<In> for Min<F>
-where
-    V: AccValue + PartialOrd,
-    F: Fn(&In) -> V + Clone + Send + Sync + 'static,
-{
-    type Acc = Option<V>;
-    type Out = Option<V>;
-
-    fn create_accumulator(&self) -> Option<V> {
-        None
-    }
-    #[inline]
-    fn add(&self, acc: &mut Option<V>, value: &In) {
-        let v = (self.0)(value);
-        self.merge(acc, Some(v));
-    }
-    fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
-        keep_extreme(acc, other, std::cmp::Ordering::Less);
-    }
-    fn get_result(&self, acc: &Option<V>) -> Option<V> {
-        acc.clone()
-    }
-}
-
-/// The largest extracted value (`None` for no records).
-#[derive(Debug, Clone, Copy)]
-pub struct Max<F>(F);
-
-impl<F> Max<F> {
-    /// The maximum of `extract(record)`.
-    pub fn of(extract: F) -> Self {
-        Max(extract)
-    }
-}
-
-impl<In, V, F> AggregateFunction<In> for Max<F>
-where
-    V: AccValue + PartialOrd,
-    F: Fn(&In) -> V + Clone + Send + Sync + 'static,
-{
-    type Acc = Option<V>;
-    type Out = Option<V>;
-
-    fn create_accumulator(&self) -> Option<V> {
-        None
-    }
-    #[inline]
-    fn add(&self, acc: &mut Option<V>, value: &In) {
-        let v = (self.0)(value);
-        self.merge(acc, Some(v));
-    }
-    fn merge(&self, acc: &mut Option<V>, other: Option<V>) {
-        keep_extreme(acc, other, std::cmp::Ordering::Greater);
-    }
-    fn get_result(&self, acc: &Option<V>) -> Option<V> {
-        acc.clone()
-    }
-}
+extreme!(
+    /// The smallest extracted value (`None` for no records; incomparable values such as
+    /// NaN never replace the current minimum).
+    Min,
+    Less,
+    "minimum"
+);
+extreme!(
+    /// The largest extracted value (`None` for no records).
+    Max,
+    Greater,
+    "maximum"
+);
 
 /// The arithmetic mean of an extracted [`Numeric`] value as `f64` (NaN for no records,
 /// which a window never emits). Accumulator: `(sum as f64, count)`.

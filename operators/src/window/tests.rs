@@ -35,32 +35,6 @@ fn ev(key: &str, ts: Millis, value: i64) -> Ev {
     }
 }
 
-/// A memory backend that reports itself as a byte store, so the operator uses its
-/// bytes table (as it would with RocksDB).
-#[derive(Debug, Default)]
-struct BytesBackend(MemoryStateBackend);
-
-impl KeyedStateBackend for BytesBackend {
-    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
-        self.0.get(state, key)
-    }
-    fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
-        self.0.put(state, key, value)
-    }
-    fn delete(&mut self, state: &str, key: &[u8]) {
-        self.0.delete(state, key)
-    }
-    fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.0.scan_prefix(state, prefix)
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn for_each_entry(&self, f: &mut brook_state::backend::EntryVisitor<'_>) {
-        self.0.for_each_entry(f)
-    }
-}
-
 /// Every kind of state: `(name, backend)`. Making the backend also sets whether the
 /// operator built next (on this thread) may take a fast path: "heap" takes one where
 /// the configuration allows (event time, default trigger), "heap-general" and "bytes"
@@ -75,7 +49,7 @@ fn backends() -> [(&'static str, MakeBackend); 3] {
         }),
         ("bytes", || {
             operator::FORCE_GENERAL.with(|f| f.set(false));
-            Box::new(BytesBackend::default())
+            Box::new(MemoryStateBackend::serialized())
         }),
         ("heap-general", || {
             operator::FORCE_GENERAL.with(|f| f.set(true));
@@ -935,7 +909,7 @@ fn window_throughput() {
 
     let (h, he) = hand();
     let (o, oe) = op_run(Box::new(MemoryStateBackend::new()));
-    let (b, be) = op_run(Box::<BytesBackend>::default());
+    let (b, be) = op_run(Box::new(MemoryStateBackend::serialized()));
     assert_eq!(he, oe);
     assert_eq!(he, be);
     let per = |nanos: u64| nanos as f64 / N as f64;
