@@ -74,6 +74,11 @@ fn checkpoint_config(
         }
         config.checkpoint = Some(CheckpointConfig::new(&dir, ms));
     }
+    if args.savepoint_dir.is_some() && config.checkpoint.is_none() {
+        anyhow::bail!(
+            "--savepoint-dir needs checkpoints: set --checkpoint-interval (or checkpoint_interval in the spec)"
+        );
+    }
     if let Some(r) = &args.restore {
         let cp = if r == "latest" {
             latest_complete(&dir)
@@ -168,6 +173,7 @@ pub(crate) fn run(
         .build()
         .context("starting the async runtime")?;
     let mut interrupted = false;
+    let mut savepoint_failed = None;
     rt.block_on(async {
         let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
@@ -184,7 +190,7 @@ pub(crate) fn run(
                         let sp = job.savepoint(dir);
                         match sp {
                             Ok(p) => eprintln!("savepoint written to {}", p.display()),
-                            Err(e) => eprintln!("no savepoint: {e}"),
+                            Err(e) => savepoint_failed = Some(e),
                         }
                     }
                     job.cancel();
@@ -205,6 +211,9 @@ pub(crate) fn run(
         Ok(r) => r,
         Err(EngineError::Cancelled) if interrupted => {
             eprintln!("job {name} cancelled");
+            if let Some(e) = savepoint_failed {
+                return Err(anyhow::Error::new(e).context(format!("job {name}: no savepoint")));
+            }
             return Ok(());
         }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),

@@ -12,14 +12,17 @@
 //!
 //! # Splits
 //!
-//! The range `0..n` is cut into blocks of 256 consecutive events, dealt round-robin to
+//! The range `0..n` is cut into blocks of 16 consecutive events, dealt round-robin to
 //! a fixed number `S` of splits ([`GeneratorBuilder::splits`], default 16): split `j`
 //! holds the blocks `j, j + S, j + 2S, ...`. The splits do not depend on the
 //! parallelism, so a job can restore a checkpoint at another parallelism; subtask `i`
 //! of `p` reads splits `i, i + p, ...` (with `p > S` some subtasks have nothing to
 //! read). A reader emits its blocks in increasing event order, so its event times
 //! grow and every split's watermark advances together (one contiguous range per split
-//! would hold a subtask's watermark back at its slowest range).
+//! would hold a subtask's watermark back at its slowest range). Small blocks keep the
+//! watermark close behind the newest event: a split has its first event after at most
+//! `S × 16` events, and the minimum over a subtask's splits lags its newest event by
+//! fewer than `(splits per subtask) × 16` events.
 //!
 //! A split's checkpointed position is the next event number it has not emitted
 //! (version byte 1, then a `u64` little endian); a restored reader continues there.
@@ -79,7 +82,7 @@ pub struct GeneratorBuilder {
 }
 
 /// Events per block: split `j` of `S` holds blocks `j, j + S, ...`.
-const BLOCK: u64 = 256;
+const BLOCK: u64 = 16;
 
 /// Version of a split's checkpointed position.
 const POSITION_V1: u8 = 1;
@@ -235,7 +238,7 @@ fn event(cfg: &GeneratorBuilder, i: u64) -> GeneratorEvent {
     }
 }
 
-/// Split `index` of `count`: the blocks of 256 events `index, index + count, ...`.
+/// Split `index` of `count`: the blocks of 16 events `index, index + count, ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GeneratorSplit {
     /// The split's number, `0..count`.
@@ -515,7 +518,7 @@ mod tests {
             (10, 4),
             (1000, 3),
             (5000, 16),
-            (256 * 7 + 5, 7),
+            (BLOCK * 7 + 5, 7),
         ] {
             let src = GeneratorSource::builder()
                 .events(n)

@@ -268,6 +268,14 @@ impl<T> Output<T> {
         self.records.is_empty()
     }
 
+    /// Removes the records emitted so far, keeping the buffer's capacity (for the
+    /// runtime, to pass a large output on in chunks).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, StreamRecord<T>> {
+        self.splits.first = self.splits.current;
+        self.splits.changes.clear();
+        self.records.drain(..)
+    }
+
     /// Takes the records emitted so far (for the runtime).
     pub fn take(&mut self) -> Batch<T> {
         self.splits.first = self.splits.current;

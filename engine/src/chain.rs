@@ -17,6 +17,9 @@ use crate::error::{EngineError, TaskFailure, TaskResult};
 use crate::graph::VertexId;
 use crate::metrics::OperatorMetrics;
 
+/// Outputs larger than this many records are passed on in chunks of this size.
+const LARGE_OUTPUT: usize = 8192;
+
 /// One element of a chain, receiving what the previous one emits.
 pub(crate) trait Link<T>: Send {
     fn open(&mut self) -> TaskResult;
@@ -121,12 +124,25 @@ impl<O: Operator> OperatorLink<O> {
         if let Some(t) = self.ctx.take_processing_time_callback() {
             self.callback = Some(self.callback.map_or(t, |c| c.min(t)));
         }
-        if !self.out.is_empty() {
-            let b = self.out.take();
-            OperatorMetrics::add(&self.metrics.records_out, b.len() as u64);
-            self.next.batch(b)?;
+        let n = self.out.len();
+        if n == 0 {
+            return Ok(());
         }
-        Ok(())
+        OperatorMetrics::add(&self.metrics.records_out, n as u64);
+        if n <= LARGE_OUTPUT {
+            return self.next.batch(self.out.take());
+        }
+        // A large output (a watermark firing many windows) goes on in chunks from a
+        // buffer that keeps its capacity: freshly grown megabyte buffers at every
+        // firing cost more in page faults than the copy.
+        let mut records = self.out.drain();
+        loop {
+            let chunk: Batch<O::Out> = records.by_ref().take(LARGE_OUTPUT).collect();
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            self.next.batch(chunk)?;
+        }
     }
 
     fn timed<R>(

@@ -292,3 +292,23 @@ fn broken_window_specs_are_rejected_naming_the_field() {
         );
     }
 }
+
+#[test]
+fn window_offsets_may_be_negative_as_in_flink() {
+    // The day window holding t = 0 starts at 0 - ((0 - offset) mod 1 day).
+    let h: i64 = 3_600_000;
+    for (offset, start) in [("-8h", -8 * h), ("-1000", -1000), ("2h", -22 * h)] {
+        let yaml = EVENTS.replacen(
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            &format!("{{ kind: tumbling, size: 1d, offset: {offset} }}"),
+            1,
+        );
+        let v = check(&yaml).unwrap();
+        let StepOp::Window(w) = &v.steps[1].op else {
+            panic!("not a window")
+        };
+        let mut ws = Vec::new();
+        w.assigner.assign_windows(0, 0, &mut ws);
+        assert_eq!(ws[0].start, start, "{offset}");
+    }
+}

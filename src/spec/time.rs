@@ -44,6 +44,18 @@ pub enum DurationSpec {
 }
 
 impl DurationSpec {
+    /// A signed duration in ms (`-8h`, `-1000`), for window offsets: Flink allows
+    /// negative offsets, such as `-8h` for days in UTC+8.
+    pub(crate) fn signed_ms(&self, field: &str) -> Result<Millis, SpecError> {
+        match self {
+            DurationSpec::Millis(n) => Ok(*n),
+            DurationSpec::Text(t) => match t.trim().strip_prefix('-') {
+                Some(rest) => DurationSpec::Text(rest.to_string()).ms(field).map(|ms| -ms),
+                None => self.ms(field),
+            },
+        }
+    }
+
     /// The duration in ms; `field` names it in errors. Negative durations are errors.
     pub(crate) fn ms(&self, field: &str) -> Result<Millis, SpecError> {
         let ms = match self {
@@ -199,7 +211,7 @@ impl WindowSpec {
         let d = |v: &DurationSpec, name: &str| v.ms(&format!("{field}.{name}"));
         let off = |v: &Option<DurationSpec>| {
             v.as_ref()
-                .map(|o| d(o, "offset"))
+                .map(|o| o.signed_ms(&format!("{field}.offset")))
                 .transpose()
                 .map(|o| o.unwrap_or(0))
         };
