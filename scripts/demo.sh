@@ -20,3 +20,5 @@ brook consume snack-sales --group analytics --from-beginning --max 5
 brook group list
 brook group describe billing
 brook group describe analytics
+# Event time: sales per item per minute (tumbling windows), late sales to a file.
+brook run examples/jobs/sales_per_minute.yaml
