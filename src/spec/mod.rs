@@ -296,7 +296,7 @@ pub struct StepSpec {
     pub allowed_lateness: Option<DurationSpec>,
     /// With `window`: output field -> `count()`, `sum(f)`, `min(f)`, `max(f)`,
     /// `avg(f)`, `first(f)`, `last(f)`, `count_distinct(f)`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "time::unique_keys")]
     pub aggregate: Option<IndexMap<String, String>>,
     /// With `window`: the sink receiving late rows (otherwise they are dropped and
     /// counted).

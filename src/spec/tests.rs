@@ -252,6 +252,11 @@ fn broken_window_specs_are_rejected_naming_the_field() {
             "steps[1] (agg).aggregate.cents",
         ),
         (
+            "cents: sum(price_cents)",
+            "n: sum(price_cents)",
+            "\"n\" is given twice",
+        ),
+        (
             "    event_time: ts\n",
             "",
             "sources[0] (ev).event_time: is required with watermark",

@@ -299,6 +299,35 @@ pub(crate) struct WindowStep {
     pub(crate) late_output: Option<String>,
 }
 
+/// Reads a map in its order, refusing a key given twice (YAML would keep the last one
+/// silently, and an aggregate would vanish).
+pub(crate) fn unique_keys<'de, D>(d: D) -> Result<Option<IndexMap<String, String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = IndexMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of output names to aggregates")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = IndexMap::new();
+            while let Some((k, v)) = m.next_entry::<String, String>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format!("{k:?} is given twice")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Unique).map(Some)
+}
+
 /// Parses `aggregate:` (output name -> function of a field), keeping the order.
 pub(crate) fn aggregates(
     field: &str,
