@@ -4,14 +4,21 @@
 set -euo pipefail
 
 need_apt=()
-# The RocksDB crate (keyed state) needs libclang to generate its bindings.
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
-   && ! ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
-   && ! ls /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
-  need_apt+=(libclang-dev)
+# The RocksDB crate (keyed state) needs libclang to generate its bindings: libclang.so
+# or libclang-N.so (not libclang-cpp.so, which LLVM packages bring without it).
+have_libclang() {
+  local f
+  for f in /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+           /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so*; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
+}
+have_libclang || need_apt+=(libclang-dev)
+# C and C++ compilers for crates that build native code (RocksDB is C++).
+if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+  need_apt+=(build-essential)
 fi
-# A C/C++ compiler for crates that build native code.
-command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "brook setup: installing ${need_apt[*]} (apt-get)" >&2

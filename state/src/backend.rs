@@ -1,5 +1,6 @@
 //! The byte-level keyed state backend.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::Bound;
@@ -37,10 +38,11 @@ pub type EntryVisitor<'a> = dyn FnMut(&str, &[u8], &[u8]) + 'a;
 /// A store of keyed state entries, one keyspace per named state.
 ///
 /// Keys are composed with [`compose_key`]. Implementations: [`MemoryStateBackend`]
-/// (here) and RocksDB (issue 5).
+/// (here) and [`crate::RocksDbStateBackend`].
 pub trait KeyedStateBackend: Send + Debug {
-    /// The value of an entry.
-    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]>;
+    /// The value of an entry: borrowed from the backend where it lives in memory
+    /// ([`MemoryStateBackend`]), owned where it had to be read (RocksDB).
+    fn get(&self, state: &str, key: &[u8]) -> Option<Cow<'_, [u8]>>;
     /// Sets an entry.
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>);
     /// Removes an entry.
@@ -90,8 +92,11 @@ impl MemoryStateBackend {
 }
 
 impl KeyedStateBackend for MemoryStateBackend {
-    fn get(&self, state: &str, key: &[u8]) -> Option<&[u8]> {
-        self.states.get(state)?.get(key).map(Vec::as_slice)
+    fn get(&self, state: &str, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.states
+            .get(state)?
+            .get(key)
+            .map(|v| Cow::Borrowed(v.as_slice()))
     }
 
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {

@@ -121,7 +121,7 @@ impl KeyedStateStore {
     fn read<V: DeserializeOwned>(&mut self, name: &str) -> Result<Option<V>> {
         self.full_key(name)?;
         match self.backend.get(name, &self.buf) {
-            Some(b) => decode(name, b).map(Some),
+            Some(b) => decode(name, &b).map(Some),
             None => Ok(None),
         }
     }
@@ -284,7 +284,7 @@ where
     pub fn get(&mut self, k: &K) -> Result<Option<V>> {
         self.entry_key(k)?;
         match self.store.backend.get(self.name, &self.store.buf) {
-            Some(b) => decode(self.name, b).map(Some),
+            Some(b) => decode(self.name, &b).map(Some),
             None => Ok(None),
         }
     }

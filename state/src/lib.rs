@@ -17,16 +17,21 @@
 //! - [`timer_queue`]: a typed [`TimerQueue`] of `(time, key, namespace)` with lazy
 //!   deletion, for operators that track their timers in their own state (windows).
 //!
+//! - [`rocksdb`](crate::rocksdb): [`RocksDbStateBackend`], keyed state in a RocksDB
+//!   instance per subtask, with native (hard-linked, incremental) checkpoints.
+//!
 //! Must not know about: operators, the engine, the log or any connector. RocksDB types
-//! (with issue 5's backend) stay inside this crate.
+//! stay inside the `rocksdb` module.
 
 pub mod backend;
 pub mod keyed;
+pub mod rocksdb;
 pub mod snapshot;
 pub mod table;
 pub mod timer_queue;
 pub mod timers;
 
+pub use crate::rocksdb::{RocksDbOptions, RocksDbStateBackend};
 pub use backend::{BackendKind, KeyedStateBackend, MemoryStateBackend};
 pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
 pub use table::{
@@ -53,6 +58,17 @@ pub enum StateError {
     /// No current key is set (state used outside of a keyed context).
     #[error("state {0:?} used without a current key")]
     NoCurrentKey(String),
+    /// The RocksDB state backend failed to open, restore or checkpoint (RocksDB's or
+    /// the file system's error, as text).
+    #[error("RocksDB state backend at {}: cannot {op}: {message}", path.display())]
+    RocksDb {
+        /// The instance's (or the checkpoint's) directory.
+        path: std::path::PathBuf,
+        /// What failed, for example `open` or `checkpoint`.
+        op: &'static str,
+        /// The error.
+        message: String,
+    },
 }
 
 /// Result of state operations.

@@ -569,7 +569,7 @@ where
             self.write_back()?;
             let value: V = match self.backend.get(&self.name, &self.buf) {
                 None => return Ok(None),
-                Some(b) => match bincode::deserialize(b) {
+                Some(b) => match bincode::deserialize(&b) {
                     Ok(v) => v,
                     Err(e) => return Err(self.codec("decode", e)),
                 },
@@ -597,7 +597,7 @@ where
         } else {
             match self.backend.get(&self.name, &self.buf) {
                 None => None,
-                Some(b) => match bincode::deserialize(b) {
+                Some(b) => match bincode::deserialize(&b) {
                     Ok(v) => Some(v),
                     Err(e) => return Err(self.codec("decode", e)),
                 },

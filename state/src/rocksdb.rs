@@ -1,0 +1,610 @@
+//! [`RocksDbStateBackend`]: keyed state in RocksDB, one instance per operator subtask.
+//!
+//! # Layout
+//!
+//! - One RocksDB instance per subtask, in a directory the backend owns: it is created
+//!   on [`RocksDbStateBackend::open`] and removed when the backend is dropped, unless
+//!   [`RocksDbStateBackend::keep_on_drop`] says otherwise.
+//! - Each named state is a **column family of the same name**, created on its first
+//!   `put` (reads of a state that was never written find nothing and create nothing).
+//!   A state is then a keyspace of its own with its own memtable, and
+//!   [`KeyedStateBackend::for_each_entry`] visits the states in name order and each
+//!   state in key order, as [`crate::MemoryStateBackend`] does.
+//! - Keys are [`compose_key`](crate::backend::compose_key)'s `key group (2 bytes BE) |
+//!   key length | key | namespace length | namespace`, compared bytewise (RocksDB's
+//!   default comparator), so a key-group range is one contiguous key range.
+//!
+//! # Tuning (see [`RocksDbOptions`] for the knobs and defaults)
+//!
+//! - **No write-ahead log**: every write uses `disable_wal`. Durability comes from
+//!   checkpoints (semantics.md §4): after a crash a job restores the last complete
+//!   checkpoint and never reopens a working directory, so a WAL would only cost a
+//!   second write of every update. Memtables are flushed when a native checkpoint is
+//!   taken ([`RocksDbStateBackend::checkpoint_to`]) and when a kept directory closes.
+//! - **One memory budget per [`RocksDbOptions`] value, shared by every backend opened
+//!   with it or its clones** (all subtasks of a job): an LRU block cache of
+//!   `memory_bytes`, and a write-buffer manager that charges memtables to that cache
+//!   and flushes once they pass half of it (as Flink's managed memory with write
+//!   buffer ratio 0.5). Index and filter blocks live in the cache too (L0's pinned),
+//!   so RocksDB's memory stays near the budget however many states and subtasks
+//!   there are.
+//! - **Write buffer** of `write_buffer_bytes` (16 MiB) per column family instead of
+//!   RocksDB's 64 MiB: a job has parallelism × states column families, and the shared
+//!   write-buffer manager bounds the total anyway; smaller memtables flush sooner
+//!   but keep many states from each pinning 128 MiB.
+//! - **Bloom filters** (full filters, 10 bits per key, ~1% false positives) on whole
+//!   keys, in SST files and in memtables: a point lookup of a key that is not there
+//!   (a new key; every `put` and `delete` checks existence for the exact `len`) skips
+//!   the files instead of reading a block from each.
+//! - **Prefix extractor on `key group | key length | key`** (the current key, without
+//!   namespace) with prefix blooms: `scan_prefix` with a prefix that covers a whole
+//!   key (all namespaces of a key, a map state's entries) seeks in prefix mode and
+//!   skips files without that key; shorter prefixes (a key group, everything) seek in
+//!   total order, so every prefix scan is correct. Each scan also sets an upper bound
+//!   (the prefix's successor), so iteration stops at the end of the prefix.
+//! - **lz4 compression** (cheap to build: bundled C, no system library; fast to
+//!   decompress on the read path).
+//! - **`len` is exact**: a counter kept by `put` (+1 when the key was new) and
+//!   `delete` (−1 when it was there), which costs one point lookup per write (bloom
+//!   filters make it cheap for new keys; `delete` of a missing key then writes no
+//!   tombstone). On open it comes from the count stored with a checkpoint or a kept
+//!   directory, else from one scan of the keys.
+//!
+//! # Errors
+//!
+//! Opening and checkpoints return [`StateError::RocksDb`]. The
+//! [`KeyedStateBackend`] methods cannot return errors, so a RocksDB failure there
+//! (an I/O error, corruption) panics with the directory and the operation: the task
+//! fails and the job restores its last checkpoint. RocksDB types never leave this
+//! module.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use ::rocksdb as rdb;
+
+use crate::backend::{BackendKind, EntryVisitor, KeyedStateBackend};
+use crate::StateError;
+
+/// The file, in a checkpoint or a kept directory, that holds the entry count
+/// (decimal) so an open need not count the keys. Deleted when read: a directory left
+/// by a crash has none and is counted.
+const LEN_FILE: &str = "BROOK-LEN";
+
+/// Settings of [`RocksDbStateBackend`]s, and the memory (block cache and write-buffer
+/// manager) shared by every backend opened with this value or a clone of it.
+///
+/// Setters that change the memory budget start a new shared pool for this value (and
+/// the clones made after).
+#[derive(Clone)]
+pub struct RocksDbOptions {
+    memory_bytes: usize,
+    write_buffer_bytes: usize,
+    bloom_bits_per_key: f64,
+    background_jobs: i32,
+    shared: Arc<OnceLock<SharedMemory>>,
+}
+
+/// The block cache and write-buffer manager of one [`RocksDbOptions`] pool.
+struct SharedMemory {
+    cache: rdb::Cache,
+    write_buffers: rdb::WriteBufferManager,
+}
+
+impl fmt::Debug for RocksDbOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RocksDbOptions")
+            .field("memory_bytes", &self.memory_bytes)
+            .field("write_buffer_bytes", &self.write_buffer_bytes)
+            .field("bloom_bits_per_key", &self.bloom_bits_per_key)
+            .field("background_jobs", &self.background_jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RocksDbOptions {
+    /// 256 MiB shared memory, 16 MiB write buffers, 10 bloom bits per key, 2
+    /// background jobs.
+    fn default() -> Self {
+        RocksDbOptions {
+            memory_bytes: 256 << 20,
+            write_buffer_bytes: 16 << 20,
+            bloom_bits_per_key: 10.0,
+            background_jobs: 2,
+            shared: Arc::default(),
+        }
+    }
+}
+
+impl RocksDbOptions {
+    /// The defaults (see [`Default`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Memory shared by all backends opened with these options: the block cache's
+    /// capacity, of which memtables may take half before they are flushed.
+    pub fn memory_bytes(mut self, bytes: usize) -> Self {
+        self.memory_bytes = bytes;
+        self.shared = Arc::default();
+        self
+    }
+
+    /// Size of one column family's memtable (RocksDB's `write_buffer_size`).
+    pub fn write_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.write_buffer_bytes = bytes;
+        self
+    }
+
+    /// Bloom filter bits per key (0 disables the filters).
+    pub fn bloom_bits_per_key(mut self, bits: f64) -> Self {
+        self.bloom_bits_per_key = bits;
+        self
+    }
+
+    /// Background flush and compaction threads (RocksDB's `max_background_jobs`; the
+    /// thread pool is shared by all instances in the process).
+    pub fn background_jobs(mut self, jobs: i32) -> Self {
+        self.background_jobs = jobs.max(1);
+        self
+    }
+
+    fn shared(&self) -> &SharedMemory {
+        self.shared.get_or_init(|| {
+            let cache = rdb::Cache::new_lru_cache(self.memory_bytes);
+            let write_buffers = rdb::WriteBufferManager::new_write_buffer_manager_with_cache(
+                self.memory_bytes / 2,
+                false,
+                cache.clone(),
+            );
+            SharedMemory {
+                cache,
+                write_buffers,
+            }
+        })
+    }
+
+    /// RocksDB options for the instance and every column family.
+    fn rocksdb_options(&self) -> rdb::Options {
+        let shared = self.shared();
+        let mut table = rdb::BlockBasedOptions::default();
+        table.set_block_cache(&shared.cache);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        if self.bloom_bits_per_key > 0.0 {
+            table.set_bloom_filter(self.bloom_bits_per_key, false);
+            table.set_whole_key_filtering(true);
+        }
+
+        let mut o = rdb::Options::default();
+        o.create_if_missing(true);
+        o.create_missing_column_families(true);
+        o.set_block_based_table_factory(&table);
+        o.set_write_buffer_manager(&shared.write_buffers);
+        o.set_write_buffer_size(self.write_buffer_bytes);
+        o.set_max_write_buffer_number(2);
+        o.set_compression_type(rdb::DBCompressionType::Lz4);
+        o.set_bottommost_compression_type(rdb::DBCompressionType::Lz4);
+        o.set_level_compaction_dynamic_level_bytes(true);
+        o.set_max_background_jobs(self.background_jobs);
+        o.set_prefix_extractor(rdb::SliceTransform::create(
+            "brook.key_group_and_key",
+            key_prefix,
+            Some(has_key_prefix),
+        ));
+        if self.bloom_bits_per_key > 0.0 {
+            o.set_memtable_prefix_bloom_ratio(0.1);
+            o.set_memtable_whole_key_filtering(true);
+        }
+        // RocksDB's own LOG: warnings only, and few old files.
+        o.set_log_level(rdb::LogLevel::Warn);
+        o.set_keep_log_file_num(2);
+        o
+    }
+}
+
+/// Length of the `key group | key length | key` prefix of a composed key, if `key` is
+/// long enough to hold it.
+fn key_prefix_len(key: &[u8]) -> Option<usize> {
+    let len_bytes: [u8; 4] = key.get(2..6)?.try_into().ok()?;
+    let end = 6usize.checked_add(u32::from_be_bytes(len_bytes) as usize)?;
+    (key.len() >= end).then_some(end)
+}
+
+/// The prefix extractor: `key group | key length | key` of a composed key.
+fn key_prefix(key: &[u8]) -> &[u8] {
+    match key_prefix_len(key) {
+        Some(end) => &key[..end],
+        None => key,
+    }
+}
+
+/// The prefix extractor's domain: keys that hold a whole `key group | key` prefix.
+fn has_key_prefix(key: &[u8]) -> bool {
+    key_prefix_len(key).is_some()
+}
+
+/// The smallest byte string greater than every string starting with `prefix`, or
+/// `None` when there is none (`prefix` is empty or all `0xff`).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last != u8::MAX {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// Maps a RocksDB or I/O error of `op` on `path` to [`StateError::RocksDb`].
+fn error(op: &'static str, path: &Path) -> impl FnOnce(&dyn fmt::Display) -> StateError + '_ {
+    move |e| StateError::RocksDb {
+        path: path.to_path_buf(),
+        op,
+        message: e.to_string(),
+    }
+}
+
+/// Removes the backend's directory when dropped, unless told to keep it. A field of
+/// the backend declared after the database, so it runs once the database is closed.
+#[derive(Debug)]
+struct DirGuard {
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if !self.keep {
+            // Best effort: a directory that cannot be removed is not worth a panic in drop.
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Keyed state in a RocksDB instance of its own (see the [module docs](self) for the
+/// layout and tuning).
+pub struct RocksDbStateBackend {
+    // Field order matters: the database closes before the guard removes its directory.
+    db: rdb::DB,
+    /// Options for column families created later.
+    cf_options: rdb::Options,
+    write: rdb::WriteOptions,
+    read: rdb::ReadOptions,
+    /// Names of the states (column families other than an empty `default`), sorted.
+    states: BTreeSet<String>,
+    len: usize,
+    guard: DirGuard,
+}
+
+impl fmt::Debug for RocksDbStateBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RocksDbStateBackend")
+            .field("dir", &self.guard.dir)
+            .field("states", &self.states)
+            .field("len", &self.len)
+            .field("keep_on_drop", &self.guard.keep)
+            .finish()
+    }
+}
+
+impl RocksDbStateBackend {
+    /// Opens the RocksDB instance in `dir`, creating the directory and the database
+    /// if missing (an existing database, for example one kept on drop, is opened with
+    /// its states). The backend owns `dir`: it is removed on drop unless
+    /// [`RocksDbStateBackend::keep_on_drop`] is set.
+    ///
+    /// # Errors
+    /// [`StateError::RocksDb`] when the directory cannot be created or RocksDB cannot
+    /// open it (it is locked by another instance, damaged, not a directory).
+    pub fn open(dir: &Path, options: RocksDbOptions) -> Result<Self, StateError> {
+        fs::create_dir_all(dir).map_err(|e| error("create directory", dir)(&e))?;
+        let opts = options.rocksdb_options();
+        let mut names = if dir.join("CURRENT").exists() {
+            rdb::DB::list_cf(&opts, dir).map_err(|e| error("list column families", dir)(&e))?
+        } else {
+            Vec::new()
+        };
+        if !names.iter().any(|n| n == rdb::DEFAULT_COLUMN_FAMILY_NAME) {
+            names.push(rdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
+        }
+        let descriptors = names
+            .iter()
+            .map(|n| rdb::ColumnFamilyDescriptor::new(n, opts.clone()));
+        let db = rdb::DB::open_cf_descriptors(&opts, dir, descriptors)
+            .map_err(|e| error("open", dir)(&e))?;
+        let mut write = rdb::WriteOptions::default();
+        write.disable_wal(true);
+        let mut backend = RocksDbStateBackend {
+            db,
+            cf_options: opts,
+            write,
+            read: rdb::ReadOptions::default(),
+            states: names.into_iter().collect(),
+            len: 0,
+            guard: DirGuard {
+                dir: dir.to_path_buf(),
+                keep: false,
+            },
+        };
+        backend.len = match backend.take_stored_len() {
+            Some(n) => n,
+            None => backend.count_entries()?,
+        };
+        Ok(backend)
+    }
+
+    /// Opens a working copy of the native checkpoint `checkpoint` (written by
+    /// [`RocksDbStateBackend::checkpoint_to`]) in `dir`, which must not exist or be
+    /// empty. SST files are hard-linked (copied where links fail, for example across
+    /// file systems): RocksDB never changes an SST file, so the checkpoint stays intact
+    /// while the copy is written and compacted. The other files (manifest, options,
+    /// the entry count) are small and copied.
+    ///
+    /// # Errors
+    /// [`StateError::RocksDb`] when `dir` is not empty, a file cannot be linked or
+    /// copied, or RocksDB cannot open the copy.
+    pub fn open_from_checkpoint(
+        checkpoint: &Path,
+        dir: &Path,
+        options: RocksDbOptions,
+    ) -> Result<Self, StateError> {
+        let err = |op| error(op, dir);
+        if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(err("restore checkpoint")(&"the directory is not empty"));
+        }
+        fs::create_dir_all(dir).map_err(|e| err("create directory")(&e))?;
+        let entries =
+            fs::read_dir(checkpoint).map_err(|e| error("read checkpoint", checkpoint)(&e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| error("read checkpoint", checkpoint)(&e))?;
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let (from, to) = (entry.path(), dir.join(entry.file_name()));
+            let immutable = from.extension().is_some_and(|x| x == "sst" || x == "blob");
+            if !(immutable && fs::hard_link(&from, &to).is_ok()) {
+                fs::copy(&from, &to).map_err(|e| err("copy checkpoint file")(&e))?;
+            }
+        }
+        Self::open(dir, options)
+    }
+
+    /// Writes a native RocksDB checkpoint of the current state to `dir`, which must not
+    /// exist (its parent must). Memtables are flushed first; the checkpoint's SST
+    /// files are hard links to the instance's, so successive checkpoints share every
+    /// file that did not change (incremental checkpoints), and the checkpoint costs
+    /// little more than the flush.
+    ///
+    /// # Errors
+    /// [`StateError::RocksDb`] when the flush or the checkpoint fails (for example,
+    /// `dir` exists).
+    pub fn checkpoint_to(&self, dir: &Path) -> Result<(), StateError> {
+        let err = |op| error(op, dir);
+        self.flush().map_err(|e| err("flush")(&e))?;
+        let cp = rdb::checkpoint::Checkpoint::new(&self.db).map_err(|e| err("checkpoint")(&e))?;
+        cp.create_checkpoint(dir)
+            .map_err(|e| err("checkpoint")(&e))?;
+        fs::write(dir.join(LEN_FILE), self.len.to_string())
+            .map_err(|e| err("write entry count")(&e))
+    }
+
+    /// Whether the directory stays when the backend is dropped (default: it is
+    /// removed). A kept directory is flushed on close and can be opened again with
+    /// [`RocksDbStateBackend::open`].
+    pub fn keep_on_drop(&mut self, keep: bool) -> &mut Self {
+        self.guard.keep = keep;
+        self
+    }
+
+    /// The instance's directory.
+    pub fn dir(&self) -> &Path {
+        &self.guard.dir
+    }
+
+    /// Flushes every column family's memtable to SST files.
+    fn flush(&self) -> Result<(), rdb::Error> {
+        let mut fo = rdb::FlushOptions::default();
+        fo.set_wait(true);
+        let cfs: Vec<_> = self
+            .states
+            .iter()
+            .filter_map(|s| self.db.cf_handle(s))
+            .collect();
+        self.db.flush_cfs_opt(&cfs, &fo)
+    }
+
+    /// Reads and deletes the stored entry count, if any.
+    fn take_stored_len(&self) -> Option<usize> {
+        let path = self.guard.dir.join(LEN_FILE);
+        let text = fs::read_to_string(&path).ok()?;
+        // Gone before any write: a crash later must not find a stale count.
+        fs::remove_file(&path).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// Counts the entries of every state with one scan.
+    fn count_entries(&self) -> Result<usize, StateError> {
+        let mut n = 0;
+        for state in &self.states {
+            let Some(cf) = self.db.cf_handle(state) else {
+                continue;
+            };
+            let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
+            it.seek_to_first();
+            while it.valid() {
+                n += 1;
+                it.next();
+            }
+            it.status()
+                .map_err(|e| error("count entries", &self.guard.dir)(&e))?;
+        }
+        Ok(n)
+    }
+
+    fn total_order() -> rdb::ReadOptions {
+        let mut ro = rdb::ReadOptions::default();
+        ro.set_total_order_seek(true);
+        ro
+    }
+
+    /// Panics for a RocksDB failure inside a [`KeyedStateBackend`] method, which cannot
+    /// return it.
+    fn fail(&self, op: &str, e: &rdb::Error) -> ! {
+        panic!(
+            "RocksDB state backend at {}: {op} failed: {e}",
+            self.guard.dir.display()
+        )
+    }
+
+    /// Whether `key` is in `state`'s column family.
+    fn contains(&self, cf: &rdb::ColumnFamily, key: &[u8]) -> bool {
+        match self.db.get_pinned_cf_opt(cf, key, &self.read) {
+            Ok(v) => v.is_some(),
+            Err(e) => self.fail("get", &e),
+        }
+    }
+}
+
+impl Drop for RocksDbStateBackend {
+    fn drop(&mut self) {
+        if self.guard.keep {
+            // Closing flushes the memtables (no WAL); the count spares the next open a
+            // scan.
+            let _ = fs::write(self.guard.dir.join(LEN_FILE), self.len.to_string());
+        } else {
+            // The directory goes away: skip the flush on close.
+            let _ = self
+                .db
+                .set_options(&[("avoid_flush_during_shutdown", "true")]);
+        }
+    }
+}
+
+impl KeyedStateBackend for RocksDbStateBackend {
+    fn get(&self, state: &str, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        let cf = self.db.cf_handle(state)?;
+        match self.db.get_pinned_cf_opt(cf, key, &self.read) {
+            Ok(v) => v.map(|v| Cow::Owned(v.to_vec())),
+            Err(e) => self.fail("get", &e),
+        }
+    }
+
+    fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        if self.db.cf_handle(state).is_none() {
+            if let Err(e) = self.db.create_cf(state, &self.cf_options) {
+                self.fail("create column family", &e);
+            }
+            self.states.insert(state.to_string());
+        }
+        let Some(cf) = self.db.cf_handle(state) else {
+            panic!("RocksDB state backend: column family {state:?} missing after creation")
+        };
+        let existed = self.contains(cf, key);
+        if let Err(e) = self.db.put_cf_opt(cf, key, value, &self.write) {
+            self.fail("put", &e);
+        }
+        if !existed {
+            self.len += 1;
+        }
+    }
+
+    fn delete(&mut self, state: &str, key: &[u8]) {
+        let Some(cf) = self.db.cf_handle(state) else {
+            return;
+        };
+        if !self.contains(cf, key) {
+            return;
+        }
+        if let Err(e) = self.db.delete_cf_opt(cf, key, &self.write) {
+            self.fail("delete", &e);
+        }
+        self.len -= 1;
+    }
+
+    fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(cf) = self.db.cf_handle(state) else {
+            return Vec::new();
+        };
+        let mut ro = rdb::ReadOptions::default();
+        if let Some(upper) = prefix_successor(prefix) {
+            ro.set_iterate_upper_bound(upper);
+        }
+        if has_key_prefix(prefix) {
+            // Every key starting with `prefix` has the same extracted prefix: the
+            // prefix blooms may skip files.
+            ro.set_prefix_same_as_start(true);
+        } else {
+            ro.set_total_order_seek(true);
+        }
+        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+        it.seek(prefix);
+        let mut out = Vec::new();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+            it.next();
+        }
+        if let Err(e) = it.status() {
+            self.fail("scan", &e);
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn for_each_entry(&self, f: &mut EntryVisitor<'_>) {
+        for state in &self.states {
+            let Some(cf) = self.db.cf_handle(state) else {
+                continue;
+            };
+            let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
+            it.seek_to_first();
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                f(state, k, v);
+                it.next();
+            }
+            if let Err(e) = it.status() {
+                self.fail("scan", &e);
+            }
+        }
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Serialized
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_successor_skips_trailing_ff() {
+        assert_eq!(prefix_successor(b""), None);
+        assert_eq!(prefix_successor(&[0xff, 0xff]), None);
+        assert_eq!(prefix_successor(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
+    }
+
+    #[test]
+    fn key_prefix_is_key_group_and_key() {
+        let mut k = Vec::new();
+        crate::backend::compose_key(&mut k, 7, b"mia", b"ns");
+        assert_eq!(key_prefix(&k), &k[..9]);
+        assert!(has_key_prefix(&k));
+        assert!(has_key_prefix(&k[..9]));
+        assert!(!has_key_prefix(&k[..8]));
+        assert!(!has_key_prefix(b"ab"));
+        assert!(!has_key_prefix(&[0, 0, 0xff, 0xff, 0xff, 0xff, 1]));
+    }
+}
