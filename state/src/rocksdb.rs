@@ -242,7 +242,10 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Maps a RocksDB or I/O error of `op` on `path` to [`StateError::RocksDb`].
-fn error(op: &'static str, path: &Path) -> impl FnOnce(&dyn fmt::Display) -> StateError + '_ {
+fn error<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(&dyn fmt::Display) -> StateError + 'a {
     move |e| StateError::RocksDb {
         path: path.to_path_buf(),
         op,
@@ -386,7 +389,7 @@ impl RocksDbStateBackend {
     /// `dir` exists).
     pub fn checkpoint_to(&self, dir: &Path) -> Result<(), StateError> {
         let err = |op| error(op, dir);
-        self.flush().map_err(|e| err("flush")(&e))?;
+        self.flush_memtables().map_err(|e| err("flush")(&e))?;
         let cp = rdb::checkpoint::Checkpoint::new(&self.db).map_err(|e| err("checkpoint")(&e))?;
         cp.create_checkpoint(dir)
             .map_err(|e| err("checkpoint")(&e))?;
@@ -407,8 +410,16 @@ impl RocksDbStateBackend {
         &self.guard.dir
     }
 
-    /// Flushes every column family's memtable to SST files.
-    fn flush(&self) -> Result<(), rdb::Error> {
+    /// Flushes every state's memtable to SST files (checkpoints do this themselves).
+    ///
+    /// # Errors
+    /// [`StateError::RocksDb`] when the flush fails.
+    pub fn flush(&self) -> Result<(), StateError> {
+        self.flush_memtables()
+            .map_err(|e| error("flush", &self.guard.dir)(&e))
+    }
+
+    fn flush_memtables(&self) -> Result<(), rdb::Error> {
         let mut fo = rdb::FlushOptions::default();
         fo.set_wait(true);
         let cfs: Vec<_> = self
