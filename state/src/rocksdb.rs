@@ -304,8 +304,19 @@ impl RocksDbStateBackend {
     ///
     /// # Errors
     /// [`StateError::RocksDb`] when the directory cannot be created or RocksDB cannot
-    /// open it (it is locked by another instance, damaged, not a directory).
+    /// open it (it is locked by another instance, damaged, not a directory). A
+    /// directory this call created is removed again; an existing one is left as it is.
     pub fn open(dir: &Path, options: RocksDbOptions) -> Result<Self, StateError> {
+        let created = !dir.exists();
+        let opened = Self::open_in(dir, &options);
+        if opened.is_err() && created {
+            // Leave nothing behind for a directory this call made.
+            let _ = fs::remove_dir_all(dir);
+        }
+        opened
+    }
+
+    fn open_in(dir: &Path, options: &RocksDbOptions) -> Result<Self, StateError> {
         fs::create_dir_all(dir).map_err(|e| error("create directory", dir)(&e))?;
         let opts = options.rocksdb_options();
         let mut names = if dir.join("CURRENT").exists() {
@@ -351,7 +362,7 @@ impl RocksDbStateBackend {
     ///
     /// # Errors
     /// [`StateError::RocksDb`] when `dir` is not empty, a file cannot be linked or
-    /// copied, or RocksDB cannot open the copy.
+    /// copied, or RocksDB cannot open the copy; `dir` is then removed.
     pub fn open_from_checkpoint(
         checkpoint: &Path,
         dir: &Path,
@@ -361,6 +372,17 @@ impl RocksDbStateBackend {
         if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
             return Err(err("restore checkpoint")(&"the directory is not empty"));
         }
+        let restored =
+            Self::link_checkpoint(checkpoint, dir).and_then(|()| Self::open(dir, options));
+        if restored.is_err() {
+            let _ = fs::remove_dir_all(dir);
+        }
+        restored
+    }
+
+    /// Fills `dir` with `checkpoint`'s files: SST files hard-linked, others copied.
+    fn link_checkpoint(checkpoint: &Path, dir: &Path) -> Result<(), StateError> {
+        let err = |op| error(op, dir);
         fs::create_dir_all(dir).map_err(|e| err("create directory")(&e))?;
         let entries =
             fs::read_dir(checkpoint).map_err(|e| error("read checkpoint", checkpoint)(&e))?;
@@ -375,7 +397,7 @@ impl RocksDbStateBackend {
                 fs::copy(&from, &to).map_err(|e| err("copy checkpoint file")(&e))?;
             }
         }
-        Self::open(dir, options)
+        Ok(())
     }
 
     /// Writes a native RocksDB checkpoint of the current state to `dir`, which must not

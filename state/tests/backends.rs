@@ -545,6 +545,24 @@ fn rocksdb_open_errors_are_typed() {
     let file = dir.join("CURRENT");
     let err = RocksDbStateBackend::open(&file, small()).unwrap_err();
     assert!(matches!(err, StateError::RocksDb { .. }), "{err}");
+    // A damaged database; the directory the failed open made is removed again.
+    let damaged = fresh_dir();
+    std::fs::create_dir_all(damaged.join("db")).unwrap();
+    std::fs::write(damaged.join("db/CURRENT"), "MANIFEST-000099\n").unwrap();
+    assert!(RocksDbStateBackend::open(&damaged.join("db"), small()).is_err());
+    assert!(
+        damaged.join("db/CURRENT").exists(),
+        "an existing directory stays"
+    );
+    let err =
+        RocksDbStateBackend::open_from_checkpoint(&damaged.join("db"), &damaged.join("r"), small())
+            .unwrap_err();
+    assert!(matches!(err, StateError::RocksDb { .. }), "{err}");
+    assert!(
+        !damaged.join("r").exists(),
+        "a failed restore leaves nothing"
+    );
+    std::fs::remove_dir_all(&damaged).unwrap();
     // A checkpoint into an existing directory.
     let err = b.checkpoint_to(&dir).unwrap_err();
     assert!(
