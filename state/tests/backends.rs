@@ -21,12 +21,15 @@ use proptest::prelude::*;
 
 type Make = fn() -> Box<dyn KeyedStateBackend>;
 
-/// A fresh directory path (not created) under one temporary root per test process.
+/// A fresh temporary directory path (not created). Backends remove theirs on drop;
+/// tests that make other directories remove them.
 fn fresh_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    std::env::temp_dir()
-        .join(format!("brook-state-test-{}", std::process::id()))
-        .join(N.fetch_add(1, Ordering::Relaxed).to_string())
+    std::env::temp_dir().join(format!(
+        "brook-state-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 fn memory() -> Box<dyn KeyedStateBackend> {
