@@ -1,5 +1,6 @@
 //! One state test suite, run against every keyed state backend: `MemoryStateBackend`
-//! and `RocksDbStateBackend` (each test is generated once per backend by `suite!`),
+//! (heap and serialized kinds) and `RocksDbStateBackend` (each test is generated once
+//! per backend by `suite!`),
 //! plus tests of what only RocksDB has (native checkpoints, its directory).
 
 #![allow(clippy::unwrap_used)]
@@ -34,6 +35,11 @@ fn fresh_dir() -> PathBuf {
 
 fn memory() -> Box<dyn KeyedStateBackend> {
     Box::new(MemoryStateBackend::new())
+}
+
+/// The memory backend reporting itself as a byte store (typed tables encode).
+fn memory_serialized() -> Box<dyn KeyedStateBackend> {
+    Box::new(MemoryStateBackend::serialized())
 }
 
 /// Small memory so tests do not reserve 256 MiB of cache each.
@@ -357,6 +363,9 @@ macro_rules! suite {
     ($($test:ident),* $(,)?) => {
         mod memory {
             $(#[test] fn $test() { super::$test(super::memory) })*
+        }
+        mod memory_serialized {
+            $(#[test] fn $test() { super::$test(super::memory_serialized) })*
         }
         mod rocksdb {
             $(#[test] fn $test() { super::$test(super::rocks) })*
