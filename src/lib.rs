@@ -99,8 +99,8 @@ pub mod prelude {
     pub use brook_core::time::{Millis, Watermark};
     pub use brook_core::watermark::WatermarkStrategy;
     pub use brook_engine::{
-        DataStream, EngineError, JobConfig, KeyedStream, OutputTag, StreamEnvironment,
-        WindowedStream,
+        DataStream, EngineError, JobConfig, KeyedStream, OutputTag, StateBackendFactory,
+        StreamEnvironment, WindowedStream,
     };
     pub use brook_operators::process::{KeyedContext, KeyedProcessFunction};
     pub use brook_operators::window::{
@@ -108,5 +108,5 @@ pub mod prelude {
         Min, ProcessWindowFunction, SlidingEventTimeWindows, Sum, TimeWindow, Trigger,
         TumblingEventTimeWindows, WindowResult,
     };
-    pub use brook_state::{StateDescriptor, TimeDomain};
+    pub use brook_state::{RocksDbOptions, StateDescriptor, TimeDomain};
 }

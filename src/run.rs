@@ -9,9 +9,11 @@ use anyhow::{Context, Result};
 use brook::engine::metrics::JobMetrics;
 use brook::engine::{
     latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint,
+    StateBackendFactory,
 };
 use brook::log::Log;
 use brook::spec::{self, SinkSpec, SourceSpec};
+use brook::state::RocksDbOptions;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -37,6 +39,10 @@ pub(crate) struct RunArgs {
     /// `checkpoint_interval`).
     #[arg(long, value_name = "DURATION")]
     checkpoint_interval: Option<String>,
+    /// Where keyed state lives: `rocksdb` (the default; under
+    /// `<data-dir>/state/<job name>`) or `memory`. Overrides the spec's `state_backend`.
+    #[arg(long, value_enum, value_name = "rocksdb|memory")]
+    state_backend: Option<spec::StateBackendKind>,
     /// Where checkpoints go (default: `<data-dir>/checkpoints/<job name>`).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -57,6 +63,13 @@ fn checkpoint_config(
     data_dir: &std::path::Path,
 ) -> Result<JobConfig> {
     let mut config = JobConfig::default();
+    config.state_backend = match args.state_backend.or(spec.state_backend) {
+        Some(spec::StateBackendKind::Memory) => StateBackendFactory::memory(),
+        Some(spec::StateBackendKind::Rocksdb) | None => StateBackendFactory::rocksdb(
+            data_dir.join("state").join(&spec.name),
+            RocksDbOptions::default(),
+        ),
+    };
     let interval = match &args.checkpoint_interval {
         Some(t) => Some(
             brook::core::config::parse_duration_ms(t)

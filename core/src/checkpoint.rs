@@ -7,6 +7,7 @@
 //! blobs of all former subtasks (Flink's union list state) and keeps what it needs.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::time::Millis;
@@ -25,11 +26,63 @@ pub struct CheckpointBarrier {
     pub timestamp: Millis,
 }
 
+/// Where a checkpoint lets an operator subtask keep files of its own: a state
+/// backend's native snapshot (RocksDB's SST files) instead of key-group blobs.
+/// Checkpoints offer it; savepoints do not (they are self-contained and portable).
+///
+/// File references in a [`NativeKeyedState`] are relative to `root`, the directory
+/// that holds the job's `chk-<id>` directories and their `shared` directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotStorage {
+    /// The checkpoints directory of the job.
+    pub root: PathBuf,
+    /// This subtask's own directory for this checkpoint, relative to `root`
+    /// (`chk-<id>/<task>-op<vertex>`; not yet created).
+    pub private_dir: PathBuf,
+    /// Files shared by successive checkpoints, relative to `root` (`shared`): a file
+    /// that did not change since an earlier checkpoint is referenced, not copied
+    /// (incremental checkpoints). Names there must be unique within the job.
+    pub shared_dir: PathBuf,
+}
+
+/// Keyed state kept as the files of a state backend's own format (Flink's
+/// incremental RocksDB state handle): a restore at the same key groups opens the files
+/// as they are; any other restore reads the entries of its key groups out of them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NativeKeyedState {
+    /// The backend's format (`rocksdb/1`).
+    pub format: String,
+    /// The key groups whose entries the files hold.
+    pub key_groups: KeyGroupRange,
+    /// `(name in the backend's directory, path relative to the checkpoints root)`.
+    pub files: Vec<(String, String)>,
+    /// Identity of the backend instance that wrote the files, so a restored instance
+    /// can share them with its own later checkpoints.
+    pub instance: String,
+    /// Entries held (over all states).
+    pub entries: u64,
+}
+
+impl NativeKeyedState {
+    /// The files under the shared directory, relative to the checkpoints root.
+    pub fn shared_files(&self) -> impl Iterator<Item = &str> {
+        self.files
+            .iter()
+            .map(|(_, p)| p.as_str())
+            .filter(|p| p.starts_with("shared/"))
+    }
+}
+
 /// The state one operator subtask puts into a checkpoint.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StateSnapshot {
     keyed: BTreeMap<KeyGroup, Vec<u8>>,
     operator: Option<Vec<u8>>,
+    #[serde(default)]
+    native: Vec<NativeKeyedState>,
+    /// Offered by the checkpoint; not part of the stored snapshot.
+    #[serde(skip)]
+    storage: Option<SnapshotStorage>,
 }
 
 impl StateSnapshot {
@@ -48,9 +101,32 @@ impl StateSnapshot {
         self.operator = Some(bytes);
     }
 
+    /// A snapshot whose keyed state may go into files in `storage`.
+    pub fn with_storage(storage: SnapshotStorage) -> Self {
+        StateSnapshot {
+            storage: Some(storage),
+            ..Self::default()
+        }
+    }
+
+    /// Where native snapshots may write files (checkpoints only).
+    pub fn storage(&self) -> Option<&SnapshotStorage> {
+        self.storage.as_ref()
+    }
+
+    /// Stores keyed state written as files of a backend's own format.
+    pub fn put_native(&mut self, state: NativeKeyedState) {
+        self.native.push(state);
+    }
+
+    /// The keyed state stored as native files.
+    pub fn native(&self) -> &[NativeKeyedState] {
+        &self.native
+    }
+
     /// Whether nothing was stored.
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.operator.is_none()
+        self.keyed.is_empty() && self.operator.is_none() && self.native.is_empty()
     }
 
     /// The keyed state by key group.
@@ -65,7 +141,11 @@ impl StateSnapshot {
 
     /// Rebuilds a snapshot (when reading a checkpoint).
     pub fn from_parts(keyed: BTreeMap<KeyGroup, Vec<u8>>, operator: Option<Vec<u8>>) -> Self {
-        StateSnapshot { keyed, operator }
+        StateSnapshot {
+            keyed,
+            operator,
+            ..Self::default()
+        }
     }
 }
 
@@ -76,6 +156,9 @@ impl StateSnapshot {
 pub struct RestoredState {
     keyed: BTreeMap<KeyGroup, Vec<u8>>,
     operator: Vec<Vec<u8>>,
+    native: Vec<NativeKeyedState>,
+    root: Option<PathBuf>,
+    key_groups: Option<KeyGroupRange>,
 }
 
 impl RestoredState {
@@ -85,7 +168,10 @@ impl RestoredState {
         snapshots: impl IntoIterator<Item = &'a StateSnapshot>,
         range: KeyGroupRange,
     ) -> Self {
-        let mut r = RestoredState::default();
+        let mut r = RestoredState {
+            key_groups: Some(range),
+            ..RestoredState::default()
+        };
         for s in snapshots {
             for (kg, b) in &s.keyed {
                 if range.contains(*kg) {
@@ -95,13 +181,37 @@ impl RestoredState {
             if let Some(o) = &s.operator {
                 r.operator.push(o.clone());
             }
+            r.native.extend(
+                s.native
+                    .iter()
+                    .filter(|n| n.key_groups.overlaps(range))
+                    .cloned(),
+            );
         }
         r
     }
 
+    /// Sets the checkpoints root that native file references are relative to.
+    pub fn with_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// Native keyed state that holds key groups of this subtask, with the directory
+    /// its file references are relative to.
+    pub fn native(&self) -> (&[NativeKeyedState], Option<&Path>) {
+        (&self.native, self.root.as_deref())
+    }
+
+    /// The key groups the restored subtask owns (`None` for a state not made by
+    /// [`RestoredState::collect`]).
+    pub fn key_groups(&self) -> Option<KeyGroupRange> {
+        self.key_groups
+    }
+
     /// Whether there is nothing to restore.
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.operator.is_empty()
+        self.keyed.is_empty() && self.operator.is_empty() && self.native.is_empty()
     }
 
     /// The keyed state of each key group this subtask owns.

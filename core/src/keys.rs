@@ -34,6 +34,11 @@ impl KeyGroupRange {
         self.start <= kg && kg <= self.end
     }
 
+    /// Whether the two ranges share a key group.
+    pub fn overlaps(&self, other: KeyGroupRange) -> bool {
+        !self.is_empty() && !other.is_empty() && self.start <= other.end && other.start <= self.end
+    }
+
     /// Number of key groups in the range.
     pub fn len(&self) -> u32 {
         if self.end < self.start {

@@ -169,7 +169,10 @@ impl<O: Operator> Link<O::In> for OperatorLink<O> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult {
-        let mut s = StateSnapshot::new();
+        let mut s = match &snap.storage {
+            Some(st) => StateSnapshot::with_storage(st.for_operator(self.vertex)),
+            None => StateSnapshot::new(),
+        };
         self.timed(|op, ctx, _| op.snapshot_state(barrier.id, ctx, &mut s))?;
         if !s.is_empty() {
             snap.operators.push((self.vertex, self.ctx.info().index, s));

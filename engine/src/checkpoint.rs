@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brook_core::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
+use brook_core::checkpoint::{CheckpointId, RestoredState, SnapshotStorage, StateSnapshot};
 use brook_core::keys::KeyGroupRange;
 use brook_core::time::{Millis, SharedClock};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -28,10 +28,13 @@ use tracing::{info, warn};
 use crate::graph::VertexId;
 
 /// Version of the task-file and metadata formats.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: operator state may hold native (RocksDB) state files.
+pub const FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"BROOKCP1";
 const METADATA: &str = "_metadata";
+/// Files shared by successive checkpoints of a job (incremental native state).
+const SHARED: &str = "shared";
 
 /// Checkpointing settings of a job.
 #[derive(Debug, Clone)]
@@ -96,6 +99,31 @@ pub(crate) struct TaskSnapshot {
     pub(crate) operators: Vec<(VertexId, u32, StateSnapshot)>,
     pub(crate) sources: Vec<SourceSnapshot>,
     pub(crate) sinks: Vec<(VertexId, u32, Vec<Vec<u8>>)>,
+    /// Where the task's operators may write native state files (checkpoints, not
+    /// savepoints); not stored.
+    #[serde(skip)]
+    pub(crate) storage: Option<TaskStorage>,
+}
+
+/// The checkpoint storage of one task (see [`SnapshotStorage`]).
+#[derive(Debug, Clone)]
+pub(crate) struct TaskStorage {
+    root: PathBuf,
+    /// `chk-<id>/<task>`, relative to `root`.
+    prefix: PathBuf,
+}
+
+impl TaskStorage {
+    /// The storage of operator `vertex` of this task.
+    pub(crate) fn for_operator(&self, vertex: VertexId) -> SnapshotStorage {
+        let mut private = self.prefix.clone().into_os_string();
+        private.push(format!("-op{vertex}"));
+        SnapshotStorage {
+            root: self.root.clone(),
+            private_dir: PathBuf::from(private),
+            shared_dir: PathBuf::from(SHARED),
+        }
+    }
 }
 
 /// A source subtask's position and watermark progress per split.
@@ -121,6 +149,10 @@ pub(crate) struct FileEntry {
     pub(crate) name: String,
     pub(crate) size: u64,
     pub(crate) crc32c: u32,
+    /// Files of the shared directory the task's state refers to (relative to the
+    /// checkpoints directory); a shared file no retained checkpoint lists is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) shared: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -184,6 +216,23 @@ impl CheckpointControl {
             .is_some()
     }
 
+    /// An empty snapshot of `task` for checkpoint `id`, offering native state storage
+    /// unless `id` is a savepoint (savepoints are self-contained).
+    pub(crate) fn new_snapshot(&self, id: CheckpointId, task: &str) -> TaskSnapshot {
+        let savepoint = self
+            .savepoint_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&id);
+        TaskSnapshot {
+            storage: (!savepoint).then(|| TaskStorage {
+                root: self.dir.clone(),
+                prefix: PathBuf::from(format!("chk-{id}")).join(file_stem(task)),
+            }),
+            ..TaskSnapshot::default()
+        }
+    }
+
     /// Writes a task's snapshot into checkpoint `id` and acknowledges it.
     pub(crate) fn write_and_ack(&self, id: CheckpointId, task: &str, snap: &TaskSnapshot) {
         let result =
@@ -194,8 +243,14 @@ impl CheckpointControl {
 }
 
 fn file_name(task: &str) -> String {
-    let mut s: String = task
-        .chars()
+    let mut s = file_stem(task);
+    s.push_str(".state");
+    s
+}
+
+/// `task` with every character but letters, digits, `-` and `_` replaced by `_`.
+fn file_stem(task: &str) -> String {
+    task.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -203,9 +258,7 @@ fn file_name(task: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    s.push_str(".state");
-    s
+        .collect()
 }
 
 fn write_task_file(
@@ -226,10 +279,19 @@ fn write_task_file(
     let mut f = File::create(&path).map_err(io(&path))?;
     f.write_all(&bytes).map_err(io(&path))?;
     f.sync_all().map_err(io(&path))?;
+    let mut shared: Vec<String> = snap
+        .operators
+        .iter()
+        .flat_map(|(_, _, s)| s.native())
+        .flat_map(|n| n.shared_files().map(str::to_string))
+        .collect();
+    shared.sort_unstable();
+    shared.dedup();
     Ok(FileEntry {
         name,
         size: bytes.len() as u64,
         crc32c: crc32c::crc32c(&bytes),
+        shared,
     })
 }
 
@@ -337,14 +399,19 @@ impl RestoredCheckpoint {
 
     /// The state of operator `vertex` for a subtask owning `range`.
     pub(crate) fn operator_state(&self, vertex: VertexId, range: KeyGroupRange) -> RestoredState {
-        RestoredState::collect(
+        let state = RestoredState::collect(
             self.tasks
                 .iter()
                 .flat_map(|t| t.operators.iter())
                 .filter(|(v, _, _)| *v == vertex)
                 .map(|(_, _, s)| s),
             range,
-        )
+        );
+        // Native state files are named relative to the directory of `chk-<id>`.
+        match self.path.parent() {
+            Some(root) => state.with_root(root),
+            None => state,
+        }
     }
 
     /// Split positions and watermark progress of source `vertex`, by split id.
@@ -530,6 +597,7 @@ pub(crate) fn run_coordinator(
                     let _ = fs::remove_dir_all(path);
                 }
             }
+            remove_unreferenced_shared_files(&control.dir);
         } else {
             warn!(
                 checkpoint = id,
@@ -542,6 +610,34 @@ pub(crate) fn run_coordinator(
             }
         }
         id += 1;
+    }
+}
+
+/// Deletes the files of the shared directory that no complete checkpoint in `root`
+/// lists (their checkpoints were dropped by retention, or were never complete). Runs
+/// between checkpoints, so no checkpoint in progress is writing there.
+fn remove_unreferenced_shared_files(root: &Path) {
+    let shared = root.join(SHARED);
+    let Ok(entries) = fs::read_dir(&shared) else {
+        return;
+    };
+    let mut live = std::collections::HashSet::new();
+    for (_, path) in checkpoint_dirs(root) {
+        let Ok(text) = fs::read_to_string(path.join(METADATA)) else {
+            continue;
+        };
+        match serde_json::from_str::<Metadata>(&text) {
+            Ok(meta) => live.extend(meta.files.into_iter().flat_map(|f| f.shared)),
+            // A damaged metadata file: keep everything rather than guess.
+            Err(_) => return,
+        }
+    }
+    for entry in entries.flatten() {
+        let name = format!("{SHARED}/{}", entry.file_name().to_string_lossy());
+        if !live.contains(&name) {
+            // Best effort: a file that stays is tried again after the next checkpoint.
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 

@@ -17,7 +17,6 @@ use brook_core::time::{SharedClock, SystemClock};
 use brook_core::watermark::WatermarkStrategy;
 use brook_operators::basic::{Filter, FlatMap, Map};
 use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
-use brook_state::MemoryStateBackend;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -44,7 +43,8 @@ pub struct JobConfig {
     pub channel_capacity: usize,
     /// The processing-time clock. Default: the system clock.
     pub clock: SharedClock,
-    /// Creates keyed state backends. Default: in memory.
+    /// Creates keyed state backends: [`StateBackendFactory::memory`] (the default)
+    /// or [`StateBackendFactory::rocksdb`].
     pub state_backend: StateBackendFactory,
     /// Take aligned checkpoints (semantics.md §4). Default: none.
     pub checkpoint: Option<CheckpointConfig>,
@@ -72,7 +72,7 @@ impl Default for JobConfig {
             batch_size: 4096,
             channel_capacity: 4,
             clock: SystemClock::shared(),
-            state_backend: Arc::new(|| Box::new(MemoryStateBackend::new())),
+            state_backend: StateBackendFactory::memory(),
             checkpoint: None,
             restore: None,
         }
@@ -289,7 +289,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     where
         O: Operator<In = T>,
         O::Out: Clone,
-        F: Fn(&SubtaskInfo, &BuildEnv) -> O + Send + Sync + 'static,
+        F: Fn(&SubtaskInfo, &BuildEnv, VertexId) -> Result<O, EngineError> + Send + Sync + 'static,
     {
         let v = self.env.add_vertex(
             name,
@@ -316,7 +316,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         O::Out: Clone,
         F: Fn(&SubtaskInfo) -> O + Send + Sync + 'static,
     {
-        self.add_operator(name, move |info, _env| factory(info))
+        self.add_operator(name, move |info, _env, _| Ok(factory(info)))
     }
 
     /// Applies a custom [`Operator`] with the parallelism of this stream's producer, so
@@ -344,7 +344,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         U: Clone + Send + 'static,
         F: FnMut(T) -> U + Clone + Send + Sync + 'static,
     {
-        self.add_operator("map", move |_, _| Map::new(f.clone()))
+        self.add_operator("map", move |_, _, _| Ok(Map::new(f.clone())))
     }
 
     /// Keeps the records for which `f` is true (Flink's `filter`).
@@ -352,7 +352,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     where
         F: FnMut(&T) -> bool + Clone + Send + Sync + 'static,
     {
-        self.add_operator("filter", move |_, _| Filter::new(f.clone()))
+        self.add_operator("filter", move |_, _, _| Ok(Filter::new(f.clone())))
     }
 
     /// Turns every record into zero or more (Flink's `flatMap`).
@@ -362,7 +362,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         It: IntoIterator<Item = U> + 'static,
         F: FnMut(T) -> It + Clone + Send + Sync + 'static,
     {
-        self.add_operator("flat_map", move |_, _| FlatMap::new(f.clone()))
+        self.add_operator("flat_map", move |_, _, _| Ok(FlatMap::new(f.clone())))
     }
 
     /// Partitions the stream by key: records with equal keys go to the same subtask
@@ -522,10 +522,16 @@ where
         FF: Fn() -> F + Send + Sync + 'static,
     {
         let key = Arc::clone(&self.key);
-        self.stream.add_operator("process", move |_, env| {
-            let key = Arc::clone(&key);
-            KeyedProcessOperator::new(factory(), move |t: &T| key(t), (env.state_backend)())
-        })
+        self.stream
+            .add_operator("process", move |info, env, vertex| {
+                let key = Arc::clone(&key);
+                let backend = env.keyed_backend(vertex, info)?;
+                Ok(KeyedProcessOperator::new(
+                    factory(),
+                    move |t: &T| key(t),
+                    backend,
+                ))
+            })
     }
 
     /// Applies a custom [`Operator`] on the subtask that owns each record's key.

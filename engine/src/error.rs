@@ -5,6 +5,14 @@ use thiserror::Error;
 /// Why a job failed.
 #[derive(Debug, Error)]
 pub enum EngineError {
+    /// A stateful operator's keyed state backend could not be created.
+    #[error("{operator}: cannot open its state backend: {message}")]
+    StateBackend {
+        /// The operator subtask.
+        operator: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A task failed: an operator, source or sink returned an error or panicked.
     #[error("{task} failed: {message}")]
     Task {

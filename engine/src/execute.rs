@@ -230,7 +230,7 @@ pub(crate) fn start(
         batch_size: g.config.batch_size,
         channel_capacity: g.config.channel_capacity,
         clock: g.config.clock.clone(),
-        state_backend: Arc::clone(&g.config.state_backend),
+        state_backend: g.config.state_backend.clone(),
         task: TaskEnv {
             clock: g.config.clock.clone(),
             cancelled: Arc::clone(&cancelled),

@@ -25,8 +25,7 @@ use crate::task::{InputTask, SourceTask, TaskEnv, TaskRunner};
 /// Index of a vertex in the job graph.
 pub(crate) type VertexId = usize;
 
-/// Creates a fresh state backend for a stateful operator instance.
-pub type StateBackendFactory = Arc<dyn Fn() -> Box<dyn KeyedStateBackend> + Send + Sync>;
+pub(crate) use crate::state_backend::StateBackendFactory;
 
 /// What builders need while assembling tasks.
 #[derive(Clone)]
@@ -39,6 +38,18 @@ pub(crate) struct BuildEnv {
     pub(crate) task: TaskEnv,
     /// The checkpoint the job restores from.
     pub(crate) restore: Option<Arc<RestoredCheckpoint>>,
+}
+
+impl BuildEnv {
+    /// A fresh keyed state backend for subtask `info` of operator vertex `vertex`.
+    pub(crate) fn keyed_backend(
+        &self,
+        vertex: VertexId,
+        info: &SubtaskInfo,
+    ) -> Result<Box<dyn KeyedStateBackend>, EngineError> {
+        self.state_backend
+            .create(&crate::state_backend::StateBackendContext { vertex, info })
+    }
 }
 
 /// Builds the chain link of an operator or sink vertex for one subtask.
@@ -138,7 +149,7 @@ impl<O, F> LinkVertex for OperatorVertex<O, F>
 where
     O: Operator,
     O::Out: Clone,
-    F: Fn(&SubtaskInfo, &BuildEnv) -> O + Send + Sync,
+    F: Fn(&SubtaskInfo, &BuildEnv, VertexId) -> Result<O, EngineError> + Send + Sync,
 {
     fn build(
         &self,
@@ -149,7 +160,7 @@ where
         env: &BuildEnv,
     ) -> Result<ErasedLink, EngineError> {
         let next = combine_outputs::<O::Out>(outputs, &info.name)?;
-        let op = (self.factory)(info, env);
+        let op = (self.factory)(info, env, vertex)?;
         let ctx = OperatorContext::new(info.clone(), env.clock.clone());
         let restore = env
             .restore

@@ -39,6 +39,7 @@ mod error;
 mod execute;
 mod graph;
 pub mod metrics;
+pub mod state_backend;
 mod task;
 pub mod testing;
 pub mod window;
@@ -47,6 +48,6 @@ pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, Restore
 pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
-pub use graph::StateBackendFactory;
 pub use metrics::SplitMetrics;
+pub use state_backend::{StateBackendContext, StateBackendFactory};
 pub use window::{OutputTag, WindowedStream};

@@ -217,7 +217,8 @@ impl<T: Send + 'static> SourceTask<T> {
             });
             return Ok(());
         };
-        let mut snap = TaskSnapshot::default();
+        let task = self.info.to_string();
+        let mut snap = control.new_snapshot(id, &task);
         snap.sources.push(SourceSnapshot {
             vertex: self.vertex,
             positions,
@@ -229,7 +230,7 @@ impl<T: Send + 'static> SourceTask<T> {
                 .collect(),
         });
         self.head.barrier(self.env.barrier(id), &mut snap)?;
-        control.write_and_ack(id, &self.info.to_string(), &snap);
+        control.write_and_ack(id, &task, &snap);
         Ok(())
     }
 
@@ -531,7 +532,7 @@ impl<T: Send + 'static> InputTask<T> {
         let Some(control) = self.env.checkpoints.clone() else {
             return self.head.barrier(b, &mut TaskSnapshot::default());
         };
-        let mut snap = TaskSnapshot::default();
+        let mut snap = control.new_snapshot(b.id, &self.name);
         self.head.barrier(b, &mut snap)?;
         control.write_and_ack(b.id, &self.name, &snap);
         Ok(())

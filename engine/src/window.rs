@@ -225,15 +225,16 @@ where
             .keyed
             .stream
             .clone()
-            .add_operator(&self.name, move |_, env| {
+            .add_operator(&self.name, move |info, env, vertex| {
                 let key = Arc::clone(&key);
-                let mut op = make(Box::new(move |t: &T| key(t)), (env.state_backend)())
+                let backend = env.keyed_backend(vertex, info)?;
+                let mut op = make(Box::new(move |t: &T| key(t)), backend)
                     .allowed_lateness(lateness)
                     .emit_late_records(emit_late);
                 if let Some(t) = trigger {
                     op = op.trigger(t);
                 }
-                op
+                Ok(op)
             });
         let both = match self.parallelism {
             Some(p) => both.set_parallelism(p),

@@ -203,10 +203,12 @@ where
     fn snapshot_state(
         &mut self,
         _checkpoint: CheckpointId,
-        _ctx: &mut OperatorContext,
+        ctx: &mut OperatorContext,
         snapshot: &mut StateSnapshot,
     ) -> OpResult {
-        snapshot_keyed(self.state.backend(), &self.timers, snapshot).map_err(OperatorError::other)
+        let key_groups = ctx.info().key_groups();
+        snapshot_keyed(self.state.backend_mut(), &self.timers, snapshot, key_groups)
+            .map_err(OperatorError::other)
     }
 
     fn restore_state(&mut self, ctx: &mut OperatorContext, state: &RestoredState) -> OpResult {

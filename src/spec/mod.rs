@@ -85,6 +85,9 @@ pub struct JobSpec {
     /// Take a checkpoint this often (`10s`; default: no checkpoints).
     #[serde(default)]
     pub checkpoint_interval: Option<DurationSpec>,
+    /// Where keyed state lives (default `rocksdb`, in the data directory).
+    #[serde(default)]
+    pub state_backend: Option<StateBackendKind>,
     /// Where rows come from.
     pub sources: Vec<SourceSpec>,
     /// What happens to them, in order.
@@ -92,6 +95,16 @@ pub struct JobSpec {
     pub steps: Vec<StepSpec>,
     /// Where results go.
     pub sinks: Vec<SinkSpec>,
+}
+
+/// Where a job keeps its keyed state (Flink's `state.backend.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackendKind {
+    /// In memory, as Rust values: fastest, bounded by memory.
+    Memory,
+    /// In RocksDB under `<data-dir>/state/<job>`: state may outgrow memory.
+    Rocksdb,
 }
 
 /// Row format of a file.

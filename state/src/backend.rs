@@ -5,7 +5,12 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::Bound;
 
-use brook_core::keys::KeyGroup;
+use std::path::Path;
+
+use brook_core::checkpoint::{NativeKeyedState, SnapshotStorage};
+use brook_core::keys::{KeyGroup, KeyGroupRange};
+
+use crate::Result;
 
 /// Builds the full key of an entry: `key group (2 bytes BE) | key length (4 bytes BE) |
 /// key | namespace length (4 bytes BE) | namespace`. Big-endian key groups sort
@@ -62,6 +67,35 @@ pub trait KeyedStateBackend: Send + Debug {
     /// [`BackendKind::Heap`], typed tables bypass the byte store.
     fn kind(&self) -> BackendKind {
         BackendKind::Serialized
+    }
+    /// Writes every entry (of key groups `key_groups`, the subtask's) as files of the
+    /// backend's own format into `storage`, sharing files that did not change since an
+    /// earlier checkpoint. `None` (the default) when the backend has no such format;
+    /// the caller then writes key-group blobs ([`crate::snapshot::snapshot_keyed`]).
+    ///
+    /// # Errors
+    /// [`crate::StateError::RocksDb`] (or the backend's own) when files cannot be
+    /// written.
+    fn snapshot_native(
+        &mut self,
+        _storage: &SnapshotStorage,
+        _key_groups: KeyGroupRange,
+    ) -> Result<Option<NativeKeyedState>> {
+        Ok(None)
+    }
+    /// Takes over `states` (files relative to `root`) as they are, if the backend can:
+    /// it is empty, the files are of its format and cover `key_groups`. `false` (the
+    /// default) when it cannot; the caller then reads the entries out of the files.
+    ///
+    /// # Errors
+    /// When the files cannot be read or opened.
+    fn restore_native(
+        &mut self,
+        _states: &[NativeKeyedState],
+        _root: &Path,
+        _key_groups: KeyGroupRange,
+    ) -> Result<bool> {
+        Ok(false)
     }
 }
 

@@ -35,7 +35,8 @@ pub use crate::rocksdb::{RocksDbOptions, RocksDbStateBackend};
 pub use backend::{BackendKind, KeyedStateBackend, MemoryStateBackend};
 pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
 pub use table::{
-    namespaced_table, BytesTable, FastHashMap, HeapTable, NamespaceMajorTable, NamespacedTable,
+    namespaced_table, read_native_entries, BytesTable, FastHashMap, HeapTable, NamespaceMajorTable,
+    NamespacedTable,
 };
 pub use timer_queue::TimerQueue;
 pub use timers::{TimeDomain, Timer, TimerService};

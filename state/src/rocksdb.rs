@@ -44,10 +44,15 @@
 //!   (the prefix's successor), so iteration stops at the end of the prefix.
 //! - **lz4 compression** (cheap to build: bundled C, no system library; fast to
 //!   decompress on the read path).
+//! - **Write-back cache** ([`RocksDbOptions::write_cache_bytes`], 8 MiB): `put` and
+//!   `delete` collect in an ordered map that reads and scans consult first, and go to
+//!   RocksDB in one write batch when it is full, before a native checkpoint, and when
+//!   a kept directory closes. An aggregate updated by every record of its key and
+//!   window then costs RocksDB one write per flush, not one per record.
 //! - **`len` is exact**: a counter kept by `put` (+1 when the key was new) and
-//!   `delete` (−1 when it was there), which costs one point lookup per write (bloom
-//!   filters make it cheap for new keys; `delete` of a missing key then writes no
-//!   tombstone). On open it comes from the count stored with a checkpoint or a kept
+//!   `delete` (−1 when it was there), which costs one point lookup per entry not in
+//!   the write-back cache (bloom filters make it cheap for new keys; `delete` of a
+//!   missing key then writes no tombstone). On open it comes from the count stored with a checkpoint or a kept
 //!   directory, else from one scan of the keys.
 //!
 //! # Errors
@@ -59,13 +64,16 @@
 //! module.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use ::rocksdb as rdb;
+
+use brook_core::checkpoint::{NativeKeyedState, SnapshotStorage};
+use brook_core::keys::KeyGroupRange;
 
 use crate::backend::{BackendKind, EntryVisitor, KeyedStateBackend};
 use crate::StateError;
@@ -86,6 +94,7 @@ pub struct RocksDbOptions {
     write_buffer_bytes: usize,
     bloom_bits_per_key: f64,
     background_jobs: i32,
+    write_cache_bytes: usize,
     shared: Arc<OnceLock<SharedMemory>>,
 }
 
@@ -102,19 +111,21 @@ impl fmt::Debug for RocksDbOptions {
             .field("write_buffer_bytes", &self.write_buffer_bytes)
             .field("bloom_bits_per_key", &self.bloom_bits_per_key)
             .field("background_jobs", &self.background_jobs)
+            .field("write_cache_bytes", &self.write_cache_bytes)
             .finish_non_exhaustive()
     }
 }
 
 impl Default for RocksDbOptions {
     /// 256 MiB shared memory, 16 MiB write buffers, 10 bloom bits per key, 2
-    /// background jobs.
+    /// background jobs, an 8 MiB write-back cache per instance.
     fn default() -> Self {
         RocksDbOptions {
             memory_bytes: 256 << 20,
             write_buffer_bytes: 16 << 20,
             bloom_bits_per_key: 10.0,
             background_jobs: 2,
+            write_cache_bytes: 8 << 20,
             shared: Arc::default(),
         }
     }
@@ -137,6 +148,17 @@ impl RocksDbOptions {
     /// Size of one column family's memtable (RocksDB's `write_buffer_size`).
     pub fn write_buffer_bytes(mut self, bytes: usize) -> Self {
         self.write_buffer_bytes = bytes;
+        self
+    }
+
+    /// Size of each instance's write-back cache (approximate bytes of keys and values;
+    /// 0 turns it off): writes collect in memory and go to RocksDB in one write batch
+    /// when the cache is full, before a native checkpoint and when a kept directory
+    /// closes. Repeated updates of one entry (an aggregate per key and window) then
+    /// cost one RocksDB write, and the existence check behind the exact `len` is
+    /// made once per entry, not per update.
+    pub fn write_cache_bytes(mut self, bytes: usize) -> Self {
+        self.write_cache_bytes = bytes;
         self
     }
 
@@ -228,6 +250,43 @@ fn has_key_prefix(key: &[u8]) -> bool {
     key_prefix_len(key).is_some()
 }
 
+/// The format of native snapshots ([`NativeKeyedState::format`]).
+const NATIVE_FORMAT: &str = "rocksdb/1";
+
+/// A name no other instance of this job gets: time, process and a counter.
+fn new_instance_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{n}", std::process::id())
+}
+
+/// Fsyncs a directory, so the names in it survive a crash.
+fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Passes the cached writes with keys below `bound` (all, for `None`) to `f`, skipping
+/// cached deletes: the part of a merged scan that comes before a stored key.
+fn merge_cached_until<'a, I>(
+    cached: &mut std::iter::Peekable<I>,
+    bound: Option<&[u8]>,
+    f: &mut dyn FnMut(&[u8], &[u8]),
+) where
+    I: Iterator<Item = (&'a Vec<u8>, &'a Pending)>,
+{
+    while let Some((k, _)) = cached.peek() {
+        if bound.is_some_and(|b| k.as_slice() >= b) {
+            return;
+        }
+        if let Some((k, Pending { value: Some(v), .. })) = cached.next() {
+            f(k, v);
+        }
+    }
+}
+
 /// The smallest byte string greater than every string starting with `prefix`, or
 /// `None` when there is none (`prefix` is empty or all `0xff`).
 fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
@@ -282,8 +341,29 @@ pub struct RocksDbStateBackend {
     /// Names of the states (column families other than an empty `default`), sorted.
     states: BTreeSet<String>,
     len: usize,
+    /// Writes not yet in RocksDB, per state, in key order (scans merge them in).
+    pending: BTreeMap<String, BTreeMap<Vec<u8>, Pending>>,
+    /// Approximate bytes held by `pending`.
+    pending_bytes: usize,
+    write_cache_bytes: usize,
+    /// Names this instance's SST files in a checkpoint's shared directory.
+    instance: String,
+    options: RocksDbOptions,
     guard: DirGuard,
 }
+
+/// A write held in the write-back cache.
+#[derive(Debug)]
+struct Pending {
+    /// The new value, or `None` for a delete.
+    value: Option<Vec<u8>>,
+    /// Whether RocksDB holds the key (a delete of a key it does not hold writes no
+    /// tombstone).
+    in_db: bool,
+}
+
+/// What one cached entry is charged beyond its key and value (map nodes, lengths).
+const PENDING_OVERHEAD: usize = 64;
 
 impl fmt::Debug for RocksDbStateBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -341,6 +421,11 @@ impl RocksDbStateBackend {
             read: rdb::ReadOptions::default(),
             states: names.into_iter().collect(),
             len: 0,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            write_cache_bytes: options.write_cache_bytes,
+            instance: new_instance_id(),
+            options: options.clone(),
             guard: DirGuard {
                 dir: dir.to_path_buf(),
                 keep: false,
@@ -409,14 +494,157 @@ impl RocksDbStateBackend {
     /// # Errors
     /// [`StateError::RocksDb`] when the flush or the checkpoint fails (for example,
     /// `dir` exists).
-    pub fn checkpoint_to(&self, dir: &Path) -> Result<(), StateError> {
+    pub fn checkpoint_to(&mut self, dir: &Path) -> Result<(), StateError> {
         let err = |op| error(op, dir);
+        self.write_back().map_err(|e| err("write back")(&e))?;
         self.flush_memtables().map_err(|e| err("flush")(&e))?;
         let cp = rdb::checkpoint::Checkpoint::new(&self.db).map_err(|e| err("checkpoint")(&e))?;
         cp.create_checkpoint(dir)
             .map_err(|e| err("checkpoint")(&e))?;
         fs::write(dir.join(LEN_FILE), self.len.to_string())
             .map_err(|e| err("write entry count")(&e))
+    }
+
+    /// Writes a native checkpoint into `storage` (see
+    /// [`KeyedStateBackend::snapshot_native`]): a RocksDB checkpoint in the private
+    /// directory, whose SST files then move to the shared directory as
+    /// `<instance>-<file>.sst` unless a file of that name is there already (SST
+    /// files never change, so an earlier checkpoint of this instance put the same
+    /// bytes there). Only SST files written since the last checkpoint are new: the
+    /// checkpoint is incremental. Same file system as the working directory: links,
+    /// not copies.
+    fn native_checkpoint(
+        &mut self,
+        storage: &SnapshotStorage,
+        key_groups: KeyGroupRange,
+    ) -> Result<NativeKeyedState, StateError> {
+        let private = storage.root.join(&storage.private_dir);
+        let shared = storage.root.join(&storage.shared_dir);
+        fs::create_dir_all(&shared).map_err(|e| error("create directory", &shared)(&e))?;
+        if let Some(parent) = private.parent() {
+            fs::create_dir_all(parent).map_err(|e| error("create directory", parent)(&e))?;
+        }
+        self.checkpoint_to(&private)?;
+        let rel = |dir: &Path, name: &str| format!("{}/{name}", dir.to_string_lossy());
+        let mut files = Vec::new();
+        let entries = fs::read_dir(&private).map_err(|e| error("read checkpoint", &private)(&e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| error("read checkpoint", &private)(&e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".sst") {
+                let shared_name = format!("{}-{name}", self.instance);
+                let target = shared.join(&shared_name);
+                if target.exists() {
+                    fs::remove_file(entry.path())
+                } else {
+                    fs::rename(entry.path(), &target)
+                }
+                .map_err(|e| error("move to the shared directory", &target)(&e))?;
+                files.push((name, rel(&storage.shared_dir, &shared_name)));
+            } else {
+                files.push((name.clone(), rel(&storage.private_dir, &name)));
+            }
+        }
+        files.sort();
+        fsync_dir(&shared)
+            .and_then(|()| fsync_dir(&private))
+            .map_err(|e| error("sync", &private)(&e))?;
+        Ok(NativeKeyedState {
+            format: NATIVE_FORMAT.into(),
+            key_groups,
+            files,
+            instance: self.instance.clone(),
+            entries: self.len as u64,
+        })
+    }
+
+    /// Opens a working copy of native state `state` (files relative to `root`) in
+    /// `dir`, which must not exist: files linked (copied across file systems).
+    fn open_native(
+        state: &NativeKeyedState,
+        root: &Path,
+        dir: &Path,
+        options: RocksDbOptions,
+    ) -> Result<Self, StateError> {
+        if state.format != NATIVE_FORMAT {
+            return Err(error("restore", root)(&format_args!(
+                "native state of format {:?}, this brook reads {NATIVE_FORMAT:?}",
+                state.format
+            )));
+        }
+        let linked = (|| {
+            fs::create_dir_all(dir).map_err(|e| error("create directory", dir)(&e))?;
+            for (name, path) in &state.files {
+                if name.contains('/') || name.contains("..") || path.contains("..") {
+                    return Err(error("restore", root)(&format_args!(
+                        "bad file reference {name:?} -> {path:?}"
+                    )));
+                }
+                let (from, to) = (root.join(path), dir.join(name));
+                let immutable = name.ends_with(".sst") || name.ends_with(".blob");
+                if !(immutable && fs::hard_link(&from, &to).is_ok()) {
+                    fs::copy(&from, &to).map_err(|e| error("copy checkpoint file", &from)(&e))?;
+                }
+            }
+            Self::open(dir, options)
+        })();
+        if linked.is_err() {
+            let _ = fs::remove_dir_all(dir);
+        }
+        linked
+    }
+
+    /// Deletes every entry outside `keep` (after a restore from files that cover
+    /// more key groups than this subtask owns) and recounts.
+    fn retain_key_groups(&mut self, keep: KeyGroupRange) -> Result<(), StateError> {
+        let dir = self.guard.dir.clone();
+        for state in &self.states {
+            let Some(cf) = self.db.cf_handle(state) else {
+                continue;
+            };
+            let below = (keep.start as u16).to_be_bytes();
+            if keep.start > 0 {
+                self.db
+                    .delete_range_cf_opt(cf, [0u8, 0].as_slice(), below.as_slice(), &self.write)
+                    .map_err(|e| error("delete range", &dir)(&e))?;
+            }
+            // Key groups are below 2^15 (the largest max parallelism), so `ff ff`
+            // is above every key.
+            let above = (keep.end as u16).saturating_add(1).to_be_bytes();
+            self.db
+                .delete_range_cf_opt(cf, above.as_slice(), [0xffu8, 0xff].as_slice(), &self.write)
+                .map_err(|e| error("delete range", &dir)(&e))?;
+        }
+        self.len = self.count_entries()?;
+        Ok(())
+    }
+
+    /// Calls `f(state, key, value)` for each entry of key groups `key_groups` in
+    /// native state `state` (files relative to `root`), of any layout of key groups:
+    /// the restore path for another parallelism or another backend. The files are
+    /// opened in a scratch copy under `root`, removed afterwards.
+    ///
+    /// # Errors
+    /// [`StateError::RocksDb`] when the files cannot be linked, opened or read.
+    pub fn read_native(
+        state: &NativeKeyedState,
+        root: &Path,
+        key_groups: KeyGroupRange,
+        f: &mut EntryVisitor<'_>,
+    ) -> Result<(), StateError> {
+        let scratch = root.join(format!(".restore-{}", new_instance_id()));
+        let options = RocksDbOptions::default().write_cache_bytes(0);
+        let copy = Self::open_native(state, root, &scratch, options)?;
+        copy.for_each_entry(&mut |name, key, value| {
+            let kg = match key {
+                [a, b, ..] => u32::from(u16::from_be_bytes([*a, *b])),
+                _ => return,
+            };
+            if key_groups.contains(kg as brook_core::keys::KeyGroup) {
+                f(name, key, value);
+            }
+        });
+        Ok(())
     }
 
     /// Whether the directory stays when the backend is dropped (default: it is
@@ -432,13 +660,95 @@ impl RocksDbStateBackend {
         &self.guard.dir
     }
 
-    /// Flushes every state's memtable to SST files (checkpoints do this themselves).
+    /// Writes the write-back cache to RocksDB and flushes every state's memtable to
+    /// SST files (checkpoints do this themselves).
     ///
     /// # Errors
-    /// [`StateError::RocksDb`] when the flush fails.
-    pub fn flush(&self) -> Result<(), StateError> {
-        self.flush_memtables()
+    /// [`StateError::RocksDb`] when the write or the flush fails.
+    pub fn flush(&mut self) -> Result<(), StateError> {
+        self.write_back()
+            .and_then(|()| self.flush_memtables())
             .map_err(|e| error("flush", &self.guard.dir)(&e))
+    }
+
+    /// Writes the write-back cache to RocksDB in one batch.
+    fn write_back(&mut self) -> Result<(), rdb::Error> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        for state in self.pending.keys() {
+            if self.db.cf_handle(state).is_none() {
+                self.db.create_cf(state, &self.cf_options)?;
+                self.states.insert(state.clone());
+            }
+        }
+        let mut batch = rdb::WriteBatch::default();
+        for (state, entries) in &self.pending {
+            let Some(cf) = self.db.cf_handle(state) else {
+                continue; // created above
+            };
+            for (key, p) in entries {
+                match &p.value {
+                    Some(v) => batch.put_cf(cf, key, v),
+                    None if p.in_db => batch.delete_cf(cf, key),
+                    None => {}
+                }
+            }
+        }
+        self.db.write_opt(batch, &self.write)?;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        Ok(())
+    }
+
+    /// Whether RocksDB (not the cache) holds `key` in `state`.
+    fn in_db(&self, state: &str, key: &[u8]) -> bool {
+        self.db
+            .cf_handle(state)
+            .is_some_and(|cf| self.contains(cf, key))
+    }
+
+    /// Records a write (`None`: a delete) in the cache and keeps `len`; writes the
+    /// cache back when full.
+    fn write(&mut self, state: &str, key: &[u8], value: Option<Vec<u8>>) {
+        let is_put = value.is_some();
+        let new_bytes = value.as_ref().map_or(0, Vec::len);
+        if let Some(p) = self.pending.get_mut(state).and_then(|m| m.get_mut(key)) {
+            let existed = p.value.is_some();
+            let old_bytes = p.value.as_ref().map_or(0, Vec::len);
+            p.value = value;
+            self.pending_bytes = (self.pending_bytes + new_bytes).saturating_sub(old_bytes);
+            match (existed, is_put) {
+                (false, true) => self.len += 1,
+                (true, false) => self.len -= 1,
+                _ => {}
+            }
+        } else {
+            let in_db = self.in_db(state, key);
+            if !in_db && !is_put {
+                return; // deleting what is not there
+            }
+            self.pending_bytes += key.len() + new_bytes + PENDING_OVERHEAD;
+            let entries = match self.pending.get_mut(state) {
+                Some(m) => m,
+                None => self.pending.entry(state.to_string()).or_default(),
+            };
+            entries.insert(key.to_vec(), Pending { value, in_db });
+            match (in_db, is_put) {
+                (false, true) => self.len += 1,
+                (true, false) => self.len -= 1,
+                _ => {}
+            }
+        }
+        self.write_back_if_full();
+    }
+
+    fn write_back_if_full(&mut self) {
+        if self.pending_bytes > self.write_cache_bytes {
+            if let Err(e) = self.write_back() {
+                self.fail("write back", &e);
+            }
+        }
     }
 
     fn flush_memtables(&self) -> Result<(), rdb::Error> {
@@ -508,7 +818,8 @@ impl Drop for RocksDbStateBackend {
     fn drop(&mut self) {
         if self.guard.keep {
             // Closing flushes the memtables (no WAL); the count spares the next open a
-            // scan.
+            // scan. Nothing to report an error to in drop.
+            let _ = self.write_back();
             let _ = fs::write(self.guard.dir.join(LEN_FILE), self.len.to_string());
         } else {
             // The directory goes away: skip the flush on close.
@@ -521,6 +832,9 @@ impl Drop for RocksDbStateBackend {
 
 impl KeyedStateBackend for RocksDbStateBackend {
     fn get(&self, state: &str, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        if let Some(p) = self.pending.get(state).and_then(|m| m.get(key)) {
+            return p.value.as_deref().map(Cow::Borrowed);
+        }
         let cf = self.db.cf_handle(state)?;
         match self.db.get_pinned_cf_opt(cf, key, &self.read) {
             Ok(v) => v.map(|v| Cow::Owned(v.to_vec())),
@@ -529,65 +843,70 @@ impl KeyedStateBackend for RocksDbStateBackend {
     }
 
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
-        if self.db.cf_handle(state).is_none() {
-            if let Err(e) = self.db.create_cf(state, &self.cf_options) {
-                self.fail("create column family", &e);
-            }
-            self.states.insert(state.to_string());
-        }
-        let Some(cf) = self.db.cf_handle(state) else {
-            panic!("RocksDB state backend: column family {state:?} missing after creation")
-        };
-        let existed = self.contains(cf, key);
-        if let Err(e) = self.db.put_cf_opt(cf, key, value, &self.write) {
-            self.fail("put", &e);
-        }
-        if !existed {
-            self.len += 1;
-        }
+        self.write(state, key, Some(value));
     }
 
     fn delete(&mut self, state: &str, key: &[u8]) {
-        let Some(cf) = self.db.cf_handle(state) else {
-            return;
-        };
-        if !self.contains(cf, key) {
-            return;
-        }
-        if let Err(e) = self.db.delete_cf_opt(cf, key, &self.write) {
-            self.fail("delete", &e);
-        }
-        self.len -= 1;
+        self.write(state, key, None);
     }
 
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let Some(cf) = self.db.cf_handle(state) else {
-            return Vec::new();
-        };
-        let mut ro = rdb::ReadOptions::default();
-        if let Some(upper) = prefix_successor(prefix) {
-            ro.set_iterate_upper_bound(upper);
-        }
-        if has_key_prefix(prefix) {
-            // Every key starting with `prefix` has the same extracted prefix: the
-            // prefix blooms may skip files.
-            ro.set_prefix_same_as_start(true);
-        } else {
-            ro.set_total_order_seek(true);
-        }
-        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
-        it.seek(prefix);
         let mut out = Vec::new();
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if !k.starts_with(prefix) {
-                break;
+        let pending = self.pending.get(state);
+        let mut cached = pending
+            .into_iter()
+            .flat_map(|m| {
+                m.range::<[u8], _>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
+            })
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .peekable();
+        if let Some(cf) = self.db.cf_handle(state) {
+            let mut ro = rdb::ReadOptions::default();
+            if let Some(upper) = prefix_successor(prefix) {
+                ro.set_iterate_upper_bound(upper);
             }
-            out.push((k.to_vec(), v.to_vec()));
-            it.next();
+            if has_key_prefix(prefix) {
+                // Every key starting with `prefix` has the same extracted prefix: the
+                // prefix blooms may skip files.
+                ro.set_prefix_same_as_start(true);
+            } else {
+                ro.set_total_order_seek(true);
+            }
+            let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+            it.seek(prefix);
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                // Cached writes before this key, then this key (cached or stored).
+                merge_cached_until(&mut cached, Some(k), &mut |ck, cv| {
+                    out.push((ck.to_vec(), cv.to_vec()))
+                });
+                if cached.peek().is_some_and(|(ck, _)| ck.as_slice() == k) {
+                    if let Some((
+                        ck,
+                        Pending {
+                            value: Some(cv), ..
+                        },
+                    )) = cached.next()
+                    {
+                        out.push((ck.clone(), cv.clone()));
+                    }
+                } else {
+                    out.push((k.to_vec(), v.to_vec()));
+                }
+                it.next();
+            }
+            if let Err(e) = it.status() {
+                self.fail("scan", &e);
+            }
         }
-        if let Err(e) = it.status() {
-            self.fail("scan", &e);
-        }
+        merge_cached_until(&mut cached, None, &mut |ck, cv| {
+            out.push((ck.to_vec(), cv.to_vec()))
+        });
         out
     }
 
@@ -596,24 +915,89 @@ impl KeyedStateBackend for RocksDbStateBackend {
     }
 
     fn for_each_entry(&self, f: &mut EntryVisitor<'_>) {
-        for state in &self.states {
-            let Some(cf) = self.db.cf_handle(state) else {
-                continue;
-            };
-            let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
-            it.seek_to_first();
-            while let (Some(k), Some(v)) = (it.key(), it.value()) {
-                f(state, k, v);
-                it.next();
+        let names: BTreeSet<&str> = self
+            .states
+            .iter()
+            .chain(self.pending.keys())
+            .map(String::as_str)
+            .collect();
+        for state in names {
+            let mut cached = self
+                .pending
+                .get(state)
+                .into_iter()
+                .flat_map(|m| m.iter())
+                .peekable();
+            if let Some(cf) = self.db.cf_handle(state) {
+                let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
+                it.seek_to_first();
+                while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                    merge_cached_until(&mut cached, Some(k), &mut |ck, cv| f(state, ck, cv));
+                    if cached.peek().is_some_and(|(ck, _)| ck.as_slice() == k) {
+                        if let Some((
+                            ck,
+                            Pending {
+                                value: Some(cv), ..
+                            },
+                        )) = cached.next()
+                        {
+                            f(state, ck, cv);
+                        }
+                    } else {
+                        f(state, k, v);
+                    }
+                    it.next();
+                }
+                if let Err(e) = it.status() {
+                    self.fail("scan", &e);
+                }
             }
-            if let Err(e) = it.status() {
-                self.fail("scan", &e);
-            }
+            merge_cached_until(&mut cached, None, &mut |ck, cv| f(state, ck, cv));
         }
     }
 
     fn kind(&self) -> BackendKind {
         BackendKind::Serialized
+    }
+
+    fn snapshot_native(
+        &mut self,
+        storage: &SnapshotStorage,
+        key_groups: KeyGroupRange,
+    ) -> Result<Option<NativeKeyedState>, StateError> {
+        self.native_checkpoint(storage, key_groups).map(Some)
+    }
+
+    fn restore_native(
+        &mut self,
+        states: &[NativeKeyedState],
+        root: &Path,
+        key_groups: KeyGroupRange,
+    ) -> Result<bool, StateError> {
+        let [state] = states else {
+            return Ok(false);
+        };
+        let covers =
+            state.key_groups.start <= key_groups.start && key_groups.end <= state.key_groups.end;
+        if state.format != NATIVE_FORMAT || !covers || self.len > 0 || !self.pending.is_empty() {
+            return Ok(false);
+        }
+        // The files become a new instance beside this (empty) one, which goes.
+        let dir = self
+            .guard
+            .dir
+            .with_extension(format!("r{}", new_instance_id()));
+        let mut restored = Self::open_native(state, root, &dir, self.options.clone())?;
+        restored.guard.keep = self.guard.keep;
+        if state.key_groups == key_groups {
+            // This subtask alone continues the instance: its later checkpoints share
+            // the files already in the shared directory.
+            restored.instance = state.instance.clone();
+        } else {
+            restored.retain_key_groups(key_groups)?;
+        }
+        *self = restored;
+        Ok(true)
     }
 }
 

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use brook_core::checkpoint::{RestoredState, StateSnapshot};
-use brook_core::keys::KeyGroup;
+use brook_core::keys::{KeyGroup, KeyGroupRange};
 use brook_core::time::Millis;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::KeyedStateBackend;
+use crate::rocksdb::RocksDbStateBackend;
 use crate::timers::{TimeDomain, Timer, TimerService};
 use crate::{Result, StateError};
 
@@ -39,24 +40,35 @@ fn codec(op: &'static str) -> impl FnOnce(bincode::Error) -> StateError {
     }
 }
 
-/// Writes every entry of `backend` and every timer of `timers` into `snap`, one blob
-/// per key group.
+/// Writes every entry of `backend` and every timer of `timers` into `snap`: timers
+/// one blob per key group; entries as the backend's native files when the snapshot
+/// offers storage (a checkpoint) and the backend has a native format (RocksDB:
+/// incremental), else in the key-group blobs. `key_groups` are the subtask's.
 ///
 /// # Errors
-/// [`StateError::Codec`] if a blob cannot be encoded.
+/// [`StateError::Codec`] if a blob cannot be encoded; the backend's error when its
+/// native snapshot fails.
 pub fn snapshot_keyed(
-    backend: &dyn KeyedStateBackend,
+    backend: &mut dyn KeyedStateBackend,
     timers: &TimerService,
     snap: &mut StateSnapshot,
+    key_groups: KeyGroupRange,
 ) -> Result<()> {
     let mut groups: BTreeMap<KeyGroup, KeyGroupState> = BTreeMap::new();
-    backend.for_each_entry(&mut |state, key, value| {
-        groups.entry(key_group_of(key)).or_default().entries.push((
-            state.to_string(),
-            key.to_vec(),
-            value.to_vec(),
-        ));
-    });
+    let native = match snap.storage().cloned() {
+        Some(storage) => backend.snapshot_native(&storage, key_groups)?,
+        None => None,
+    };
+    match native {
+        Some(n) => snap.put_native(n),
+        None => backend.for_each_entry(&mut |state, key, value| {
+            groups.entry(key_group_of(key)).or_default().entries.push((
+                state.to_string(),
+                key.to_vec(),
+                value.to_vec(),
+            ));
+        }),
+    }
     for (domain, t) in timers.iter() {
         groups.entry(t.key_group).or_default().timers.push((
             domain == TimeDomain::EventTime,
@@ -73,15 +85,19 @@ pub fn snapshot_keyed(
     Ok(())
 }
 
-/// Puts the entries and timers of the restored key groups back.
+/// Puts the entries and timers of the restored key groups back: native files taken
+/// over by the backend where it can (same format and key groups), else read entry by
+/// entry; then the key-group blobs.
 ///
 /// # Errors
-/// [`StateError::Codec`] for a blob of another format or a damaged one.
+/// [`StateError::Codec`] for a blob of another format or a damaged one;
+/// [`StateError::RocksDb`] when native files cannot be read.
 pub fn restore_keyed(
     restored: &RestoredState,
     backend: &mut dyn KeyedStateBackend,
     timers: &mut TimerService,
 ) -> Result<()> {
+    restore_native(restored, backend)?;
     for (kg, blob) in restored.keyed() {
         let Some((&version, rest)) = blob.split_first() else {
             continue;
@@ -119,6 +135,36 @@ pub fn restore_keyed(
     Ok(())
 }
 
+/// Restores the native keyed state of `restored` into `backend` (see
+/// [`restore_keyed`]); operators that keep timers elsewhere call this and read the
+/// blobs themselves.
+///
+/// # Errors
+/// [`StateError::RocksDb`] when native files cannot be read, or the restore lacks the
+/// checkpoint directory or the key groups.
+pub fn restore_native(restored: &RestoredState, backend: &mut dyn KeyedStateBackend) -> Result<()> {
+    let (native, root) = restored.native();
+    if native.is_empty() {
+        return Ok(());
+    }
+    let (Some(root), Some(range)) = (root, restored.key_groups()) else {
+        return Err(StateError::RocksDb {
+            path: Default::default(),
+            op: "restore",
+            message: "native state without its checkpoint directory or key groups".into(),
+        });
+    };
+    if backend.restore_native(native, root, range)? {
+        return Ok(());
+    }
+    for n in native {
+        RocksDbStateBackend::read_native(n, root, range, &mut |state, key, value| {
+            backend.put(state, key, value.to_vec())
+        })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,7 +190,7 @@ mod tests {
             );
         }
         let mut snap = StateSnapshot::new();
-        snapshot_keyed(&b, &t, &mut snap).unwrap();
+        snapshot_keyed(&mut b, &t, &mut snap, key_group_range(128, 1, 0)).unwrap();
         let mut total = 0;
         for i in 0..3 {
             let range = key_group_range(128, 3, i);

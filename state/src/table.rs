@@ -22,7 +22,8 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
-use brook_core::keys::KeyGroup;
+use brook_core::checkpoint::{NativeKeyedState, RestoredState, SnapshotStorage};
+use brook_core::keys::{KeyGroup, KeyGroupRange};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -86,6 +87,30 @@ pub trait NamespacedTable<K, N, V>: Send + fmt::Debug {
     /// # Errors
     /// As [`NamespacedTable::get_mut`].
     fn for_each_entry(&mut self, f: &mut dyn FnMut(&K, &N, &V)) -> Result<()>;
+
+    /// Writes the table's backend as native files into `storage` (see
+    /// [`KeyedStateBackend::snapshot_native`]); `None` for heap tables and backends
+    /// without a native format, whose entries the caller writes itself.
+    ///
+    /// # Errors
+    /// The backend's error when its snapshot fails.
+    fn snapshot_native(
+        &mut self,
+        _storage: &SnapshotStorage,
+        _key_groups: KeyGroupRange,
+    ) -> Result<Option<NativeKeyedState>> {
+        Ok(None)
+    }
+
+    /// Restores the native keyed state of `restored` into the table's backend;
+    /// `false` for heap tables (the caller then decodes the entries with
+    /// [`read_native_entries`]).
+    ///
+    /// # Errors
+    /// As [`crate::snapshot::restore_native`].
+    fn restore_native(&mut self, _restored: &RestoredState) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The table for state `name` over `backend`: a [`HeapTable`] when the backend's kind is
@@ -544,6 +569,58 @@ where
     }
 }
 
+/// The entries of table `name` in the native keyed state of `restored`, decoded, with
+/// their key groups: for operators that keep the table on the heap and restore a
+/// checkpoint taken on a byte backend (RocksDB).
+///
+/// # Errors
+/// As [`crate::snapshot::restore_native`]; [`StateError::Codec`] for an entry that
+/// does not decode.
+pub fn read_native_entries<K, N, V>(
+    name: &str,
+    restored: &RestoredState,
+) -> Result<Vec<(KeyGroup, K, N, V)>>
+where
+    K: DeserializeOwned,
+    N: DeserializeOwned,
+    V: DeserializeOwned,
+{
+    let mut bytes = crate::MemoryStateBackend::serialized();
+    crate::snapshot::restore_native(restored, &mut bytes)?;
+    let mut out = Vec::new();
+    let mut failed = None;
+    let codec = |source| StateError::Codec {
+        state: name.to_string(),
+        op: "decode",
+        source,
+    };
+    for (full, value) in bytes.scan_prefix(name, &[]) {
+        let decoded = (|| {
+            let (k, n) = split_full_key(&full)
+                .ok_or_else(|| Box::new(bincode::ErrorKind::Custom("short key".into())))?;
+            // split_full_key read past the two key-group bytes.
+            let kg = KeyGroup::from(u16::from_be_bytes([full[0], full[1]]));
+            Ok::<_, bincode::Error>((
+                kg,
+                bincode::deserialize(k)?,
+                bincode::deserialize(n)?,
+                bincode::deserialize(&value)?,
+            ))
+        })();
+        match decoded {
+            Ok(e) => out.push(e),
+            Err(e) => {
+                failed = Some(codec(e));
+                break;
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 /// Splits a full key made by [`compose_key`] into its key and namespace bytes.
 fn split_full_key(full: &[u8]) -> Option<(&[u8], &[u8])> {
     let len_at = |b: &[u8], at: usize| -> Option<usize> {
@@ -635,6 +712,22 @@ where
 
     fn flush(&mut self) -> Result<()> {
         self.write_back()
+    }
+
+    fn snapshot_native(
+        &mut self,
+        storage: &SnapshotStorage,
+        key_groups: KeyGroupRange,
+    ) -> Result<Option<NativeKeyedState>> {
+        self.write_back()?;
+        self.backend.snapshot_native(storage, key_groups)
+    }
+
+    fn restore_native(&mut self, restored: &RestoredState) -> Result<bool> {
+        self.write_back()?;
+        crate::snapshot::restore_native(restored, self.backend.as_mut())?;
+        self.len = self.backend.scan_prefix(&self.name, &[]).len();
+        Ok(true)
     }
 
     fn needs_key_group(&self) -> bool {

@@ -10,7 +10,8 @@ use brook_core::keys::{key_group_for_key, KeyGroup};
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 use brook_core::time::{Millis, Watermark};
 use brook_state::{
-    namespaced_table, BackendKind, KeyedStateBackend, NamespacedTable, StateError, TimerQueue,
+    namespaced_table, read_native_entries, BackendKind, KeyedStateBackend, NamespacedTable,
+    StateError, TimerQueue,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -644,13 +645,26 @@ where
     }
 
     /// Writes every key's windows (contents, trigger state, timers; see `snapshot.rs`),
-    /// one blob per key group.
+    /// one blob per key group; on a byte backend with a native format (RocksDB) in a
+    /// checkpoint, the backend's files instead (incremental; timers are in the
+    /// entries and re-registered from them on restore).
     fn snapshot_state(
         &mut self,
         _checkpoint: CheckpointId,
         ctx: &mut OperatorContext,
         snap: &mut StateSnapshot,
     ) -> OpResult {
+        if let (Path::General, Some(storage)) = (&self.path, snap.storage().cloned()) {
+            let key_groups = ctx.info().key_groups();
+            if let Some(native) = self
+                .table
+                .snapshot_native(&storage, key_groups)
+                .map_err(state_err)?
+            {
+                snap.put_native(native);
+                return Ok(());
+            }
+        }
         let mut w = Writer::new(ctx.info().max_parallelism);
         let lateness = self.core.allowed_lateness;
         let fresh = TriggerState::default();
@@ -695,6 +709,35 @@ where
                     Ok(())
                 }
             })?;
+        }
+        if !state.native().0.is_empty() {
+            if general && self.table.restore_native(state).map_err(state_err)? {
+                let mut timers = Vec::new();
+                self.table
+                    .for_each_entry(&mut |key, w, slot| {
+                        timers.extend(slot.timers.iter().map(|(d, t)| (d, t, key.clone(), *w)));
+                    })
+                    .map_err(state_err)?;
+                for (d, t, key, w) in timers {
+                    let q = match d {
+                        Domain::Event => &mut self.core.event_timers,
+                        Domain::Processing => &mut self.core.processing_timers,
+                    };
+                    q.register(t, key, w);
+                }
+            } else {
+                let entries =
+                    read_native_entries::<K, TimeWindow, Slot<F::State>>(WINDOW_STATE, state)
+                        .map_err(state_err)?;
+                for (kg, key, w, slot) in entries {
+                    if general {
+                        self.restore_general(kg, key, w, slot)?;
+                    } else {
+                        let pending = is_pending(&w, &slot.timers);
+                        fast.push((key, w, slot.contents, pending));
+                    }
+                }
+            }
         }
         let lateness = self.core.allowed_lateness;
         match &mut self.path {
