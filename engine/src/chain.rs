@@ -173,9 +173,16 @@ impl<O: Operator> Link<O::In> for OperatorLink<O> {
             Some(st) => StateSnapshot::with_storage(st.for_operator(self.vertex)),
             None => StateSnapshot::new(),
         };
-        self.timed(|op, ctx, _| op.snapshot_state(barrier.id, ctx, &mut s))?;
-        if !s.is_empty() {
-            snap.operators.push((self.vertex, self.ctx.info().index, s));
+        match self.timed(|op, ctx, _| op.snapshot_state(barrier.id, ctx, &mut s)) {
+            Ok(()) if !s.is_empty() => snap.operators.push((self.vertex, self.ctx.info().index, s)),
+            Ok(()) => {}
+            // A state that cannot be written (its files are gone because the
+            // checkpoint was aborted, a full disk) fails this checkpoint, not the
+            // job: the operator's live state is intact.
+            Err(TaskFailure::Failed(e)) => {
+                snap.declined.get_or_insert(e.to_string());
+            }
+            Err(e) => return Err(e),
         }
         self.next.barrier(barrier, snap)
     }

@@ -103,6 +103,9 @@ pub(crate) struct TaskSnapshot {
     /// savepoints); not stored.
     #[serde(skip)]
     pub(crate) storage: Option<TaskStorage>,
+    /// Why an operator could not snapshot its state: the checkpoint fails.
+    #[serde(skip)]
+    pub(crate) declined: Option<String>,
 }
 
 /// The checkpoint storage of one task (see [`SnapshotStorage`]).
@@ -235,8 +238,12 @@ impl CheckpointControl {
 
     /// Writes a task's snapshot into checkpoint `id` and acknowledges it.
     pub(crate) fn write_and_ack(&self, id: CheckpointId, task: &str, snap: &TaskSnapshot) {
-        let result =
-            write_task_file(&self.checkpoint_dir(id), task, snap).map_err(|e| e.to_string());
+        let result = match &snap.declined {
+            Some(reason) => Err(reason.clone()),
+            None => {
+                write_task_file(&self.checkpoint_dir(id), task, snap).map_err(|e| e.to_string())
+            }
+        };
         // The coordinator may be gone (the job is ending); nothing to do then.
         let _ = self.acks.send(Ack { id, result });
     }

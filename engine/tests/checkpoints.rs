@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use brook_core::time::Millis;
 use brook_engine::testing::{CollectSink, CountPerKey, VecSource};
-use brook_engine::{latest_complete, CheckpointConfig, JobConfig, StreamEnvironment};
+use brook_engine::{
+    latest_complete, CheckpointConfig, JobConfig, StateBackendFactory, StreamEnvironment,
+};
+use brook_state::RocksDbOptions;
 
 const N: u64 = 3_000;
 const KEYS: u64 = 10;
@@ -27,8 +30,26 @@ fn run(
     fail_at: Option<u64>,
     restore: bool,
 ) -> (Result<BTreeMap<u64, u64>, String>, u64) {
+    run_on(Backend::Memory, dir, parallelism, fail_at, restore)
+}
+
+/// Where the job keeps its keyed state.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Memory,
+    /// RocksDB, working directory under the checkpoint directory's parent.
+    RocksDb,
+}
+
+fn run_on(
+    backend: Backend,
+    dir: &Path,
+    parallelism: u32,
+    fail_at: Option<u64>,
+    restore: bool,
+) -> (Result<BTreeMap<u64, u64>, String>, u64) {
     let restore = restore.then(|| latest_complete(dir).unwrap());
-    let (env, out, seen) = job(dir, parallelism, fail_at, restore);
+    let (env, out, seen) = job_on(backend, dir, parallelism, fail_at, restore);
     let r = env.execute("counts").map_err(|e| e.to_string());
     let counts = r.map(|_| out.values().into_iter().collect());
     (counts, seen.load(Ordering::SeqCst))
@@ -41,10 +62,28 @@ fn job(
     fail_at: Option<u64>,
     restore: Option<brook_engine::RestoredCheckpoint>,
 ) -> (StreamEnvironment, Counts, Arc<AtomicU64>) {
+    job_on(Backend::Memory, dir, parallelism, fail_at, restore)
+}
+
+fn job_on(
+    backend: Backend,
+    dir: &Path,
+    parallelism: u32,
+    fail_at: Option<u64>,
+    restore: Option<brook_engine::RestoredCheckpoint>,
+) -> (StreamEnvironment, Counts, Arc<AtomicU64>) {
     let restore = restore.map(Arc::new);
+    let state_backend = match backend {
+        Backend::Memory => StateBackendFactory::memory(),
+        Backend::RocksDb => StateBackendFactory::rocksdb(
+            dir.with_extension("state"),
+            RocksDbOptions::new().memory_bytes(16 << 20),
+        ),
+    };
     let config = JobConfig {
         checkpoint: Some(CheckpointConfig::new(dir, 20)),
         restore,
+        state_backend,
         ..JobConfig::with_parallelism(parallelism)
     };
     let env = StreamEnvironment::new(config);
@@ -75,13 +114,19 @@ fn expected() -> BTreeMap<u64, u64> {
 }
 
 fn fail_then_restore(before: u32, after: u32) {
-    let dir = tempfile::tempdir().unwrap();
-    let (first, _) = run(dir.path(), before, Some(2_500), false);
+    fail_then_restore_on((Backend::Memory, before), (Backend::Memory, after));
+}
+
+fn fail_then_restore_on((b1, before): (Backend, u32), (b2, after): (Backend, u32)) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cp");
+    let dir = &dir;
+    let (first, _) = run_on(b1, dir, before, Some(2_500), false);
     let err = first.unwrap_err();
     assert!(err.contains("injected failure"), "{err}");
-    let restored = latest_complete(dir.path()).unwrap();
+    let restored = latest_complete(dir).unwrap();
     assert!(restored.id >= 1);
-    let (second, seen) = run(dir.path(), after, None, true);
+    let (second, seen) = run_on(b2, dir, after, None, true);
     assert_eq!(second.unwrap(), expected());
     // The restored run resumed after the checkpoint, not from the start.
     assert!(seen < N, "the restored run read all {seen} records again");
@@ -96,6 +141,52 @@ fn a_restored_job_counts_every_record_exactly_once() {
 fn state_follows_its_key_groups_to_another_parallelism() {
     fail_then_restore(2, 1);
     fail_then_restore(2, 3);
+}
+
+#[test]
+fn rocksdb_state_is_restored_exactly_once_at_any_parallelism_and_on_either_backend() {
+    use Backend::{Memory, RocksDb};
+    fail_then_restore_on((RocksDb, 1), (RocksDb, 1));
+    fail_then_restore_on((RocksDb, 2), (RocksDb, 3));
+    fail_then_restore_on((RocksDb, 2), (RocksDb, 1));
+    // Native files read into memory, and key-group blobs written into RocksDB.
+    fail_then_restore_on((RocksDb, 2), (Memory, 1));
+    fail_then_restore_on((Memory, 1), (RocksDb, 2));
+}
+
+/// RocksDB checkpoints share SST files in `shared/`: every file a kept checkpoint
+/// lists is there, and nothing else is (files of dropped checkpoints are deleted).
+#[test]
+fn shared_state_files_are_exactly_those_of_the_kept_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cp");
+    let (r, _) = run_on(Backend::RocksDb, &dir, 2, None, false);
+    assert_eq!(r.unwrap(), expected());
+    let mut listed = std::collections::BTreeSet::new();
+    let mut kept = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let meta = e.unwrap().path().join("_metadata");
+        let Ok(text) = std::fs::read_to_string(&meta) else {
+            continue;
+        };
+        kept += 1;
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for f in v["files"].as_array().unwrap() {
+            for s in f["shared"].as_array().into_iter().flatten() {
+                listed.insert(s.as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!((1..=3).contains(&kept), "{kept} checkpoints kept");
+    let present: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("shared"))
+        .unwrap()
+        .map(|e| format!("shared/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    assert!(!listed.is_empty(), "RocksDB checkpoints are native");
+    assert_eq!(present, listed);
+    // The working directories went with the job.
+    let state = dir.with_extension("state");
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
 }
 
 #[test]

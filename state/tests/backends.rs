@@ -5,11 +5,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use brook_core::checkpoint::{RestoredState, StateSnapshot};
+use brook_core::checkpoint::{RestoredState, SnapshotStorage, StateSnapshot};
 use brook_core::keys::{key_group_range, KeyGroup};
 use brook_state::backend::compose_key;
 use brook_state::snapshot::{restore_keyed, snapshot_keyed};
@@ -722,4 +722,92 @@ fn rough_ns_per_op() {
             "{name:8} put(new) {put_new:6} ns  put(update) {put_update:6} ns  get {get:6} ns  get(missing) {get_missing:6} ns  ({N} keys, 16-byte values)"
         );
     }
+}
+
+/// Native checkpoints: a second checkpoint after a small change adds one SST file and
+/// shares the rest; the files restore at the same key groups (taken over, and the
+/// restored instance goes on sharing them) and at another parallelism, on RocksDB and
+/// in memory, with exactly the entries of each subtask's key groups.
+#[test]
+fn rocksdb_native_checkpoints_are_incremental_and_restore_at_any_parallelism() {
+    let root = fresh_dir();
+    let storage = |id: u32| SnapshotStorage {
+        root: root.clone(),
+        private_dir: format!("chk-{id}/task-op1").into(),
+        shared_dir: "shared".into(),
+    };
+    let all = key_group_range(128, 1, 0);
+    let mut b = rocks_at(&fresh_dir());
+    for kg in 0..128u32 {
+        for i in 0..20u8 {
+            b.put("s", &key(kg, &[i], b"ns"), vec![kg as u8; 64]);
+        }
+        b.put("t", &key(kg, b"x", b""), vec![1]);
+    }
+    let h1 = b.snapshot_native(&storage(1), all).unwrap().unwrap();
+    b.put("s", &key(5, b"new", b""), vec![7]);
+    b.delete("t", &key(6, b"x", b""));
+    let h2 = b.snapshot_native(&storage(2), all).unwrap().unwrap();
+    let shared = |h: &brook_core::checkpoint::NativeKeyedState| -> BTreeSet<String> {
+        h.shared_files().map(str::to_string).collect()
+    };
+    let (s1, s2) = (shared(&h1), shared(&h2));
+    assert_eq!(s1.len(), 2, "one SST per state: {s1:?}");
+    assert!(
+        s1.is_subset(&s2),
+        "unchanged files are shared: {s1:?} {s2:?}"
+    );
+    assert_eq!(s2.len() - s1.len(), 2, "the change adds one SST per state");
+    assert_eq!(h2.entries, 128 * 21);
+    let want = entries(&b);
+    drop(b);
+
+    let mut snap = StateSnapshot::new();
+    snap.put_native(h2.clone());
+    let restored = |range| RestoredState::collect([&snap], range).with_root(&root);
+    // Same key groups: the files are taken over; later checkpoints share them.
+    let mut same = rocks_at(&fresh_dir());
+    restore_keyed(&restored(all), &mut same, &mut TimerService::new()).unwrap();
+    assert_eq!(entries(&same), want);
+    assert_eq!(same.len(), want.len());
+    let h3 = same.snapshot_native(&storage(3), all).unwrap().unwrap();
+    assert_eq!(
+        shared(&h3),
+        s2,
+        "the restored instance shares the same files"
+    );
+    drop(same);
+    // Three subtasks, on RocksDB (files taken over, other key groups deleted) and in
+    // memory (entries read out of the files).
+    for into in [memory as Make, rocks as Make] {
+        let mut seen = Vec::new();
+        for i in 0..3 {
+            let range = key_group_range(128, 3, i);
+            let mut b2 = into();
+            restore_keyed(&restored(range), b2.as_mut(), &mut TimerService::new()).unwrap();
+            let got = entries(b2.as_ref());
+            assert_eq!(b2.len(), got.len());
+            for (_, k, _) in &got {
+                let kg = u32::from(u16::from_be_bytes([k[0], k[1]]));
+                assert!(range.contains(kg), "key group {kg} outside {range:?}");
+            }
+            seen.extend(got);
+        }
+        seen.sort();
+        let mut all_want = want.clone();
+        all_want.sort();
+        assert_eq!(seen, all_want);
+    }
+    // The first checkpoint is still whole (its files are links, not the instance's).
+    let mut snap1 = StateSnapshot::new();
+    snap1.put_native(h1);
+    let mut old = memory();
+    restore_keyed(
+        &RestoredState::collect([&snap1], all).with_root(&root),
+        old.as_mut(),
+        &mut TimerService::new(),
+    )
+    .unwrap();
+    assert_eq!(old.len(), 128 * 21);
+    std::fs::remove_dir_all(&root).unwrap();
 }
