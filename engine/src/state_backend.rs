@@ -159,6 +159,9 @@ impl<B: KeyedStateBackend> KeyedStateBackend for InRun<B> {
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
         self.backend.put(state, key, value)
     }
+    fn insert_new(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        self.backend.insert_new(state, key, value)
+    }
     fn delete(&mut self, state: &str, key: &[u8]) {
         self.backend.delete(state, key)
     }

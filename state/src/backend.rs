@@ -50,6 +50,12 @@ pub trait KeyedStateBackend: Send + Debug {
     fn get(&self, state: &str, key: &[u8]) -> Option<Cow<'_, [u8]>>;
     /// Sets an entry.
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>);
+    /// Sets an entry the caller knows is not there (it just looked it up): backends
+    /// that check existence on every write (RocksDB, for its exact `len`) skip that.
+    /// Default: [`KeyedStateBackend::put`].
+    fn insert_new(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        self.put(state, key, value);
+    }
     /// Removes an entry.
     fn delete(&mut self, state: &str, key: &[u8]);
     /// Entries whose key starts with `prefix`, in key order.

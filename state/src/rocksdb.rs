@@ -846,6 +846,26 @@ impl KeyedStateBackend for RocksDbStateBackend {
         self.write(state, key, Some(value));
     }
 
+    fn insert_new(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
+        if self.pending.get(state).is_some_and(|m| m.contains_key(key)) {
+            return self.write(state, key, Some(value));
+        }
+        self.pending_bytes += key.len() + value.len() + PENDING_OVERHEAD;
+        let entries = match self.pending.get_mut(state) {
+            Some(m) => m,
+            None => self.pending.entry(state.to_string()).or_default(),
+        };
+        entries.insert(
+            key.to_vec(),
+            Pending {
+                value: Some(value),
+                in_db: false,
+            },
+        );
+        self.len += 1;
+        self.write_back_if_full();
+    }
+
     fn delete(&mut self, state: &str, key: &[u8]) {
         self.write(state, key, None);
     }

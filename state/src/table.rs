@@ -474,6 +474,9 @@ impl<N: Ord + Copy, K: Hash + Eq + Clone, V> NamespaceMajorTable<N, K, V> {
 struct Cached<V> {
     full_key: Vec<u8>,
     value: V,
+    /// The backend does not hold the key (it was just looked up and not found): the
+    /// write-back inserts without another existence check.
+    new: bool,
 }
 
 /// A [`NamespacedTable`] over a byte-level [`KeyedStateBackend`]: each value is encoded
@@ -486,6 +489,9 @@ pub struct BytesTable<K, N, V> {
     key_bytes: Vec<u8>,
     ns_bytes: Vec<u8>,
     cached: Option<Cached<V>>,
+    /// The full key last looked up and found missing in the backend (see
+    /// [`Cached::new`]); cleared by any write.
+    absent: Option<Vec<u8>>,
     len: usize,
     _types: PhantomData<fn() -> (K, N)>,
 }
@@ -516,6 +522,7 @@ where
             key_bytes: Vec::new(),
             ns_bytes: Vec::new(),
             cached: None,
+            absent: None,
             len,
             _types: PhantomData,
         }
@@ -555,17 +562,27 @@ where
     fn write_back(&mut self) -> Result<()> {
         if let Some(c) = self.cached.take() {
             let bytes = bincode::serialize(&c.value).map_err(|e| self.codec("encode", e))?;
-            self.backend.put(&self.name, &c.full_key, bytes);
+            if c.new {
+                self.backend.insert_new(&self.name, &c.full_key, bytes);
+            } else {
+                self.backend.put(&self.name, &c.full_key, bytes);
+            }
         }
         Ok(())
     }
 
-    fn cache(&mut self, value: V) -> &mut V {
+    fn cache(&mut self, value: V, new: bool) -> &mut V {
         let c = self.cached.insert(Cached {
             full_key: self.buf.clone(),
             value,
+            new,
         });
         &mut c.value
+    }
+
+    /// Whether the last lookup found `self.buf` missing (and nothing wrote since).
+    fn known_absent(&self) -> bool {
+        self.absent.as_deref() == Some(self.buf.as_slice())
     }
 }
 
@@ -645,43 +662,64 @@ where
         if !self.is_cached() {
             self.write_back()?;
             let value: V = match self.backend.get(&self.name, &self.buf) {
-                None => return Ok(None),
+                None => {
+                    self.absent = Some(std::mem::take(&mut self.absent).map_or_else(
+                        || self.buf.clone(),
+                        |mut a| {
+                            a.clear();
+                            a.extend_from_slice(&self.buf);
+                            a
+                        },
+                    ));
+                    return Ok(None);
+                }
                 Some(b) => match bincode::deserialize(&b) {
                     Ok(v) => v,
                     Err(e) => return Err(self.codec("decode", e)),
                 },
             };
-            self.cache(value);
+            self.cache(value, false);
         }
         Ok(self.cached.as_mut().map(|c| &mut c.value))
     }
 
     fn insert(&mut self, kg: KeyGroup, key: &K, ns: &N, value: V) -> Result<&mut V> {
         self.compose(kg, key, ns)?;
+        let mut new = false;
         if !self.is_cached() {
             self.write_back()?;
-            if self.backend.get(&self.name, &self.buf).is_none() {
+            // A lookup that just missed spares the existence check, here and when
+            // the value is written back.
+            new = self.known_absent() || self.backend.get(&self.name, &self.buf).is_none();
+            if new {
                 self.len += 1;
             }
         }
-        Ok(self.cache(value))
+        self.absent = None;
+        Ok(self.cache(value, new))
     }
 
     fn remove(&mut self, kg: KeyGroup, key: &K, ns: &N) -> Result<Option<V>> {
         self.compose(kg, key, ns)?;
-        let old = if self.is_cached() {
-            self.cached.take().map(|c| c.value)
+        self.absent = None;
+        let (old, stored) = if self.is_cached() {
+            match self.cached.take() {
+                Some(c) => (Some(c.value), !c.new),
+                None => (None, false),
+            }
         } else {
             match self.backend.get(&self.name, &self.buf) {
-                None => None,
+                None => (None, false),
                 Some(b) => match bincode::deserialize(&b) {
-                    Ok(v) => Some(v),
+                    Ok(v) => (Some(v), true),
                     Err(e) => return Err(self.codec("decode", e)),
                 },
             }
         };
-        if old.is_some() {
+        if stored {
             self.backend.delete(&self.name, &self.buf);
+        }
+        if old.is_some() {
             self.len -= 1;
         }
         Ok(old)
@@ -725,6 +763,7 @@ where
 
     fn restore_native(&mut self, restored: &RestoredState) -> Result<bool> {
         self.write_back()?;
+        self.absent = None;
         crate::snapshot::restore_native(restored, self.backend.as_mut())?;
         self.len = self.backend.scan_prefix(&self.name, &[]).len();
         Ok(true)
