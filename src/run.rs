@@ -62,13 +62,16 @@ fn checkpoint_config(
     spec: &spec::JobSpec,
     data_dir: &std::path::Path,
 ) -> Result<JobConfig> {
-    let mut config = JobConfig::default();
-    config.state_backend = match args.state_backend.or(spec.state_backend) {
+    let state_backend = match args.state_backend.or(spec.state_backend) {
         Some(spec::StateBackendKind::Memory) => StateBackendFactory::memory(),
         Some(spec::StateBackendKind::Rocksdb) | None => StateBackendFactory::rocksdb(
             data_dir.join("state").join(&spec.name),
             RocksDbOptions::default(),
         ),
+    };
+    let mut config = JobConfig {
+        state_backend,
+        ..JobConfig::default()
     };
     let interval = match &args.checkpoint_interval {
         Some(t) => Some(

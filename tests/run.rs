@@ -268,3 +268,70 @@ fn metrics_are_served_while_a_job_runs() {
         "{body}"
     );
 }
+
+/// Keyed state in RocksDB (the default), in memory by the spec, and in memory by the
+/// command line: the same windows; RocksDB's working directory is gone afterwards.
+#[test]
+fn state_backends_give_the_same_windows_and_rocksdb_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let sales: String = (0..300)
+        .map(|i| {
+            format!(
+                "{{\"student\":\"s{}\",\"item\":\"i{}\",\"price_cents\":{},\"ts\":{}}}\n",
+                i % 7,
+                i % 5,
+                i % 13,
+                i * 1_000
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("sales.jsonl"), sales).unwrap();
+    let spec = |backend: &str, out: &str| {
+        format!(
+            r#"
+name: per-minute
+{backend}
+sources:
+  - {{name: sales, connector: file, path: sales.jsonl, event_time: ts, watermark: {{out_of_orderness: 1s}}}}
+steps:
+  - key_by: [item]
+  - window: {{kind: tumbling, size: 1m}}
+    aggregate: {{n: count(), cents: sum(price_cents), students: count_distinct(student)}}
+sinks:
+  - {{name: out, connector: file, path: {out}}}
+"#
+        )
+    };
+    let run = |name: &str, backend: &str, args: &[&str]| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, spec(backend, &format!("{name}.jsonl"))).unwrap();
+        let mut all = vec!["run", path.to_str().unwrap(), "--quiet"];
+        all.extend_from_slice(args);
+        let o = brook(dir.path(), &all);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        sorted(lines(&dir.path().join(format!("{name}.jsonl"))))
+    };
+    let rocks = run("rocks", "", &["--checkpoint-interval", "50ms"]);
+    assert_eq!(rocks.len(), 5 * 5, "5 items over 5 minutes");
+    let state = dir.path().join("data/state/per-minute");
+    assert!(state.is_dir());
+    assert_eq!(
+        std::fs::read_dir(&state).unwrap().count(),
+        0,
+        "run dir removed"
+    );
+    assert_eq!(run("spec", "state_backend: memory", &[]), rocks);
+    assert_eq!(
+        run(
+            "cli",
+            "state_backend: rocksdb",
+            &["--state-backend", "memory"]
+        ),
+        rocks
+    );
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, spec("state_backend: disk", "bad.jsonl")).unwrap();
+    let o = brook(dir.path(), &["run", path.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("state_backend"), "{}", stderr(&o));
+}

@@ -171,6 +171,9 @@ impl<B: KeyedStateBackend> KeyedStateBackend for InRun<B> {
     fn len(&self) -> usize {
         self.backend.len()
     }
+    fn state_len(&self, state: &str) -> usize {
+        self.backend.state_len(state)
+    }
     fn for_each_entry(&self, f: &mut brook_state::backend::EntryVisitor<'_>) {
         self.backend.for_each_entry(f)
     }

@@ -62,6 +62,10 @@ pub trait KeyedStateBackend: Send + Debug {
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)>;
     /// Number of entries over all states (for metrics and tests).
     fn len(&self) -> usize;
+    /// Number of entries of one state. Default: a scan.
+    fn state_len(&self, state: &str) -> usize {
+        self.scan_prefix(state, &[]).len()
+    }
     /// Calls `f(state, key, value)` for every entry (for snapshots; the key group is
     /// the key's first two bytes, see [`compose_key`]).
     fn for_each_entry(&self, f: &mut EntryVisitor<'_>);
@@ -171,6 +175,10 @@ impl KeyedStateBackend for MemoryStateBackend {
 
     fn len(&self) -> usize {
         self.states.values().map(BTreeMap::len).sum()
+    }
+
+    fn state_len(&self, state: &str) -> usize {
+        self.states.get(state).map_or(0, BTreeMap::len)
     }
 
     fn for_each_entry(&self, f: &mut EntryVisitor<'_>) {

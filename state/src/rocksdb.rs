@@ -253,14 +253,16 @@ fn has_key_prefix(key: &[u8]) -> bool {
 /// The format of native snapshots ([`NativeKeyedState::format`]).
 const NATIVE_FORMAT: &str = "rocksdb/1";
 
-/// A name no other instance of this job gets: time, process and a counter.
+/// A name no other instance of this job gets (64 random bits, the process and a
+/// counter).
 fn new_instance_id() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{nanos:x}-{:x}-{n}", std::process::id())
+    format!(
+        "{:016x}-{:x}-{n}",
+        rand::random::<u64>(),
+        std::process::id()
+    )
 }
 
 /// Fsyncs a directory, so the names in it survive a crash.
@@ -647,6 +649,38 @@ impl RocksDbStateBackend {
         Ok(())
     }
 
+    /// Calls `f` with every key of `state` (cache and store merged) without copying
+    /// values.
+    fn for_each_key(&self, state: &str, f: &mut dyn FnMut(&[u8])) {
+        let mut cached = self
+            .pending
+            .get(state)
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .peekable();
+        if let Some(cf) = self.db.cf_handle(state) {
+            let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
+            it.seek_to_first();
+            while let Some(k) = it.key() {
+                merge_cached_until(&mut cached, Some(k), &mut |ck, _| f(ck));
+                match cached.peek() {
+                    Some((ck, p)) if ck.as_slice() == k => {
+                        if p.value.is_some() {
+                            f(k);
+                        }
+                        cached.next();
+                    }
+                    _ => f(k),
+                }
+                it.next();
+            }
+            if let Err(e) = it.status() {
+                self.fail("scan", &e);
+            }
+        }
+        merge_cached_until(&mut cached, None, &mut |ck, _| f(ck));
+    }
+
     /// Whether the directory stays when the backend is dropped (default: it is
     /// removed). A kept directory is flushed on close and can be opened again with
     /// [`RocksDbStateBackend::open`].
@@ -932,6 +966,12 @@ impl KeyedStateBackend for RocksDbStateBackend {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn state_len(&self, state: &str) -> usize {
+        let mut n = 0;
+        self.for_each_key(state, &mut |_| n += 1);
+        n
     }
 
     fn for_each_entry(&self, f: &mut EntryVisitor<'_>) {

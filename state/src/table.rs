@@ -514,7 +514,7 @@ where
 {
     /// The table of state `name` in `backend` (entries already there count).
     pub fn new(name: &str, backend: Box<dyn KeyedStateBackend>) -> Self {
-        let len = backend.scan_prefix(name, &[]).len();
+        let len = backend.state_len(name);
         BytesTable {
             name: name.to_string(),
             backend,
@@ -765,7 +765,7 @@ where
         self.write_back()?;
         self.absent = None;
         crate::snapshot::restore_native(restored, self.backend.as_mut())?;
-        self.len = self.backend.scan_prefix(&self.name, &[]).len();
+        self.len = self.backend.state_len(&self.name);
         Ok(true)
     }
 

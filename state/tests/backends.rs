@@ -453,6 +453,10 @@ fn check_against_model<B: KeyedStateBackend>(
         }
         prop_assert_eq!(b.len(), model.len());
     }
+    for state in STATES {
+        let n = model.keys().filter(|(s, _)| *s == state).count();
+        prop_assert_eq!(b.state_len(state), n);
+    }
     let want: Vec<(String, Vec<u8>, Vec<u8>)> = model
         .into_iter()
         .map(|((s, k), v)| (s.to_string(), k, v))
