@@ -9,6 +9,11 @@
 //! tracks the next offset to read per partition ([`LogReader::positions`]).
 //!
 //! Reading starts at the [`StartingOffsets`] (default: the earliest stored record).
+//! By default a source reads committed records only ([`LogSource::isolation`],
+//! [`IsolationLevel::ReadCommitted`], as Kafka's `read_committed`): up to each
+//! partition's last stable offset, without records of aborted transactions; bounded
+//! sources end at the last stable offsets, and [`StartingOffsets::Latest`] starts
+//! there.
 //! A [`bounded`](LogSource::bounded) source reads up to the log end offsets captured
 //! when each reader starts (or restarts, after a restore), then ends; otherwise it waits for new records, woken by
 //! the partitions' end-offset notifications rather than by polling.
@@ -31,7 +36,42 @@
 //! (or the log's clock when it has none) and, with [`LogSink::key_by`], a key that
 //! routes it to `toPositive(murmur2(key)) % partitions` as Kafka's default
 //! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records are
-//! spread round-robin. Each batch is one [`Topic::append`](brook_log::Topic::append).
+//! spread round-robin. In a job without checkpoints each batch is one
+//! [`Topic::append`](brook_log::Topic::append), visible at once (at least once: a
+//! restarted job writes again what it wrote before).
+//!
+//! ## Exactly once (jobs with checkpoints)
+//!
+//! In a job that checkpoints, each subtask writes inside a transaction of the log
+//! ([`brook_log::txn`], Kafka's design) under the stable transactional id
+//! `{prefix}.{sink}.{subtask}`: the prefix is [`LogSink::transactional_id_prefix`]
+//! (the job's name in `brook run`; default the topic's name), `sink` the sink's name
+//! with characters outside `[A-Za-z0-9._-]` replaced by `_`. What arrives between two
+//! barriers is one transaction: at a barrier it is *prepared* (fsynced, recorded as
+//! prepared) and its handle is the committable that goes into the checkpoint; when the
+//! checkpoint completes it is *committed* (commit markers written), and read-committed
+//! readers (the default) see it. A barrier with nothing written since the last one
+//! gives no committable. At the end of the input everything pending is committed.
+//!
+//! A writer starts a new session of its transactional id, which fences any older
+//! writer of the same id (a zombie of a failed attempt gets
+//! [`LogError::ProducerFenced`](brook_log::LogError::ProducerFenced)) and aborts the
+//! transaction it left open. On restore the writer commits the restored checkpoint's
+//! transactions (again: committing a committed one is a no-op) and aborts every other
+//! prepared transaction of the id (written after the restored checkpoint); the aborted
+//! records stay in the topic, visible only to read-uncommitted readers. Restored at a
+//! lower parallelism, subtask `i` does the same for the ids of former subtasks `j`
+//! with `j % parallelism == i`. Two sinks (of different jobs) with the same prefix and
+//! sink name share transactional ids and fence each other: give each job its own
+//! prefix.
+//!
+//! As with Kafka, a transaction committed after the restored checkpoint (by a newer
+//! checkpoint that is then not restored, or by the end of input of a job that failed
+//! elsewhere) cannot be taken back: its records appear again when the restored job
+//! writes them. Restore from the latest complete checkpoint to avoid this.
+//!
+//! Committable format: version byte 1, then the [`TransactionHandle`] as JSON
+//! (`transactional_id`, `producer_id`, `epoch`, `sequence`).
 //!
 //! # Example
 //! ```
