@@ -11,9 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
 use brook::log::{
-    IsolationLevel,
-    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, FsyncPolicy, Log, LogOptions,
-    OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
+    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, FsyncPolicy, IsolationLevel,
+    Log, LogOptions, OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
 };
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;

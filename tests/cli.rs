@@ -317,7 +317,15 @@ fn consume_with_a_group_continues_where_it_stopped() {
         let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
         assert_eq!(
             header,
-            ["TOPIC", "PARTITION", "COMMITTED", "END", "STABLE", "LAG", "MEMBER"]
+            [
+                "TOPIC",
+                "PARTITION",
+                "COMMITTED",
+                "END",
+                "STABLE",
+                "LAG",
+                "MEMBER"
+            ]
         );
         lines
             .map(|l| {
@@ -633,7 +641,10 @@ fn a_group_behind_the_log_start_follows_the_reset_policy() {
     let committed = |g: &str| -> Vec<String> {
         let out = b.ok(&["group", "describe", g], "");
         let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
-        [row[2], row[3], row[5]].iter().map(|f| f.to_string()).collect()
+        [row[2], row[3], row[5]]
+            .iter()
+            .map(|f| f.to_string())
+            .collect()
     };
     let early = json_lines(&b.ok(
         &["consume", "t", "--group", "early", "--from-beginning"],
@@ -685,10 +696,19 @@ fn consume_reads_committed_records_by_default_and_all_with_read_uncommitted() {
     let committed = b.ok(&["consume", "t", "--from-beginning", "--group", "g"], "");
     assert_eq!(values(&committed), ["plain-0", "committed"]);
     let all = b.ok(
-        &["consume", "t", "--from-beginning", "--isolation", "read-uncommitted"],
+        &[
+            "consume",
+            "t",
+            "--from-beginning",
+            "--isolation",
+            "read-uncommitted",
+        ],
         "",
     );
-    assert_eq!(values(&all), ["plain-0", "committed", "aborted", "open", "plain-1"]);
+    assert_eq!(
+        values(&all),
+        ["plain-0", "committed", "aborted", "open", "plain-1"]
+    );
     assert_eq!(positions(&json_lines(&all))[3], (0, 5));
     // The group committed up to the last stable offset (past the markers and the
     // aborted record): no lag against it, 2 offsets behind the end.

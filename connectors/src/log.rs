@@ -104,12 +104,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
+use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{InputStatus, Source, SourceReader, Split};
-use brook_core::checkpoint::CheckpointId;
-use brook_core::names::validate_name;
 use brook_log::{
     IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
     TransactionHandle, TransactionalProducer,
@@ -743,9 +743,8 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
             })?;
             by_id.entry(h.transactional_id.clone()).or_default().push(h);
         }
-        let txn_err = |what: String, e: LogError| -> OperatorError {
-            ConnectorError::log(what, e).into()
-        };
+        let txn_err =
+            |what: String, e: LogError| -> OperatorError { ConnectorError::log(what, e).into() };
         // Ids of former subtasks that now fall to this one: ids in the checkpoint, and
         // ids of this sink with an index `j >= parallelism` and `j % parallelism ==
         // index` (a run at a higher parallelism that left transactions behind).
@@ -788,16 +787,14 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
 fn finish_restored(session: &mut TransactionalProducer, handles: &[TransactionHandle]) -> OpResult {
     let id = session.transactional_id().to_string();
     let fail = |what: &str, h: &TransactionHandle, e: LogError| -> OperatorError {
-        ConnectorError::log(
-            format!("{what} transaction {} of {id:?}", h.sequence),
-            e,
-        )
-        .into()
+        ConnectorError::log(format!("{what} transaction {} of {id:?}", h.sequence), e).into()
     };
     let mut ordered = handles.to_vec();
     ordered.sort_by_key(|h| (h.producer_id, h.sequence));
     for h in &ordered {
-        session.commit(h).map_err(|e| fail("commit restored", h, e))?;
+        session
+            .commit(h)
+            .map_err(|e| fail("commit restored", h, e))?;
     }
     let leftovers = session
         .prepared()

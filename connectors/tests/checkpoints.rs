@@ -11,11 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brook_connectors::{
-    FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSink, LogSource,
-};
-use brook_core::operator::{Output, SubtaskInfo};
+use brook_connectors::{FileSink, FileSource, GeneratorEvent, GeneratorSource, LogSink, LogSource};
 use brook_core::operator::{OpResult, OperatorError};
+use brook_core::operator::{Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{InputStatus, Source};
 use brook_engine::testing::{CollectSink, CountPerKey, VecSource};
@@ -540,7 +538,10 @@ impl SinkWriter for FailAfterWriteWriter {
     fn finish(&mut self) -> OpResult {
         self.inner.finish()
     }
-    fn prepare_commit(&mut self, c: brook_core::checkpoint::CheckpointId) -> OpResult<Option<Vec<u8>>> {
+    fn prepare_commit(
+        &mut self,
+        c: brook_core::checkpoint::CheckpointId,
+    ) -> OpResult<Option<Vec<u8>>> {
         self.inner.prepare_commit(c)
     }
     fn commit(&mut self, c: brook_core::checkpoint::CheckpointId, cs: Vec<Vec<u8>>) -> OpResult {
@@ -555,14 +556,20 @@ impl<S: Sink<In = OutRow>> Sink for FailAfterWrite<S> {
     type In = OutRow;
     fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = OutRow>>> {
         let inner = self.inner.create_writer(info)?;
-        Ok(Box::new(FailAfterWriteWriter { inner, fail_at: self.fail_at }))
+        Ok(Box::new(FailAfterWriteWriter {
+            inner,
+            fail_at: self.fail_at,
+        }))
     }
     fn create_committing_writer(
         &self,
         info: &SubtaskInfo,
     ) -> OpResult<Box<dyn SinkWriter<In = OutRow>>> {
         let inner = self.inner.create_committing_writer(info)?;
-        Ok(Box::new(FailAfterWriteWriter { inner, fail_at: self.fail_at }))
+        Ok(Box::new(FailAfterWriteWriter {
+            inner,
+            fail_at: self.fail_at,
+        }))
     }
     fn restore_writer(
         &self,
@@ -570,7 +577,10 @@ impl<S: Sink<In = OutRow>> Sink for FailAfterWrite<S> {
         committables: Vec<Vec<u8>>,
     ) -> OpResult<Box<dyn SinkWriter<In = OutRow>>> {
         let inner = self.inner.restore_writer(info, committables)?;
-        Ok(Box::new(FailAfterWriteWriter { inner, fail_at: self.fail_at }))
+        Ok(Box::new(FailAfterWriteWriter {
+            inner,
+            fail_at: self.fail_at,
+        }))
     }
 }
 
@@ -596,7 +606,9 @@ fn log_sink_job(
                 .transactional_id_prefix("sink-job"),
             fail_at,
         });
-    env.execute("sink-job").map(|_| ()).map_err(|e| e.to_string())
+    env.execute("sink-job")
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Per partition, the values a reader of `isolation` sees, in offset order.

@@ -374,12 +374,11 @@ impl Consumer {
                 max_records: limit.max_records - out.len(),
                 max_bytes: limit.max_bytes,
             };
-            let next;
-            match a
+            let next = match a
                 .partition
                 .read_into_isolated(pos, lim, isolation, &mut records)
             {
-                Ok(summary) => next = summary.next_offset,
+                Ok(summary) => summary.next_offset,
                 Err(LogError::OffsetOutOfRange { requested, .. }) => {
                     let (tp, part) = (a.tp.clone(), Arc::clone(&a.partition));
                     let new = self.reset_position(&tp, &part, Some(requested))?;
@@ -388,14 +387,14 @@ impl Consumer {
                     // Read from the new position now: what is available is returned by
                     // this call, not only by the next one. Retention may have moved the
                     // start again meanwhile; the next poll resets once more then.
-                    next = match part.read_into_isolated(new, lim, isolation, &mut records) {
+                    match part.read_into_isolated(new, lim, isolation, &mut records) {
                         Ok(summary) => summary.next_offset,
                         Err(LogError::OffsetOutOfRange { .. }) => new,
                         Err(e) => return Err(e),
-                    };
+                    }
                 }
                 Err(e) => return Err(e),
-            }
+            };
             // Past the records read and any markers or aborted records passed over.
             if next > pos || !records.is_empty() {
                 self.positions.insert(a.tp.clone(), next);

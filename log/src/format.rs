@@ -234,7 +234,13 @@ pub fn encode_txn_batch(
     now_ms: i64,
     txn: TxnMark,
 ) -> EncodedBatch {
-    encode(buf, base_offset, records, now_ms, Some((txn, ATTR_TRANSACTIONAL)))
+    encode(
+        buf,
+        base_offset,
+        records,
+        now_ms,
+        Some((txn, ATTR_TRANSACTIONAL)),
+    )
 }
 
 /// Appends the control batch (one control record) that commits or aborts `txn` in a
@@ -380,7 +386,11 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
                 h.attributes, buf[16]
             )))
         }
-        v => return Err(FormatError::BadHeader(format!("unknown format version {v}"))),
+        v => {
+            return Err(FormatError::BadHeader(format!(
+                "unknown format version {v}"
+            )))
+        }
     }
     if (h.batch_len as usize) < h.header_len() - 12 {
         return Err(FormatError::BadHeader(format!(

@@ -559,7 +559,11 @@ impl Partition {
     /// # Errors
     /// [`LogError::TransactionNotOpen`] when the transaction is not open for appends
     /// here (aborted, prepared, or never added); as [`Partition::append`].
-    pub(crate) fn append_txn(&self, records: &[ProducerRecord], mark: TxnMark) -> Result<AppendInfo> {
+    pub(crate) fn append_txn(
+        &self,
+        records: &[ProducerRecord],
+        mark: TxnMark,
+    ) -> Result<AppendInfo> {
         if records.is_empty() {
             let end = self.log_end_offset();
             return Ok(AppendInfo {
@@ -805,8 +809,7 @@ impl Partition {
     /// [`LogError::OffsetOutOfRange`] below the log start offset or past the log end
     /// offset (naming both), [`LogError::Corrupt`] if a batch fails its CRC.
     pub fn read_into(&self, offset: u64, limit: ReadLimit, out: &mut Vec<Record>) -> Result<usize> {
-        let summary =
-            self.read_into_isolated(offset, limit, IsolationLevel::ReadCommitted, out)?;
+        let summary = self.read_into_isolated(offset, limit, IsolationLevel::ReadCommitted, out)?;
         Ok(summary.records)
     }
 

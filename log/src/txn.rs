@@ -307,11 +307,13 @@ impl TxnCoordinator {
     }
 
     fn state(&self, id: &str) -> Result<&IdState> {
-        self.ids.get(id).ok_or_else(|| LogError::InvalidTransactionState {
-            transactional_id: id.to_string(),
-            sequence: u64::MAX,
-            reason: "unknown transactional id".into(),
-        })
+        self.ids
+            .get(id)
+            .ok_or_else(|| LogError::InvalidTransactionState {
+                transactional_id: id.to_string(),
+                sequence: u64::MAX,
+                reason: "unknown transactional id".into(),
+            })
     }
 
     /// Checks that the session `(producer_id, epoch)` is the id's current one.
@@ -808,8 +810,7 @@ impl TransactionalProducer {
                 Err(self.invalid(handle.sequence, "the transaction is being committed"))
             }
             Some(_) => {
-                if self.current == Some(handle.sequence) && handle.producer_id == self.producer_id
-                {
+                if self.current == Some(handle.sequence) && handle.producer_id == self.producer_id {
                     self.current = None;
                 }
                 decide(

@@ -64,7 +64,10 @@ fn read_all(
                 &mut recs,
             )
             .unwrap();
-        assert!(s.next_offset > at, "read at {at} (end {end}) did not move on");
+        assert!(
+            s.next_offset > at,
+            "read at {at} (end {end}) did not move on"
+        );
         assert!(s.next_offset <= end, "read past the end {end}: {s:?}");
         assert_eq!(s.records, recs.len());
         out.extend(recs.into_iter().map(|r| (r.offset, r.value.to_vec())));
@@ -200,15 +203,38 @@ impl Model {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Plain { partition: u32, n: usize },
-    Txn { writer: usize, partition: u32, n: usize },
-    Prepare { writer: usize },
-    Commit { writer: usize, which: usize },
-    Abort { writer: usize, which: usize },
-    CommitOpen { writer: usize },
-    AbortOpen { writer: usize },
-    Reinit { writer: usize },
-    Reopen { clean: bool },
+    Plain {
+        partition: u32,
+        n: usize,
+    },
+    Txn {
+        writer: usize,
+        partition: u32,
+        n: usize,
+    },
+    Prepare {
+        writer: usize,
+    },
+    Commit {
+        writer: usize,
+        which: usize,
+    },
+    Abort {
+        writer: usize,
+        which: usize,
+    },
+    CommitOpen {
+        writer: usize,
+    },
+    AbortOpen {
+        writer: usize,
+    },
+    Reinit {
+        writer: usize,
+    },
+    Reopen {
+        clean: bool,
+    },
 }
 
 fn arb_op() -> impl Strategy<Value = Op> {
@@ -267,17 +293,32 @@ impl Harness {
         match *op {
             Op::Plain { partition, n } => {
                 let values = self.model.values(n);
-                let recs: Vec<_> = values.iter().map(|v| ProducerRecord::new(v.clone())).collect();
-                let p = self.log().topic(TOPIC).unwrap().partition(partition).unwrap();
+                let recs: Vec<_> = values
+                    .iter()
+                    .map(|v| ProducerRecord::new(v.clone()))
+                    .collect();
+                let p = self
+                    .log()
+                    .topic(TOPIC)
+                    .unwrap()
+                    .partition(partition)
+                    .unwrap();
                 let info = p.append(&recs).unwrap();
                 assert_eq!(info.base_offset, self.model.end(partition));
                 for v in values {
                     self.model.partitions[partition as usize].push(Entry::Data(v, None));
                 }
             }
-            Op::Txn { writer, partition, n } => {
+            Op::Txn {
+                writer,
+                partition,
+                n,
+            } => {
                 let values = self.model.values(n);
-                let recs: Vec<_> = values.iter().map(|v| ProducerRecord::new(v.clone())).collect();
+                let recs: Vec<_> = values
+                    .iter()
+                    .map(|v| ProducerRecord::new(v.clone()))
+                    .collect();
                 let s = self.session(writer);
                 if s.current().is_none() {
                     s.begin().unwrap();
@@ -301,7 +342,10 @@ impl Harness {
                     }
                 };
                 let end = self.model.end(partition);
-                self.model.txns[t].partitions.entry(partition).or_insert(end);
+                self.model.txns[t]
+                    .partitions
+                    .entry(partition)
+                    .or_insert(end);
                 assert_eq!(info.base_offset, end);
                 for v in values {
                     self.model.partitions[partition as usize].push(Entry::Data(v, Some(t)));
@@ -333,11 +377,17 @@ impl Harness {
                     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
                     // Idempotent.
                     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
-                    assert!(matches!(s.abort(&h), Err(LogError::InvalidTransactionState { .. })));
+                    assert!(matches!(
+                        s.abort(&h),
+                        Err(LogError::InvalidTransactionState { .. })
+                    ));
                 } else {
                     s.abort(&h).unwrap();
                     s.abort(&h).unwrap();
-                    assert!(matches!(s.commit(&h), Err(LogError::InvalidTransactionState { .. })));
+                    assert!(matches!(
+                        s.commit(&h),
+                        Err(LogError::InvalidTransactionState { .. })
+                    ));
                 }
                 self.model.decide(t, commit);
             }
@@ -390,17 +440,39 @@ impl Harness {
         for p in 0..PARTITIONS {
             let part = topic.partition(p).unwrap();
             prop_assert_eq!(part.log_end_offset(), self.model.end(p), "end of p{}", p);
-            prop_assert_eq!(part.last_stable_offset(), self.model.stable(p), "LSO of p{}", p);
+            prop_assert_eq!(
+                part.last_stable_offset(),
+                self.model.stable(p),
+                "LSO of p{}",
+                p
+            );
             let committed = read_all(&part, IsolationLevel::ReadCommitted, max_records, max_bytes);
-            prop_assert_eq!(committed, self.model.committed_view(p), "read committed, p{}", p);
-            let all = read_all(&part, IsolationLevel::ReadUncommitted, max_records, max_bytes);
-            prop_assert_eq!(all, self.model.uncommitted_view(p), "read uncommitted, p{}", p);
+            prop_assert_eq!(
+                committed,
+                self.model.committed_view(p),
+                "read committed, p{}",
+                p
+            );
+            let all = read_all(
+                &part,
+                IsolationLevel::ReadUncommitted,
+                max_records,
+                max_bytes,
+            );
+            prop_assert_eq!(
+                all,
+                self.model.uncommitted_view(p),
+                "read uncommitted, p{}",
+                p
+            );
             // The default read is read committed.
             let mut got = Vec::new();
             let mut at = 0;
             while at < part.last_stable_offset() {
                 let s = part
-                    .read_with(at, ReadLimit::default(), |r| got.push((r.offset, r.value.to_vec())))
+                    .read_with(at, ReadLimit::default(), |r| {
+                        got.push((r.offset, r.value.to_vec()))
+                    })
                     .unwrap();
                 at = s.next_offset;
             }
@@ -474,8 +546,13 @@ fn an_old_epoch_cannot_append_prepare_or_commit() {
     assert_eq!(committed.len(), 1);
     assert_eq!(&committed[0].value[..], b"a");
     let mut all = Vec::new();
-    p.read_into_isolated(0, ReadLimit::default(), IsolationLevel::ReadUncommitted, &mut all)
-        .unwrap();
+    p.read_into_isolated(
+        0,
+        ReadLimit::default(),
+        IsolationLevel::ReadUncommitted,
+        &mut all,
+    )
+    .unwrap();
     assert_eq!(
         all.iter().map(|r| &r.value[..]).collect::<Vec<_>>(),
         vec![&b"a"[..], b"b"]
@@ -576,7 +653,10 @@ fn plain_appends_are_visible_at_once_and_held_back_only_behind_an_open_transacti
         .collect();
     assert_eq!(values, vec!["p0", "t0", "p1"]);
     // Describe and lag report the LSO.
-    assert_eq!(log.describe_topic(TOPIC).unwrap().partitions[0].last_stable_offset, 4);
+    assert_eq!(
+        log.describe_topic(TOPIC).unwrap().partitions[0].last_stable_offset,
+        4
+    );
 }
 
 // ---- crashes -----------------------------------------------------------------------
@@ -594,12 +674,22 @@ fn txn_crash_child() {
     let log = Log::open(&dir, options()).unwrap();
     let mut w = log.init_transactions("w").unwrap();
     w.begin().unwrap();
-    w.send(TOPIC, (0..10).map(|i| ProducerRecord::keyed(format!("k{i}"), format!("prepared-{i}"))).collect())
-        .unwrap();
+    w.send(
+        TOPIC,
+        (0..10)
+            .map(|i| ProducerRecord::keyed(format!("k{i}"), format!("prepared-{i}")))
+            .collect(),
+    )
+    .unwrap();
     let h = w.prepare().unwrap();
     w.begin().unwrap();
-    w.send(TOPIC, (0..10).map(|i| ProducerRecord::keyed(format!("k{i}"), format!("open-{i}"))).collect())
-        .unwrap();
+    w.send(
+        TOPIC,
+        (0..10)
+            .map(|i| ProducerRecord::keyed(format!("k{i}"), format!("open-{i}")))
+            .collect(),
+    )
+    .unwrap();
     log.topic(TOPIC)
         .unwrap()
         .append(vec![ProducerRecord::keyed("k0", "plain")])
@@ -619,7 +709,10 @@ fn values(log: &Log, isolation: IsolationLevel) -> Vec<String> {
                 .unwrap()
                 .next_offset;
         }
-        out.extend(recs.iter().map(|r| String::from_utf8(r.value.to_vec()).unwrap()));
+        out.extend(
+            recs.iter()
+                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+        );
     }
     out.sort();
     out
@@ -630,11 +723,18 @@ fn a_prepared_transaction_survives_a_crash_and_an_open_one_is_aborted_on_reinit(
     let dir = tempfile::tempdir().unwrap();
     {
         let log = Log::open(dir.path(), options()).unwrap();
-        log.create_topic(TOPIC, PARTITIONS, TopicConfig::default()).unwrap();
+        log.create_topic(TOPIC, PARTITIONS, TopicConfig::default())
+            .unwrap();
     }
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args(["txn_crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "txn_crash_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIR_ENV, dir.path())
         .stdin(Stdio::null())
         .output()
@@ -644,19 +744,30 @@ fn a_prepared_transaction_survives_a_crash_and_an_open_one_is_aborted_on_reinit(
     let line = stdout
         .lines()
         .find_map(|l| l.split("HANDLE ").nth(1))
-        .unwrap_or_else(|| panic!("no handle in {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no handle in {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
     let handle: TransactionHandle = serde_json::from_str(line).unwrap();
     assert!(!dir.path().join(".clean-shutdown").exists());
 
     let log = Log::open(dir.path(), options()).unwrap();
     // Both transactions are undecided: read-committed readers see nothing of them
     // (nor the plain record behind them), read-uncommitted ones see all.
-    assert_eq!(values(&log, IsolationLevel::ReadCommitted), Vec::<String>::new());
+    assert_eq!(
+        values(&log, IsolationLevel::ReadCommitted),
+        Vec::<String>::new()
+    );
     assert_eq!(values(&log, IsolationLevel::ReadUncommitted).len(), 21);
     let mut w = log.init_transactions("w").unwrap();
     assert_eq!(w.prepared().unwrap(), vec![handle.clone()]);
     // Still held back by the prepared transaction (the open one is aborted now).
-    assert_eq!(values(&log, IsolationLevel::ReadCommitted), Vec::<String>::new());
+    assert_eq!(
+        values(&log, IsolationLevel::ReadCommitted),
+        Vec::<String>::new()
+    );
     assert_eq!(w.commit(&handle).unwrap(), CommitOutcome::Committed);
     let mut want: Vec<String> = (0..10).map(|i| format!("prepared-{i}")).collect();
     want.push("plain".into());
@@ -681,11 +792,17 @@ fn a_decision_interrupted_by_a_crash_is_finished_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let handle = {
         let log = Log::open(dir.path(), options()).unwrap();
-        log.create_topic(TOPIC, PARTITIONS, TopicConfig::default()).unwrap();
+        log.create_topic(TOPIC, PARTITIONS, TopicConfig::default())
+            .unwrap();
         let mut w = log.init_transactions("w").unwrap();
         w.begin().unwrap();
-        w.send(TOPIC, (0..9).map(|i| ProducerRecord::keyed(format!("k{i}"), "x")).collect())
-            .unwrap();
+        w.send(
+            TOPIC,
+            (0..9)
+                .map(|i| ProducerRecord::keyed(format!("k{i}"), "x"))
+                .collect(),
+        )
+        .unwrap();
         let h = w.prepare().unwrap();
         log.close().unwrap();
         h
@@ -696,21 +813,32 @@ fn a_decision_interrupted_by_a_crash_is_finished_on_open() {
     assert!(text.contains("\"prepared\""), "{text}");
     std::fs::write(&state, text.replace("\"prepared\"", "\"aborting\"")).unwrap();
     let log = Log::open(dir.path(), options()).unwrap();
-    assert_eq!(values(&log, IsolationLevel::ReadCommitted), Vec::<String>::new());
+    assert_eq!(
+        values(&log, IsolationLevel::ReadCommitted),
+        Vec::<String>::new()
+    );
     assert_eq!(values(&log, IsolationLevel::ReadUncommitted).len(), 9);
     for p in log.topic(TOPIC).unwrap().partitions() {
         assert_eq!(p.last_stable_offset(), p.log_end_offset());
     }
     let mut w = log.init_transactions("w").unwrap();
     assert!(w.prepared().unwrap().is_empty());
-    assert!(matches!(w.commit(&handle), Err(LogError::InvalidTransactionState { .. })));
+    assert!(matches!(
+        w.commit(&handle),
+        Err(LogError::InvalidTransactionState { .. })
+    ));
     // The aborted-transaction index survives another reopen.
     drop(w);
     log.close().unwrap();
     drop(log);
     let log = Log::open(dir.path(), options()).unwrap();
-    assert_eq!(values(&log, IsolationLevel::ReadCommitted), Vec::<String>::new());
-    assert!(Path::new(&dir.path().join("topics/t/0/aborted.txnindex")).exists()
-        || Path::new(&dir.path().join("topics/t/1/aborted.txnindex")).exists()
-        || Path::new(&dir.path().join("topics/t/2/aborted.txnindex")).exists());
+    assert_eq!(
+        values(&log, IsolationLevel::ReadCommitted),
+        Vec::<String>::new()
+    );
+    assert!(
+        Path::new(&dir.path().join("topics/t/0/aborted.txnindex")).exists()
+            || Path::new(&dir.path().join("topics/t/1/aborted.txnindex")).exists()
+            || Path::new(&dir.path().join("topics/t/2/aborted.txnindex")).exists()
+    );
 }

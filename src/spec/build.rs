@@ -24,8 +24,7 @@ use serde_json::json;
 
 use super::{
     file_format, late_input, FileFormat, Isolation, SinkSpec, SourceSpec, SpecError, StartPosition,
-    StepOp,
-    ValidSpec, Watermarks,
+    StepOp, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
