@@ -131,7 +131,8 @@ pub enum StartingOffsets {
     /// The log start offset: the oldest record still stored. The default.
     #[default]
     Earliest,
-    /// The log end offset when the reader starts: only records appended after it.
+    /// The log end offset when the reader starts (the last stable offset when reading
+    /// committed records): only records appended after it.
     Latest,
     /// These offsets per partition; partitions not listed start at the earliest. An
     /// offset outside the stored range fails the job when it starts.

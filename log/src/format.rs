@@ -802,6 +802,87 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn transactional_batches_round_trip(
+            records in proptest::collection::vec(arb_record(), 1..10),
+            base in 0u64..1_000_000,
+            producer_id in any::<u64>(),
+            epoch in any::<u16>(),
+            sequence in any::<u64>(),
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let mark = TxnMark { producer_id, epoch, sequence };
+            let mut buf = Vec::new();
+            let enc = encode_txn_batch(&mut buf, base, &records, 7, mark);
+            prop_assert_eq!(enc.len, TXN_BATCH_HEADER_LEN + records.iter().map(record_len).sum::<usize>());
+            let h = check_batch(&buf).unwrap();
+            prop_assert_eq!(h.txn, Some(mark));
+            prop_assert!(!h.is_control());
+            prop_assert_eq!(h.header_len(), TXN_BATCH_HEADER_LEN);
+            let mut out = Vec::new();
+            decode_records(&Bytes::from(buf.clone()), &h, 0, usize::MAX, &mut out).unwrap();
+            prop_assert_eq!(out.len(), records.len());
+            for (r, o) in records.iter().zip(&out) {
+                prop_assert_eq!(&o.value, &r.value);
+                prop_assert_eq!(&o.key, &r.key);
+            }
+            // The transaction fields are covered by the CRC.
+            let i = 12 + at.index(buf.len() - 12);
+            buf[i] ^= 1 << bit;
+            prop_assert!(check_batch(&buf).is_err());
+        }
+    }
+
+    #[test]
+    fn control_batches_carry_their_type_and_transaction() {
+        let mark = TxnMark {
+            producer_id: 3,
+            epoch: 2,
+            sequence: 9,
+        };
+        for control in [ControlType::Commit, ControlType::Abort] {
+            let mut buf = Vec::new();
+            encode_control_batch(&mut buf, 40, mark, control, 123);
+            let h = check_batch(&buf).unwrap();
+            assert!(h.is_control());
+            assert_eq!(h.txn, Some(mark));
+            assert_eq!((h.base_offset, h.record_count), (40, 1));
+            let mut out = Vec::new();
+            decode_records(&Bytes::from(buf), &h, 0, 10, &mut out).unwrap();
+            let key = out[0].key.clone().unwrap();
+            assert_eq!(ControlType::from_record_key(&key), Some(control));
+            assert!(out[0].value.is_empty());
+        }
+        assert_eq!(ControlType::from_record_key(&[0, 0, 7, 0]), None);
+    }
+
+    #[test]
+    fn plain_batches_with_transaction_attributes_are_rejected() {
+        let mut buf = Vec::new();
+        encode_batch(&mut buf, 0, &[ProducerRecord::new("x")], 1);
+        buf[17] = ATTR_TRANSACTIONAL;
+        let crc = crc32c::crc32c(&buf[CRC_START..]);
+        buf[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(check_batch(&buf), Err(FormatError::BadHeader(_))));
+        // A transactional header cut short is truncated, not misread.
+        let mut buf = Vec::new();
+        let mark = TxnMark {
+            producer_id: 1,
+            epoch: 0,
+            sequence: 0,
+        };
+        encode_txn_batch(&mut buf, 0, &[ProducerRecord::new("x")], 1, mark);
+        assert!(matches!(
+            parse_header(&buf[..BATCH_HEADER_LEN + 4]),
+            Err(FormatError::Truncated {
+                needed: TXN_BATCH_HEADER_LEN,
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn truncated_batches_are_reported_as_truncated() {
         let mut buf = Vec::new();

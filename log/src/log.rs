@@ -93,7 +93,9 @@ impl Log {
     ///
     /// If the last shutdown was not clean, the active segment of every partition is
     /// scanned: a torn or corrupt tail is truncated, corruption anywhere else is an
-    /// error.
+    /// error. Each partition's undecided transactions (and so its last stable offset)
+    /// are rebuilt from the transaction coordinator's state, and commits or aborts a
+    /// crash interrupted are finished ([`crate::txn`]).
     ///
     /// # Errors
     /// [`LogError::Locked`] if another process holds the directory, [`LogError::Corrupt`],
