@@ -77,8 +77,10 @@ use crate::record::ProducerRecord;
 
 /// How many decided transactions per transactional id keep their outcome, so that
 /// committing one of them again is answered by [`CommitOutcome::AlreadyCommitted`]
-/// (or an error for an aborted one).
-pub const RECENT_OUTCOMES: usize = 1024;
+/// (or an error for an aborted one). A restore commits the transactions of the
+/// latest checkpoint, a few transactions back; the state file is rewritten (and
+/// fsynced) at every step of a transaction, so it is kept small.
+pub const RECENT_OUTCOMES: usize = 100;
 
 /// Version of the coordinator's state files.
 const STATE_VERSION: u32 = 1;
