@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
 use brook::log::{
-    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, FsyncPolicy, Log, LogOptions,
-    OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
+    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, FsyncPolicy, IsolationLevel,
+    Log, LogOptions, OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
 };
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
@@ -133,13 +133,19 @@ struct ConsumeArgs {
     /// Keep waiting for new records instead of stopping at the end.
     #[arg(long)]
     follow: bool,
+    /// `read-committed` (default: records of committed transactions and plain
+    /// appends, up to the last stable offset) or `read-uncommitted` (every record).
+    #[arg(long, default_value = "read-committed")]
+    isolation: String,
 }
 
 #[derive(Debug, Subcommand)]
 enum GroupCommand {
     /// List consumer groups.
     List,
-    /// Show a group's committed offset, end offset and lag per partition.
+    /// Show a group's committed offset, end offset, last stable offset and lag per
+    /// partition (lag = last stable offset - committed: what a read-committed
+    /// consumer has left to read).
     Describe {
         /// Group name.
         group: String,
@@ -455,6 +461,7 @@ async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
             OffsetReset::Latest
         },
         strategy: AssignmentStrategy::Range,
+        isolation: args.isolation.parse::<IsolationLevel>()?,
         ..ConsumerConfig::default()
     };
     let mut consumer = if !args.offset.is_empty() {
@@ -573,21 +580,23 @@ fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
                 bail!("group {group:?} has no committed offsets and no members");
             }
             outln!(
-                "{:<24} {:>9} {:>12} {:>12} {:>10}  MEMBER",
+                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  MEMBER",
                 "TOPIC",
                 "PARTITION",
                 "COMMITTED",
                 "END",
+                "STABLE",
                 "LAG"
             );
             let dash = || "-".to_string();
             for r in rows {
                 outln!(
-                    "{:<24} {:>9} {:>12} {:>12} {:>10}  {}",
+                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  {}",
                     r.topic,
                     r.partition,
                     r.committed.map_or_else(dash, |c| c.to_string()),
                     r.log_end_offset,
+                    r.last_stable_offset,
                     r.lag.map_or_else(dash, |l| l.to_string()),
                     r.member.unwrap_or_else(dash),
                 );

@@ -317,18 +317,27 @@ fn consume_with_a_group_continues_where_it_stopped() {
         let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
         assert_eq!(
             header,
-            ["TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MEMBER"]
+            [
+                "TOPIC",
+                "PARTITION",
+                "COMMITTED",
+                "END",
+                "STABLE",
+                "LAG",
+                "MEMBER"
+            ]
         );
         lines
             .map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 assert_eq!(f[0], "t");
-                assert_eq!(f[5], "-", "no member in another process");
+                assert_eq!(f[3], f[4], "no transactions: the stable offset is the end");
+                assert_eq!(f[6], "-", "no member in another process");
                 (
                     f[1].parse().unwrap(),
                     f[2].to_string(),
                     f[3].parse().unwrap(),
-                    f[4].to_string(),
+                    f[5].to_string(),
                 )
             })
             .collect()
@@ -632,7 +641,10 @@ fn a_group_behind_the_log_start_follows_the_reset_policy() {
     let committed = |g: &str| -> Vec<String> {
         let out = b.ok(&["group", "describe", g], "");
         let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
-        row[2..5].iter().map(|f| f.to_string()).collect()
+        [row[2], row[3], row[5]]
+            .iter()
+            .map(|f| f.to_string())
+            .collect()
     };
     let early = json_lines(&b.ok(
         &["consume", "t", "--group", "early", "--from-beginning"],
@@ -650,4 +662,59 @@ fn a_group_behind_the_log_start_follows_the_reset_policy() {
         assert_eq!(positions(&next), vec![(0, 5)], "{g}");
         assert_eq!(next[0]["value"], json!("new"));
     }
+}
+
+#[test]
+fn consume_reads_committed_records_by_default_and_all_with_read_uncommitted() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    b.ok(&["produce", "t"], "plain-0\n");
+    {
+        // Transactions from a writer in this process (the CLI has no transactional
+        // produce): one committed, one aborted, one left open.
+        let log = brook_log::Log::open(b.data_dir(), brook_log::LogOptions::default()).unwrap();
+        let mut w = log.init_transactions("writer").unwrap();
+        let rec = |v: &str| vec![brook_log::ProducerRecord::new(v.to_string())];
+        w.begin().unwrap();
+        w.send("t", rec("committed")).unwrap();
+        w.commit_transaction().unwrap();
+        w.begin().unwrap();
+        w.send("t", rec("aborted")).unwrap();
+        w.abort_transaction().unwrap();
+        w.begin().unwrap();
+        w.send("t", rec("open")).unwrap();
+        log.topic("t").unwrap().append(rec("plain-1")).unwrap();
+        log.close().unwrap();
+    }
+    let values = |out: &str| -> Vec<String> {
+        json_lines(out)
+            .iter()
+            .map(|r| r["value"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Offsets: plain-0 0, committed 1, marker 2, aborted 3, marker 4, open 5, plain-1 6.
+    let committed = b.ok(&["consume", "t", "--from-beginning", "--group", "g"], "");
+    assert_eq!(values(&committed), ["plain-0", "committed"]);
+    let all = b.ok(
+        &[
+            "consume",
+            "t",
+            "--from-beginning",
+            "--isolation",
+            "read-uncommitted",
+        ],
+        "",
+    );
+    assert_eq!(
+        values(&all),
+        ["plain-0", "committed", "aborted", "open", "plain-1"]
+    );
+    assert_eq!(positions(&json_lines(&all))[3], (0, 5));
+    // The group committed up to the last stable offset (past the markers and the
+    // aborted record): no lag against it, 2 offsets behind the end.
+    let desc = b.ok(&["group", "describe", "g"], "");
+    let row: Vec<&str> = desc.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..6], ["5", "7", "5", "0"], "{desc}");
+    let err = b.fail(&["consume", "t", "--isolation", "sometimes"], "");
+    assert!(err.contains("isolation"), "{err}");
 }

@@ -1,8 +1,9 @@
 //! Exactly once through crashes (semantics.md §4): a windowed job over a log topic
 //! (tumbling windows and sessions, with late records) runs as a `brook run` child that
 //! is killed with SIGKILL at random moments and restored from its latest checkpoint
-//! each time; the committed output (a two-phase-commit file sink) then equals the
-//! output of a run without failures exactly: no row lost, none twice.
+//! each time; the committed output (two-phase-commit file sinks, and a transactional
+//! log sink read committed) then equals the output of a run without failures exactly:
+//! no row lost, none twice.
 //!
 //! Kills: `BROOK_KILL_ITERATIONS` (default 20); `BROOK_KILL_SEED` fixes the moments.
 #![allow(clippy::unwrap_used)]
@@ -11,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
 use rand::{Rng, SeedableRng};
 
 const EVENTS: i64 = 20_000;
@@ -22,6 +23,7 @@ fn produce(data: &Path) {
     let log = Log::open(data, LogOptions::default()).unwrap();
     log.create_topic("events", 2, TopicConfig::default())
         .unwrap();
+    log.create_topic("out", 3, TopicConfig::default()).unwrap();
     let t = log.topic("events").unwrap();
     let mut batch: [Vec<ProducerRecord>; 2] = [Vec::new(), Vec::new()];
     for i in 0..EVENTS {
@@ -75,6 +77,7 @@ sinks:
   - { name: out, connector: file, path: out/per_second.jsonl, input: per-second }
   - { name: late, connector: file, path: out/late.jsonl }
   - { name: sess, connector: file, path: out/sessions.jsonl, input: session-windows }
+  - { name: logout, connector: log, topic: out, input: per-second }
 "#;
     let path = dir.join("job.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -94,11 +97,38 @@ fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
     c
 }
 
+/// The records of the log topic `out` as a reader of `isolation` sees them, sorted.
+fn topic_rows(data: &Path, isolation: IsolationLevel) -> Vec<String> {
+    let options = LogOptions {
+        maintenance_interval_ms: None,
+        ..LogOptions::default()
+    };
+    let log = Log::open(data, options).unwrap();
+    let mut rows = Vec::new();
+    for p in log.topic("out").unwrap().partitions() {
+        let mut recs = Vec::new();
+        let mut at = p.log_start_offset();
+        while at < p.end_offset(isolation) {
+            at = p
+                .read_into_isolated(at, ReadLimit::default(), isolation, &mut recs)
+                .unwrap()
+                .next_offset;
+        }
+        rows.extend(
+            recs.iter()
+                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+        );
+    }
+    rows.sort();
+    rows
+}
+
 /// The rows of each output (over the files of all subtasks: `per_second.jsonl`, or
-/// `per_second-<i>.jsonl` at parallelism > 1), sorted: rows fired by one watermark come
-/// in no particular order, so runs are compared as multisets.
+/// `per_second-<i>.jsonl` at parallelism > 1, then the log topic read committed),
+/// sorted: rows fired by one watermark come in no particular order, so runs are
+/// compared as multisets.
 fn outputs(dir: &Path) -> Vec<Vec<String>> {
-    ["per_second", "late", "sessions"]
+    let mut all: Vec<Vec<String>> = ["per_second", "late", "sessions"]
         .iter()
         .map(|stem| {
             let mut rows: Vec<String> = Vec::new();
@@ -116,7 +146,9 @@ fn outputs(dir: &Path) -> Vec<Vec<String>> {
             rows.sort();
             rows
         })
-        .collect()
+        .collect();
+    all.push(topic_rows(&dir.join("data"), IsolationLevel::ReadCommitted));
+    all
 }
 
 fn has_checkpoint(data: &Path) -> bool {
@@ -149,6 +181,7 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     );
     let want = outputs(clean.path());
     assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
+    assert_eq!(want[3], want[0], "the log sink writes the per-second rows");
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -167,6 +200,9 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
             assert!(finished_early < 50, "the job is too fast to be killed");
             let _ = std::fs::remove_dir_all(dir.path().join("out"));
             let _ = std::fs::remove_dir_all(data.join("checkpoints"));
+            let log = Log::open(&data, LogOptions::default()).unwrap();
+            log.delete_topic("out").unwrap();
+            log.create_topic("out", 3, TopicConfig::default()).unwrap();
             continue;
         }
         child.kill().unwrap();
@@ -182,7 +218,15 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
         String::from_utf8_lossy(&out.stderr)
     );
     let got = outputs(dir.path());
-    for (name, (g, w)) in ["per_second", "late", "sessions"]
+    // The killed attempts left records of aborted transactions in the topic.
+    let uncommitted = topic_rows(&data, IsolationLevel::ReadUncommitted);
+    assert!(uncommitted.len() >= got[3].len());
+    eprintln!(
+        "log sink: {} committed rows, {} left by aborted attempts",
+        got[3].len(),
+        uncommitted.len() - got[3].len()
+    );
+    for (name, (g, w)) in ["per_second", "late", "sessions", "log topic out"]
         .iter()
         .zip(got.iter().zip(&want))
     {

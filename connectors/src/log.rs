@@ -9,6 +9,11 @@
 //! tracks the next offset to read per partition ([`LogReader::positions`]).
 //!
 //! Reading starts at the [`StartingOffsets`] (default: the earliest stored record).
+//! By default a source reads committed records only ([`LogSource::isolation`],
+//! [`IsolationLevel::ReadCommitted`], as Kafka's `read_committed`): up to each
+//! partition's last stable offset, without records of aborted transactions; bounded
+//! sources end at the last stable offsets, and [`StartingOffsets::Latest`] starts
+//! there.
 //! A [`bounded`](LogSource::bounded) source reads up to the log end offsets captured
 //! when each reader starts (or restarts, after a restore), then ends; otherwise it waits for new records, woken by
 //! the partitions' end-offset notifications rather than by polling.
@@ -31,7 +36,42 @@
 //! (or the log's clock when it has none) and, with [`LogSink::key_by`], a key that
 //! routes it to `toPositive(murmur2(key)) % partitions` as Kafka's default
 //! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records are
-//! spread round-robin. Each batch is one [`Topic::append`](brook_log::Topic::append).
+//! spread round-robin. In a job without checkpoints each batch is one
+//! [`Topic::append`](brook_log::Topic::append), visible at once (at least once: a
+//! restarted job writes again what it wrote before).
+//!
+//! ## Exactly once (jobs with checkpoints)
+//!
+//! In a job that checkpoints, each subtask writes inside a transaction of the log
+//! ([`brook_log::txn`], Kafka's design) under the stable transactional id
+//! `{prefix}.{sink}.{subtask}`: the prefix is [`LogSink::transactional_id_prefix`]
+//! (the job's name in `brook run`; default the topic's name), `sink` the sink's name
+//! with characters outside `[A-Za-z0-9._-]` replaced by `_`. What arrives between two
+//! barriers is one transaction: at a barrier it is *prepared* (fsynced, recorded as
+//! prepared) and its handle is the committable that goes into the checkpoint; when the
+//! checkpoint completes it is *committed* (commit markers written), and read-committed
+//! readers (the default) see it. A barrier with nothing written since the last one
+//! gives no committable. At the end of the input everything pending is committed.
+//!
+//! A writer starts a new session of its transactional id, which fences any older
+//! writer of the same id (a zombie of a failed attempt gets
+//! [`LogError::ProducerFenced`](brook_log::LogError::ProducerFenced)) and aborts the
+//! transaction it left open. On restore the writer commits the restored checkpoint's
+//! transactions (again: committing a committed one is a no-op) and aborts every other
+//! prepared transaction of the id (written after the restored checkpoint); the aborted
+//! records stay in the topic, visible only to read-uncommitted readers. Restored at a
+//! lower parallelism, subtask `i` does the same for the ids of former subtasks `j`
+//! with `j % parallelism == i`. Two sinks (of different jobs) with the same prefix and
+//! sink name share transactional ids and fence each other: give each job its own
+//! prefix.
+//!
+//! As with Kafka, a transaction committed after the restored checkpoint (by a newer
+//! checkpoint that is then not restored, or by the end of input of a job that failed
+//! elsewhere) cannot be taken back: its records appear again when the restored job
+//! writes them. Restore from the latest complete checkpoint to avoid this.
+//!
+//! Committable format: version byte 1, then the [`TransactionHandle`] as JSON
+//! (`transactional_id`, `producer_id`, `epoch`, `sequence`).
 //!
 //! # Example
 //! ```
@@ -64,11 +104,16 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
+use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{InputStatus, Source, SourceReader, Split};
-use brook_log::{Log, Partition, ProducerRecord, ReadLimit, Record, Topic};
+use brook_log::{
+    IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
+    TransactionHandle, TransactionalProducer,
+};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -86,7 +131,8 @@ pub enum StartingOffsets {
     /// The log start offset: the oldest record still stored. The default.
     #[default]
     Earliest,
-    /// The log end offset when the reader starts: only records appended after it.
+    /// The log end offset when the reader starts (the last stable offset when reading
+    /// committed records): only records appended after it.
     Latest,
     /// These offsets per partition; partitions not listed start at the earliest. An
     /// offset outside the stored range fails the job when it starts.
@@ -98,6 +144,7 @@ pub struct LogSource<T> {
     log: Log,
     topic: String,
     start: StartingOffsets,
+    isolation: IsolationLevel,
     bounded: bool,
     bad: BadRecords,
     _out: PhantomData<fn() -> T>,
@@ -109,6 +156,7 @@ impl<T> fmt::Debug for LogSource<T> {
             .field("log", &self.log.dir())
             .field("topic", &self.topic)
             .field("start", &self.start)
+            .field("isolation", &self.isolation)
             .field("bounded", &self.bounded)
             .field("bad_records", &self.bad)
             .finish_non_exhaustive()
@@ -121,6 +169,7 @@ impl<T> Clone for LogSource<T> {
             log: self.log.clone(),
             topic: self.topic.clone(),
             start: self.start.clone(),
+            isolation: self.isolation,
             bounded: self.bounded,
             bad: self.bad.clone(),
             _out: PhantomData,
@@ -140,6 +189,7 @@ impl LogSource<()> {
             log: log.clone(),
             topic: topic.into(),
             start: StartingOffsets::default(),
+            isolation: IsolationLevel::default(),
             bounded: false,
             bad: BadRecords::fail(),
             _out: PhantomData,
@@ -151,6 +201,14 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
     /// Where to start in each partition. Default [`StartingOffsets::Earliest`].
     pub fn starting_offsets(mut self, start: StartingOffsets) -> Self {
         self.start = start;
+        self
+    }
+
+    /// Which records are read (default [`IsolationLevel::ReadCommitted`]: up to the
+    /// last stable offset, without records of aborted transactions; see
+    /// [`brook_log::txn`]).
+    pub fn isolation(mut self, isolation: IsolationLevel) -> Self {
+        self.isolation = isolation;
         self
     }
 
@@ -208,8 +266,11 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
                 .partition(split.partition)
                 .map_err(|e| ConnectorError::log(format!("read topic {:?}", self.topic), e))?;
             // Subscribe before reading the end offset, so no append goes unnoticed.
-            let changes = partition.subscribe();
+            let changes = partition.subscribe_end(self.isolation);
             let (first, end) = (partition.log_start_offset(), partition.log_end_offset());
+            // Where this reader's records end now: the last stable offset when reading
+            // committed records.
+            let readable = partition.end_offset(self.isolation);
             let restored = match positions.get(&split.split_id()) {
                 None => None,
                 Some(bytes) => Some(decode_position(bytes).ok_or_else(|| {
@@ -248,7 +309,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
                 }
                 (Some(o), _) => o,
                 (None, StartingOffsets::Earliest) => first,
-                (None, StartingOffsets::Latest) => end,
+                (None, StartingOffsets::Latest) => readable,
                 (None, StartingOffsets::Offsets(offsets)) => {
                     match offsets.get(&split.partition).copied() {
                         None => first,
@@ -273,12 +334,13 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
                 id: split.partition,
                 partition,
                 position,
-                end: self.bounded.then_some(end),
+                end: self.bounded.then_some(readable),
                 changes,
             });
         }
         Ok(LogReader {
             topic: self.topic.clone(),
+            isolation: self.isolation,
             cursors,
             bad: self.bad.clone(),
             records: Vec::new(),
@@ -390,6 +452,7 @@ const CHUNK: u64 = 1024;
 /// Reads some partitions of a topic for one subtask of a [`LogSource`].
 pub struct LogReader<T> {
     topic: String,
+    isolation: IsolationLevel,
     cursors: Vec<Cursor>,
     bad: BadRecords,
     records: Vec<Record>,
@@ -464,17 +527,24 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                 max_bytes: 8 << 20,
             };
             self.records.clear();
-            c.partition
-                .read_into(c.position, limit, &mut self.records)
+            let summary = c
+                .partition
+                .read_into_isolated(c.position, limit, self.isolation, &mut self.records)
                 .map_err(|e| {
                     ConnectorError::log(
                         format!("read {}/{} at offset {}", self.topic, c.id, c.position),
                         e,
                     )
                 })?;
-            if self.records.is_empty() {
+            if summary.next_offset == c.position {
                 break;
             }
+            // Records passed over (markers, aborted transactions) do not count against
+            // the limit, so a read may reach beyond the chunk: keep the chunk's records
+            // only, so the order over partitions stays a function of the offsets.
+            self.records.retain(|r| r.offset < stop);
+            // Past markers and aborted records too (the chunk may hold no record).
+            let next = summary.next_offset.min(stop);
             for record in self.records.drain(..) {
                 c.position = record.offset + 1;
                 read_any = true;
@@ -490,6 +560,10 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                         format!("invalid JSON: {e}"),
                     )?,
                 }
+            }
+            if next > c.position {
+                c.position = next;
+                read_any = true;
             }
         }
         Ok(if self.is_finished() {
@@ -563,6 +637,7 @@ pub struct LogSink<T> {
     log: Log,
     topic: String,
     key: Option<KeyFn<T>>,
+    txn_prefix: Option<String>,
 }
 
 impl<T> fmt::Debug for LogSink<T> {
@@ -571,6 +646,7 @@ impl<T> fmt::Debug for LogSink<T> {
             .field("log", &self.log.dir())
             .field("topic", &self.topic)
             .field("keyed", &self.key.is_some())
+            .field("transactional_id_prefix", &self.txn_prefix)
             .finish()
     }
 }
@@ -581,6 +657,7 @@ impl<T> Clone for LogSink<T> {
             log: self.log.clone(),
             topic: self.topic.clone(),
             key: self.key.clone(),
+            txn_prefix: self.txn_prefix.clone(),
         }
     }
 }
@@ -592,6 +669,7 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
             log: log.clone(),
             topic: topic.into(),
             key: None,
+            txn_prefix: None,
         }
     }
 
@@ -605,24 +683,199 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
         self.key = Some(Arc::new(move |t| key(t).into()));
         self
     }
+
+    /// The first part of the transactional ids of the exactly-once writers, as
+    /// Flink's `setTransactionalIdPrefix`: use the job's name. Default: the topic's
+    /// name. Two jobs whose sinks have the same prefix and sink name fence each other
+    /// (the older one fails); see the [module docs](self).
+    pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.txn_prefix = Some(prefix.into());
+        self
+    }
+
+    /// The transactional ids of this sink's subtasks start with this (the prefix,
+    /// the sink's name with characters other than `[A-Za-z0-9._-]` replaced by `_`,
+    /// and a dot); the subtask index follows.
+    fn txn_id_base(&self, info: &SubtaskInfo) -> String {
+        let prefix = self.txn_prefix.as_deref().unwrap_or(&self.topic);
+        let sink: String = info
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{prefix}.{sink}.")
+    }
+
+    fn open_topic(&self) -> Result<Arc<Topic>, ConnectorError> {
+        self.log
+            .topic(&self.topic)
+            .map_err(|e| ConnectorError::log(format!("write topic {:?}", self.topic), e))
+    }
+
+    /// The exactly-once writer of subtask `info`: first commits `committables` (a
+    /// restore) and aborts what earlier attempts left (see the [module docs](self)).
+    fn transactional_writer(
+        &self,
+        info: &SubtaskInfo,
+        committables: Vec<Vec<u8>>,
+    ) -> OpResult<TxnLogWriter<T>> {
+        let topic = self.open_topic()?;
+        let base = self.txn_id_base(info);
+        let own = format!("{base}{}", info.index);
+        validate_name("transactional id", &own).map_err(|e| {
+            ConnectorError::config(
+                "transactional_id_prefix",
+                format!("the log sink's transactional id cannot be made: {e}"),
+            )
+        })?;
+        let mut by_id: BTreeMap<String, Vec<TransactionHandle>> = BTreeMap::new();
+        for bytes in &committables {
+            let h = decode_committable(bytes).ok_or_else(|| {
+                OperatorError::failed(format!(
+                    "topic {:?}: a committable in the checkpoint is not one this sink wrote",
+                    self.topic
+                ))
+            })?;
+            by_id.entry(h.transactional_id.clone()).or_default().push(h);
+        }
+        let txn_err =
+            |what: String, e: LogError| -> OperatorError { ConnectorError::log(what, e).into() };
+        // Ids of former subtasks that now fall to this one: ids in the checkpoint, and
+        // ids of this sink with an index `j >= parallelism` and `j % parallelism ==
+        // index` (a run at a higher parallelism that left transactions behind).
+        let mut others: Vec<String> = by_id.keys().filter(|id| **id != own).cloned().collect();
+        for id in self.log.transactional_ids() {
+            let former = id
+                .strip_prefix(&base)
+                .and_then(|rest| rest.parse::<u32>().ok())
+                .is_some_and(|j| j >= info.parallelism && j % info.parallelism == info.index);
+            if former && !others.contains(&id) {
+                others.push(id);
+            }
+        }
+        for id in others {
+            let mut session = self
+                .log
+                .init_transactions(&id)
+                .map_err(|e| txn_err(format!("start transactional id {id:?}"), e))?;
+            finish_restored(&mut session, by_id.get(&id).map_or(&[][..], |v| v))?;
+        }
+        let mut producer = self
+            .log
+            .init_transactions(&own)
+            .map_err(|e| txn_err(format!("start transactional id {own:?}"), e))?;
+        finish_restored(&mut producer, by_id.get(&own).map_or(&[][..], |v| v))?;
+        Ok(TxnLogWriter {
+            topic,
+            key: self.key.clone(),
+            written: 0,
+            producer,
+            pending: Vec::new(),
+            finished: false,
+        })
+    }
+}
+
+/// Commits the restored checkpoint's transactions of one transactional id (again:
+/// committing twice is harmless) and aborts every other prepared one (written after
+/// the restored checkpoint). Open ones were aborted when the session started.
+fn finish_restored(session: &mut TransactionalProducer, handles: &[TransactionHandle]) -> OpResult {
+    let id = session.transactional_id().to_string();
+    let fail = |what: &str, h: &TransactionHandle, e: LogError| -> OperatorError {
+        ConnectorError::log(format!("{what} transaction {} of {id:?}", h.sequence), e).into()
+    };
+    let mut ordered = handles.to_vec();
+    ordered.sort_by_key(|h| (h.producer_id, h.sequence));
+    for h in &ordered {
+        session
+            .commit(h)
+            .map_err(|e| fail("commit restored", h, e))?;
+    }
+    let leftovers = session
+        .prepared()
+        .map_err(|e| ConnectorError::log(format!("list transactions of {id:?}"), e))?;
+    for h in &leftovers {
+        session.abort(h).map_err(|e| fail("abort leftover", h, e))?;
+    }
+    Ok(())
+}
+
+/// Version of a [`LogSink`] committable.
+const COMMITTABLE_V1: u8 = 1;
+
+/// A committable: version 1, then the transaction handle as JSON.
+fn encode_committable(h: &TransactionHandle) -> OpResult<Vec<u8>> {
+    let mut b = vec![COMMITTABLE_V1];
+    serde_json::to_writer(&mut b, h)
+        .map_err(|e| OperatorError::failed(format!("encode a transaction handle: {e}")))?;
+    Ok(b)
+}
+
+fn decode_committable(bytes: &[u8]) -> Option<TransactionHandle> {
+    match bytes {
+        [COMMITTABLE_V1, json @ ..] => serde_json::from_slice(json).ok(),
+        _ => None,
+    }
 }
 
 impl<T: Serialize + Send + 'static> Sink for LogSink<T> {
     type In = T;
 
     fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
-        let topic = self
-            .log
-            .topic(&self.topic)
-            .map_err(|e| ConnectorError::log(format!("write topic {:?}", self.topic), e))?;
         Ok(Box::new(LogWriter {
-            topic,
+            topic: self.open_topic()?,
             key: self.key.clone(),
             written: 0,
         }))
     }
+
+    fn create_committing_writer(
+        &self,
+        info: &SubtaskInfo,
+    ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(self.transactional_writer(info, Vec::new())?))
+    }
+
+    fn restore_writer(
+        &self,
+        info: &SubtaskInfo,
+        committables: Vec<Vec<u8>>,
+    ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(self.transactional_writer(info, committables)?))
+    }
 }
 
+/// Encodes a batch as producer records (JSON values, keys by the key function).
+fn to_records<T: Serialize>(
+    batch: &Batch<T>,
+    key: &Option<KeyFn<T>>,
+    topic: &str,
+    written: &mut u64,
+) -> OpResult<Vec<ProducerRecord>> {
+    let mut records = Vec::with_capacity(batch.len());
+    for r in batch {
+        *written += 1;
+        let value = serde_json::to_vec(&r.value).map_err(|e| OperatorError::BadRecord {
+            position: Some(format!("topic {topic:?} record {written}")),
+            reason: format!("cannot encode as JSON: {e}"),
+        })?;
+        records.push(ProducerRecord {
+            key: key.as_ref().map(|k| k(&r.value)),
+            value: Bytes::from(value),
+            timestamp: r.timestamp,
+            headers: Vec::new(),
+        });
+    }
+    Ok(records)
+}
+
+/// The at-least-once writer (jobs without checkpoints): plain appends.
 struct LogWriter<T> {
     topic: Arc<Topic>,
     key: Option<KeyFn<T>>,
@@ -636,24 +889,7 @@ impl<T: Serialize + Send + 'static> SinkWriter for LogWriter<T> {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut records = Vec::with_capacity(batch.len());
-        for r in &batch {
-            self.written += 1;
-            let value = serde_json::to_vec(&r.value).map_err(|e| OperatorError::BadRecord {
-                position: Some(format!(
-                    "topic {:?} record {}",
-                    self.topic.name(),
-                    self.written
-                )),
-                reason: format!("cannot encode as JSON: {e}"),
-            })?;
-            records.push(ProducerRecord {
-                key: self.key.as_ref().map(|k| k(&r.value)),
-                value: Bytes::from(value),
-                timestamp: r.timestamp,
-                headers: Vec::new(),
-            });
-        }
+        let records = to_records(&batch, &self.key, self.topic.name(), &mut self.written)?;
         let n = records.len();
         self.topic.append(records).map_err(|e| {
             ConnectorError::log(
@@ -661,6 +897,120 @@ impl<T: Serialize + Send + 'static> SinkWriter for LogWriter<T> {
                 e,
             )
         })?;
+        Ok(())
+    }
+}
+
+/// The exactly-once writer of a [`LogSink`] subtask: one transaction per checkpoint.
+struct TxnLogWriter<T> {
+    topic: Arc<Topic>,
+    key: Option<KeyFn<T>>,
+    written: u64,
+    producer: TransactionalProducer,
+    /// Prepared, not yet committed.
+    pending: Vec<TransactionHandle>,
+    finished: bool,
+}
+
+impl<T> TxnLogWriter<T> {
+    fn err(&self, what: String, e: LogError) -> OperatorError {
+        ConnectorError::log(
+            format!(
+                "{what} (topic {:?}, transactional id {:?})",
+                self.topic.name(),
+                self.producer.transactional_id()
+            ),
+            e,
+        )
+        .into()
+    }
+
+    /// Prepares the open transaction, if there is one.
+    fn prepare(&mut self) -> OpResult<Option<TransactionHandle>> {
+        if self.producer.current().is_none() {
+            return Ok(None);
+        }
+        let h = self
+            .producer
+            .prepare()
+            .map_err(|e| self.err("prepare the transaction".into(), e))?;
+        self.pending.push(h.clone());
+        Ok(Some(h))
+    }
+
+    fn commit_handle(&mut self, h: &TransactionHandle) -> OpResult {
+        self.producer
+            .commit(h)
+            .map_err(|e| self.err(format!("commit transaction {}", h.sequence), e))?;
+        self.pending.retain(|p| p != h);
+        Ok(())
+    }
+}
+
+impl<T: Serialize + Send + 'static> SinkWriter for TxnLogWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        if self.finished {
+            return Err(OperatorError::failed(format!(
+                "topic {:?}: written to after the sink finished",
+                self.topic.name()
+            )));
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let records = to_records(&batch, &self.key, self.topic.name(), &mut self.written)?;
+        let n = records.len();
+        if self.producer.current().is_none() {
+            self.producer
+                .begin()
+                .map_err(|e| self.err("begin a transaction".into(), e))?;
+        }
+        let topic = self.topic.name().to_string();
+        self.producer
+            .send(&topic, records)
+            .map_err(|e| self.err(format!("append {n} records"), e))?;
+        Ok(())
+    }
+
+    /// Records become visible when their transaction commits: nothing to do.
+    fn flush(&mut self) -> OpResult {
+        Ok(())
+    }
+
+    /// Prepares the transaction of the records since the last barrier (fsynced,
+    /// recorded as prepared) and returns its handle; `None` when nothing was written.
+    fn prepare_commit(&mut self, _checkpoint: CheckpointId) -> OpResult<Option<Vec<u8>>> {
+        match self.prepare()? {
+            Some(h) => Ok(Some(encode_committable(&h)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn commit(&mut self, _checkpoint: CheckpointId, committables: Vec<Vec<u8>>) -> OpResult {
+        for bytes in committables {
+            let h = decode_committable(&bytes).ok_or_else(|| {
+                OperatorError::failed(format!(
+                    "topic {:?}: a committable this sink did not write",
+                    self.topic.name()
+                ))
+            })?;
+            self.commit_handle(&h)?;
+        }
+        Ok(())
+    }
+
+    /// End of input: commits everything, including what came after the last barrier.
+    fn finish(&mut self) -> OpResult {
+        if self.finished {
+            return Ok(());
+        }
+        self.prepare()?;
+        for h in std::mem::take(&mut self.pending) {
+            self.commit_handle(&h)?;
+        }
+        self.finished = true;
         Ok(())
     }
 }

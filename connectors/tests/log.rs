@@ -349,3 +349,68 @@ fn waiting_blocks_until_an_append_wakes_the_reader() {
     assert_eq!(out.take().len(), 2);
     assert_eq!(reader.positions(), BTreeMap::from([(0, 1), (1, 1)]));
 }
+
+#[test]
+fn the_source_reads_committed_records_by_default_and_all_on_request() {
+    let (_dir, log) = open();
+    log.create_topic("events", 1, TopicConfig::default())
+        .unwrap();
+    let ev = |seq: u64| {
+        vec![ProducerRecord::new(
+            serde_json::to_vec(&Ev { p: 0, seq }).unwrap(),
+        )]
+    };
+    let t = log.topic("events").unwrap();
+    t.append(ev(0)).unwrap();
+    let mut w = log.init_transactions("w").unwrap();
+    w.begin().unwrap();
+    w.send("events", ev(1)).unwrap();
+    w.abort_transaction().unwrap();
+    // Enough aborted records for reads of more than one chunk of offsets.
+    w.begin().unwrap();
+    for i in 0..30u64 {
+        w.send(
+            "events",
+            (0..100).flat_map(|j| ev(1_000 + i * 100 + j)).collect(),
+        )
+        .unwrap();
+    }
+    w.abort_transaction().unwrap();
+    w.begin().unwrap();
+    w.send("events", ev(2)).unwrap();
+    w.commit_transaction().unwrap();
+    t.append(ev(3)).unwrap();
+    w.begin().unwrap();
+    w.send("events", ev(4)).unwrap();
+    t.append(ev(5)).unwrap();
+    let read = |src: LogSource<Ev>| -> (Vec<u64>, BTreeMap<u32, u64>) {
+        let splits = src.enumerate_splits(1).unwrap();
+        let mut reader = src.reader(&info(0, 1), splits).unwrap();
+        let mut out = Output::new();
+        let mut polls = 0;
+        while reader.poll_next(&mut out).unwrap() != InputStatus::End {
+            polls += 1;
+            assert!(polls < 100);
+        }
+        (
+            out.take().into_iter().map(|r| r.value.seq).collect(),
+            reader.positions(),
+        )
+    };
+    let stable = t.partition(0).unwrap().last_stable_offset();
+    let (committed, pos) = read(LogSource::json::<Ev>(&log, "events").bounded(true));
+    assert_eq!(committed, vec![0, 2, 3]);
+    // Past the markers and aborted records, up to the open transaction.
+    assert_eq!(pos, BTreeMap::from([(0, stable)]));
+    let (all, _) = read(
+        LogSource::json::<Ev>(&log, "events")
+            .bounded(true)
+            .isolation(brook_log::IsolationLevel::ReadUncommitted),
+    );
+    assert_eq!(all.len(), 3_006);
+    assert_eq!(all[..2], [0, 1]);
+    assert_eq!(all[all.len() - 4..], [2, 3, 4, 5]);
+    w.commit_transaction().unwrap();
+    let (committed, _) = read(LogSource::json::<Ev>(&log, "events").bounded(true));
+    assert_eq!(committed, vec![0, 2, 3, 4, 5]);
+}

@@ -16,7 +16,7 @@ use tracing::{debug, info};
 use crate::error::{LogError, Result};
 use crate::group::{AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition};
 use crate::log::Log;
-use crate::partition::{AppendInfo, Partition, ReadLimit};
+use crate::partition::{AppendInfo, IsolationLevel, Partition, ReadLimit};
 use crate::record::{ConsumerRecord, ProducerRecord};
 
 /// Appends records to topics of a [`Log`] from async code.
@@ -91,6 +91,11 @@ pub struct ConsumerConfig {
     pub strategy: AssignmentStrategy,
     /// Limits of one poll. Default 500 records, 1 MiB.
     pub read_limit: ReadLimit,
+    /// Which records are read, as Kafka's `isolation.level`. Default
+    /// [`IsolationLevel::ReadCommitted`]: up to the last stable offset, without
+    /// records of aborted transactions (with [`OffsetReset::Latest`] a read-committed
+    /// consumer starts at the last stable offset, as Kafka's).
+    pub isolation: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -103,6 +108,7 @@ impl Default for ConsumerConfig {
             auto_offset_reset: OffsetReset::Latest,
             strategy: AssignmentStrategy::Range,
             read_limit: ReadLimit::default(),
+            isolation: IsolationLevel::default(),
         }
     }
 }
@@ -298,7 +304,7 @@ impl Consumer {
     ) -> Result<u64> {
         match self.config.auto_offset_reset {
             OffsetReset::Earliest => Ok(p.log_start_offset()),
-            OffsetReset::Latest => Ok(p.log_end_offset()),
+            OffsetReset::Latest => Ok(p.end_offset(self.config.isolation)),
             OffsetReset::None => Err(LogError::OffsetOutOfRange {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
@@ -350,6 +356,7 @@ impl Consumer {
         let mut out = Vec::new();
         let n = self.assigned.len();
         let limit = self.config.read_limit;
+        let isolation = self.config.isolation;
         let mut records = Vec::new();
         for i in 0..n {
             if out.len() >= limit.max_records {
@@ -359,7 +366,7 @@ impl Consumer {
             let tp = self.assigned[idx].tp.clone();
             let pos = self.position(&tp)?;
             let a = &self.assigned[idx];
-            if pos >= a.partition.log_end_offset() {
+            if pos >= a.partition.end_offset(isolation) {
                 continue;
             }
             records.clear();
@@ -367,8 +374,11 @@ impl Consumer {
                 max_records: limit.max_records - out.len(),
                 max_bytes: limit.max_bytes,
             };
-            match a.partition.read_into(pos, lim, &mut records) {
-                Ok(_) => {}
+            let next = match a
+                .partition
+                .read_into_isolated(pos, lim, isolation, &mut records)
+            {
+                Ok(summary) => summary.next_offset,
                 Err(LogError::OffsetOutOfRange { requested, .. }) => {
                     let (tp, part) = (a.tp.clone(), Arc::clone(&a.partition));
                     let new = self.reset_position(&tp, &part, Some(requested))?;
@@ -377,15 +387,17 @@ impl Consumer {
                     // Read from the new position now: what is available is returned by
                     // this call, not only by the next one. Retention may have moved the
                     // start again meanwhile; the next poll resets once more then.
-                    match part.read_into(new, lim, &mut records) {
-                        Ok(_) | Err(LogError::OffsetOutOfRange { .. }) => {}
+                    match part.read_into_isolated(new, lim, isolation, &mut records) {
+                        Ok(summary) => summary.next_offset,
+                        Err(LogError::OffsetOutOfRange { .. }) => new,
                         Err(e) => return Err(e),
                     }
                 }
                 Err(e) => return Err(e),
-            }
-            if let Some(last) = records.last() {
-                self.positions.insert(a.tp.clone(), last.offset + 1);
+            };
+            // Past the records read and any markers or aborted records passed over.
+            if next > pos || !records.is_empty() {
+                self.positions.insert(a.tp.clone(), next);
             }
             let topic = &a.topic;
             out.extend(records.drain(..).map(|record| ConsumerRecord {
@@ -422,10 +434,11 @@ impl Consumer {
                     self.config.heartbeat_interval_ms.max(1) as u64,
                 ));
             }
+            let isolation = self.config.isolation;
             let mut rxs: Vec<_> = self
                 .assigned
                 .iter()
-                .map(|a| a.partition.subscribe())
+                .map(|a| a.partition.subscribe_end(isolation))
                 .collect();
             // Records appended between the read above and subscribing: go again.
             let behind = self

@@ -99,6 +99,42 @@ pub enum LogError {
     /// Committed offsets could not be stored or loaded.
     #[error(transparent)]
     Offsets(#[from] OffsetStoreError),
+    /// A transactional writer whose epoch is older than the transactional id's current
+    /// one: a newer session was started for the id, as Kafka's `ProducerFenced`.
+    #[error("transactional id {transactional_id:?}: this writer (epoch {epoch}) was fenced by a newer session (epoch {current_epoch})")]
+    ProducerFenced {
+        /// The transactional id.
+        transactional_id: String,
+        /// The writer's epoch.
+        epoch: u16,
+        /// The id's current epoch.
+        current_epoch: u16,
+    },
+    /// An append for a transaction that does not accept appends in the partition
+    /// (it was prepared, aborted or committed, or its writer was fenced).
+    #[error("transaction {sequence} of producer {producer_id} is not open for appends to {topic}-{partition}")]
+    TransactionNotOpen {
+        /// The producer id.
+        producer_id: u64,
+        /// The transaction's number.
+        sequence: u64,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+    },
+    /// A transaction operation that the transaction's state does not allow, such as
+    /// committing an aborted transaction, beginning a second one while one is open,
+    /// or sending without one (as Kafka's `InvalidTxnState`).
+    #[error("transactional id {transactional_id:?}, transaction {sequence}: {reason}")]
+    InvalidTransactionState {
+        /// The transactional id.
+        transactional_id: String,
+        /// The transaction's number (`u64::MAX` when there is none).
+        sequence: u64,
+        /// What was wrong.
+        reason: String,
+    },
     /// A broken invariant inside the log (a bug), such as a panicked blocking task.
     #[error("internal error: {0}")]
     Internal(String),

@@ -13,6 +13,10 @@
 //!  18  record_count    u32   N >= 1
 //!  22  first_timestamp i64   timestamp of the first record (ms)
 //!  30  max_timestamp   i64   largest timestamp in the batch (ms)
+//! transactional batches only (format version 2): 18 more header bytes
+//!  38  producer_id     u64   the transactional id's producer id
+//!  46  producer_epoch  u16   its epoch when the batch was written
+//!  48  txn_sequence    u64   the transaction's number among the producer id's
 //! records, N times
 //!      timestamp       i64   ms since the Unix epoch
 //!      key_len         i32   -1 for no key
@@ -23,6 +27,13 @@
 //!      headers         (key_len u16, key utf-8, value_len i32 (-1 = none), value)*
 //! ```
 //!
+//! Version 1 batches are plain (non-transactional) appends. Version 2 batches belong to
+//! a transaction (attribute bit `0x10`, as Kafka's): data appended inside it, or (bit
+//! `0x20`, a *control batch*) the commit or abort marker that ends it in this partition.
+//! A control batch holds one record whose key is a version `u16` (0) and a type `u16`
+//! (0 = abort, 1 = commit), with an empty value, as Kafka's control records; readers
+//! never see it, but it occupies an offset.
+//!
 //! The CRC covers everything after itself, so a torn or flipped byte anywhere in a
 //! batch (other than in its first 12 bytes, which are checked for plausibility) is
 //! detected, as Kafka's v2 record batches use CRC32C.
@@ -32,10 +43,21 @@ use thiserror::Error;
 
 use crate::record::{Header, ProducerRecord, Record};
 
-/// Current batch format version.
+/// Format version of plain (non-transactional) batches.
 pub const MAGIC: u8 = 1;
-/// Size of the batch header in bytes.
+/// Format version of transactional batches (data and control).
+pub const MAGIC_TXN: u8 = 2;
+/// Size of the header of a plain batch in bytes.
 pub const BATCH_HEADER_LEN: usize = 38;
+/// Size of the header of a transactional batch in bytes.
+pub const TXN_BATCH_HEADER_LEN: usize = 56;
+/// Attribute bit: the batch belongs to a transaction (as Kafka's `isTransactional`).
+pub const ATTR_TRANSACTIONAL: u8 = 0x10;
+/// Attribute bit: the batch is a control batch (a transaction marker).
+pub const ATTR_CONTROL: u8 = 0x20;
+/// The smallest batch of either version (a plain batch of one empty record): reading
+/// this many bytes at a batch start always covers its header.
+pub const MIN_BATCH_LEN: usize = BATCH_HEADER_LEN + RECORD_OVERHEAD;
 /// Bytes before the CRC-covered part (base offset, length, CRC).
 const CRC_START: usize = 16;
 /// Fixed bytes per record besides key, value and headers.
@@ -73,6 +95,53 @@ pub enum FormatError {
     },
 }
 
+/// Which transaction a batch belongs to: the producer id and epoch of the writer and
+/// the transaction's number among that producer id's transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxnMark {
+    /// The transactional id's producer id.
+    pub producer_id: u64,
+    /// The producer epoch of the session that wrote the batch.
+    pub epoch: u16,
+    /// The transaction's number (unique per producer id).
+    pub sequence: u64,
+}
+
+/// What a control record says about its transaction (as Kafka's `ControlRecordType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlType {
+    /// The transaction was aborted: its records are not returned to read-committed
+    /// readers.
+    Abort,
+    /// The transaction was committed.
+    Commit,
+}
+
+impl ControlType {
+    fn code(self) -> u16 {
+        match self {
+            ControlType::Abort => 0,
+            ControlType::Commit => 1,
+        }
+    }
+
+    /// The key of the control record for this type.
+    pub fn record_key(self) -> [u8; 4] {
+        let mut k = [0u8; 4];
+        k[2..].copy_from_slice(&self.code().to_le_bytes());
+        k
+    }
+
+    /// Parses a control record's key (`None` for an unknown version or type).
+    pub fn from_record_key(key: &[u8]) -> Option<Self> {
+        match key {
+            [0, 0, 0, 0] => Some(ControlType::Abort),
+            [0, 0, 1, 0] => Some(ControlType::Commit),
+            _ => None,
+        }
+    }
+}
+
 /// A parsed batch header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
@@ -88,9 +157,27 @@ pub struct BatchHeader {
     pub first_timestamp: i64,
     /// Largest timestamp in the batch.
     pub max_timestamp: i64,
+    /// The attribute bits ([`ATTR_TRANSACTIONAL`], [`ATTR_CONTROL`]).
+    pub attributes: u8,
+    /// The transaction of a transactional batch (format version 2).
+    pub txn: Option<TxnMark>,
 }
 
 impl BatchHeader {
+    /// Size of this batch's header: [`BATCH_HEADER_LEN`] or [`TXN_BATCH_HEADER_LEN`].
+    pub fn header_len(&self) -> usize {
+        if self.txn.is_some() {
+            TXN_BATCH_HEADER_LEN
+        } else {
+            BATCH_HEADER_LEN
+        }
+    }
+
+    /// Whether this is a control batch (a transaction marker).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
     /// Total size of the batch in bytes, header included.
     pub fn total_len(&self) -> usize {
         12 + self.batch_len as usize
@@ -135,17 +222,74 @@ pub fn encode_batch(
     records: &[ProducerRecord],
     now_ms: i64,
 ) -> EncodedBatch {
+    encode(buf, base_offset, records, now_ms, None)
+}
+
+/// Appends one transactional batch (format version 2) holding `records` (at least
+/// one), written by the transaction `txn`; otherwise as [`encode_batch`].
+pub fn encode_txn_batch(
+    buf: &mut Vec<u8>,
+    base_offset: u64,
+    records: &[ProducerRecord],
+    now_ms: i64,
+    txn: TxnMark,
+) -> EncodedBatch {
+    encode(
+        buf,
+        base_offset,
+        records,
+        now_ms,
+        Some((txn, ATTR_TRANSACTIONAL)),
+    )
+}
+
+/// Appends the control batch (one control record) that commits or aborts `txn` in a
+/// partition, stamped `now_ms`.
+pub fn encode_control_batch(
+    buf: &mut Vec<u8>,
+    base_offset: u64,
+    txn: TxnMark,
+    control: ControlType,
+    now_ms: i64,
+) -> EncodedBatch {
+    let record = ProducerRecord {
+        key: Some(Bytes::copy_from_slice(&control.record_key())),
+        value: Bytes::new(),
+        timestamp: Some(now_ms),
+        headers: Vec::new(),
+    };
+    encode(
+        buf,
+        base_offset,
+        std::slice::from_ref(&record),
+        now_ms,
+        Some((txn, ATTR_TRANSACTIONAL | ATTR_CONTROL)),
+    )
+}
+
+fn encode(
+    buf: &mut Vec<u8>,
+    base_offset: u64,
+    records: &[ProducerRecord],
+    now_ms: i64,
+    txn: Option<(TxnMark, u8)>,
+) -> EncodedBatch {
     debug_assert!(!records.is_empty());
     let start = buf.len();
     let first_ts = records.first().and_then(|r| r.timestamp).unwrap_or(now_ms);
     let mut max_ts = i64::MIN;
     buf.extend_from_slice(&base_offset.to_le_bytes());
     buf.extend_from_slice(&[0u8; 8]); // length and CRC, filled in below
-    buf.push(MAGIC);
-    buf.push(0);
+    buf.push(if txn.is_some() { MAGIC_TXN } else { MAGIC });
+    buf.push(txn.map_or(0, |(_, attributes)| attributes));
     buf.extend_from_slice(&(records.len() as u32).to_le_bytes());
     buf.extend_from_slice(&first_ts.to_le_bytes());
     buf.extend_from_slice(&[0u8; 8]); // max timestamp, filled in below
+    if let Some((mark, _)) = txn {
+        buf.extend_from_slice(&mark.producer_id.to_le_bytes());
+        buf.extend_from_slice(&mark.epoch.to_le_bytes());
+        buf.extend_from_slice(&mark.sequence.to_le_bytes());
+    }
     for r in records {
         let ts = r.timestamp.unwrap_or(now_ms);
         max_ts = max_ts.max(ts);
@@ -211,27 +355,52 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
             available: buf.len(),
         });
     }
-    let h = BatchHeader {
+    let mut h = BatchHeader {
         base_offset: u64_at(buf, 0),
         batch_len: u32_at(buf, 8),
         crc: u32_at(buf, 12),
         record_count: u32_at(buf, 18),
         first_timestamp: u64_at(buf, 22) as i64,
         max_timestamp: u64_at(buf, 30) as i64,
+        attributes: buf[17],
+        txn: None,
     };
-    if buf[16] != MAGIC {
-        return Err(FormatError::BadHeader(format!(
-            "unknown format version {}",
-            buf[16]
-        )));
+    match buf[16] {
+        MAGIC if h.attributes == 0 => {}
+        MAGIC_TXN if h.attributes & ATTR_TRANSACTIONAL != 0 => {
+            if buf.len() < TXN_BATCH_HEADER_LEN {
+                return Err(FormatError::Truncated {
+                    needed: TXN_BATCH_HEADER_LEN,
+                    available: buf.len(),
+                });
+            }
+            h.txn = Some(TxnMark {
+                producer_id: u64_at(buf, 38),
+                epoch: u16::from_le_bytes([buf[46], buf[47]]),
+                sequence: u64_at(buf, 48),
+            });
+        }
+        MAGIC | MAGIC_TXN => {
+            return Err(FormatError::BadHeader(format!(
+                "attributes {:#04x} do not fit format version {}",
+                h.attributes, buf[16]
+            )))
+        }
+        v => {
+            return Err(FormatError::BadHeader(format!(
+                "unknown format version {v}"
+            )))
+        }
     }
-    if (h.batch_len as usize) < BATCH_HEADER_LEN - 12 {
+    if (h.batch_len as usize) < h.header_len() - 12 {
         return Err(FormatError::BadHeader(format!(
             "batch length {} too small",
             h.batch_len
         )));
     }
-    if h.record_count == 0 || (h.record_count as usize) * RECORD_OVERHEAD > h.batch_len as usize {
+    if h.record_count == 0
+        || (h.record_count as usize) * RECORD_OVERHEAD > h.batch_len as usize + 12 - h.header_len()
+    {
         return Err(FormatError::BadHeader(format!(
             "record count {} does not fit batch length {}",
             h.record_count, h.batch_len
@@ -502,7 +671,7 @@ pub fn for_each_record<'a>(
     let last = skip + wanted as u32;
     let mut fl = Fields {
         buf: batch,
-        pos: BATCH_HEADER_LEN,
+        pos: header.header_len(),
         index: 0,
     };
     for i in 0..last {
@@ -631,6 +800,87 @@ mod tests {
             buf[i] ^= 1 << bit;
             prop_assert!(check_batch(&buf).is_err());
         }
+    }
+
+    proptest! {
+        #[test]
+        fn transactional_batches_round_trip(
+            records in proptest::collection::vec(arb_record(), 1..10),
+            base in 0u64..1_000_000,
+            producer_id in any::<u64>(),
+            epoch in any::<u16>(),
+            sequence in any::<u64>(),
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let mark = TxnMark { producer_id, epoch, sequence };
+            let mut buf = Vec::new();
+            let enc = encode_txn_batch(&mut buf, base, &records, 7, mark);
+            prop_assert_eq!(enc.len, TXN_BATCH_HEADER_LEN + records.iter().map(record_len).sum::<usize>());
+            let h = check_batch(&buf).unwrap();
+            prop_assert_eq!(h.txn, Some(mark));
+            prop_assert!(!h.is_control());
+            prop_assert_eq!(h.header_len(), TXN_BATCH_HEADER_LEN);
+            let mut out = Vec::new();
+            decode_records(&Bytes::from(buf.clone()), &h, 0, usize::MAX, &mut out).unwrap();
+            prop_assert_eq!(out.len(), records.len());
+            for (r, o) in records.iter().zip(&out) {
+                prop_assert_eq!(&o.value, &r.value);
+                prop_assert_eq!(&o.key, &r.key);
+            }
+            // The transaction fields are covered by the CRC.
+            let i = 12 + at.index(buf.len() - 12);
+            buf[i] ^= 1 << bit;
+            prop_assert!(check_batch(&buf).is_err());
+        }
+    }
+
+    #[test]
+    fn control_batches_carry_their_type_and_transaction() {
+        let mark = TxnMark {
+            producer_id: 3,
+            epoch: 2,
+            sequence: 9,
+        };
+        for control in [ControlType::Commit, ControlType::Abort] {
+            let mut buf = Vec::new();
+            encode_control_batch(&mut buf, 40, mark, control, 123);
+            let h = check_batch(&buf).unwrap();
+            assert!(h.is_control());
+            assert_eq!(h.txn, Some(mark));
+            assert_eq!((h.base_offset, h.record_count), (40, 1));
+            let mut out = Vec::new();
+            decode_records(&Bytes::from(buf), &h, 0, 10, &mut out).unwrap();
+            let key = out[0].key.clone().unwrap();
+            assert_eq!(ControlType::from_record_key(&key), Some(control));
+            assert!(out[0].value.is_empty());
+        }
+        assert_eq!(ControlType::from_record_key(&[0, 0, 7, 0]), None);
+    }
+
+    #[test]
+    fn plain_batches_with_transaction_attributes_are_rejected() {
+        let mut buf = Vec::new();
+        encode_batch(&mut buf, 0, &[ProducerRecord::new("x")], 1);
+        buf[17] = ATTR_TRANSACTIONAL;
+        let crc = crc32c::crc32c(&buf[CRC_START..]);
+        buf[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(check_batch(&buf), Err(FormatError::BadHeader(_))));
+        // A transactional header cut short is truncated, not misread.
+        let mut buf = Vec::new();
+        let mark = TxnMark {
+            producer_id: 1,
+            epoch: 0,
+            sequence: 0,
+        };
+        encode_txn_batch(&mut buf, 0, &[ProducerRecord::new("x")], 1, mark);
+        assert!(matches!(
+            parse_header(&buf[..BATCH_HEADER_LEN + 4]),
+            Err(FormatError::Truncated {
+                needed: TXN_BATCH_HEADER_LEN,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -16,6 +16,10 @@
 //! - retention by time and size deletes whole closed segments;
 //! - consumer groups ([`group`]) assign partitions to members, fence stale commits by
 //!   generation and keep committed offsets durably ([`offsets`]);
+//! - transactions ([`txn`]) as Kafka's: a [`TransactionalProducer`] per transactional
+//!   id, fenced by epoch, writes records that read-committed readers (the default,
+//!   [`IsolationLevel`]) see only once the transaction is committed; a transaction
+//!   can be prepared and committed later, also by a new session after a restart;
 //! - an async [`Producer`] and [`Consumer`] on tokio.
 //!
 //! The log must not know about jobs, operators or the engine: connectors adapt it into
@@ -47,15 +51,19 @@ pub mod partitioner;
 mod record;
 mod segment;
 mod topic;
+pub mod txn;
 
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
-pub use crate::format::{HeaderRef, HeadersRef, RecordRef};
+pub use crate::format::{ControlType, HeaderRef, HeadersRef, RecordRef, TxnMark};
 pub use crate::group::{
     AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition,
 };
 pub use crate::log::{Log, PartitionLag};
 pub use crate::options::{FsyncPolicy, LogOptions, TopicConfig, MAX_SEGMENT_BYTES};
-pub use crate::partition::{AppendInfo, Partition, PartitionInfo, ReadLimit, ReadSummary};
+pub use crate::partition::{
+    AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
+};
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
 pub use crate::topic::{Topic, TopicInfo};
+pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};

@@ -20,6 +20,7 @@ use crate::offsets::OffsetStore;
 use crate::options::{LogOptions, TopicConfig};
 use crate::partition::sync_dir;
 use crate::topic::{new_meta, Topic, TopicInfo, TopicMeta};
+use crate::txn::{decide, TxnCoordinator};
 
 const LOCK_FILE: &str = ".lock";
 const CLEAN_SHUTDOWN: &str = ".clean-shutdown";
@@ -35,7 +36,12 @@ pub struct PartitionLag {
     pub committed: Option<u64>,
     /// The partition's log end offset.
     pub log_end_offset: u64,
-    /// `log_end_offset - committed` (semantics.md §1); `None` without a commit.
+    /// The partition's last stable offset: where read-committed consumers stop.
+    pub last_stable_offset: u64,
+    /// `last_stable_offset - committed` (semantics.md §1): how far the group is from
+    /// what a read-committed consumer (the default) can read, as Kafka measures the
+    /// lag of `read_committed` consumers; `None` without a commit. On a topic without
+    /// transactions the last stable offset is the log end offset.
     pub lag: Option<u64>,
     /// The member currently assigned the partition, if any (in this process).
     pub member: Option<String>,
@@ -54,6 +60,8 @@ pub struct PartitionLag {
 /// <dir>/topics/<topic>/topic.json   partition count and configuration
 /// <dir>/topics/<topic>/<p>/<base>.{log,index,timeindex}
 /// <dir>/groups/<group>.json         committed offsets
+/// <dir>/transactions/<id>.json      transaction state per transactional id
+/// <dir>/topics/<topic>/<p>/aborted.txnindex   aborted transactions of a partition
 /// ```
 #[derive(Debug, Clone)]
 pub struct Log {
@@ -68,6 +76,7 @@ struct Inner {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     groups: Mutex<GroupCoordinator>,
     offsets: Mutex<OffsetStore>,
+    txns: Mutex<TxnCoordinator>,
     closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
     maintenance: Mutex<Option<JoinHandle<()>>>,
@@ -84,7 +93,9 @@ impl Log {
     ///
     /// If the last shutdown was not clean, the active segment of every partition is
     /// scanned: a torn or corrupt tail is truncated, corruption anywhere else is an
-    /// error.
+    /// error. Each partition's undecided transactions (and so its last stable offset)
+    /// are rebuilt from the transaction coordinator's state, and commits or aborts a
+    /// crash interrupted are finished ([`crate::txn`]).
     ///
     /// # Errors
     /// [`LogError::Locked`] if another process holds the directory, [`LogError::Corrupt`],
@@ -150,6 +161,18 @@ impl Log {
             topics.insert(name, Arc::new(topic));
         }
         let offsets = OffsetStore::open(&dir.join("groups"))?;
+        let txns = TxnCoordinator::open(&dir.join("transactions"))?;
+        // Each partition's undecided transactions (and so its last stable offset) come
+        // from the coordinator's durable state.
+        for (topic, partition, key, first_offset) in txns.undecided() {
+            if let Some(p) = topics
+                .get(&topic)
+                .and_then(|t: &Arc<Topic>| t.partition(partition).ok())
+            {
+                p.restore_txn(key, first_offset)?;
+            }
+        }
+        let interrupted = txns.interrupted();
         let inner = Arc::new(Inner {
             dir,
             options,
@@ -157,6 +180,7 @@ impl Log {
             topics: RwLock::new(topics),
             groups: Mutex::new(GroupCoordinator::new()),
             offsets: Mutex::new(offsets),
+            txns: Mutex::new(txns),
             closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             maintenance: Mutex::new(None),
@@ -170,7 +194,25 @@ impl Log {
                 .ctx("spawn maintenance thread", &inner.dir)?;
             *lock_or_recover(&inner.maintenance) = Some(handle);
         }
-        Ok(Log { inner })
+        let log = Log { inner };
+        // Finish the decisions a crash interrupted (markers not yet all written).
+        if !interrupted.is_empty() {
+            let mut coord = log.txn_coordinator()?;
+            for (id, producer_id, sequence) in interrupted {
+                let commit = coord.is_committing(&id, producer_id, sequence);
+                info!(transactional_id = %id, producer_id, sequence, commit, "finishing an interrupted transaction decision");
+                decide(&log, &mut coord, &id, producer_id, sequence, commit)?;
+            }
+        }
+        Ok(log)
+    }
+
+    /// The transaction coordinator (its lock).
+    pub(crate) fn txn_coordinator(&self) -> Result<MutexGuard<'_, TxnCoordinator>> {
+        self.check_open()?;
+        // A panic while deciding a transaction can leave the in-memory state behind
+        // the stored one; refuse rather than guess (reopening the log recovers).
+        self.inner.txns.lock().map_err(|_| LogError::Closed)
     }
 
     /// The data directory.
@@ -461,7 +503,8 @@ impl Log {
     }
 
     /// Per partition the group has committed or is assigned: committed offset, log end
-    /// offset, lag and member, sorted by topic and partition.
+    /// and last stable offsets, lag (measured against the last stable offset, see
+    /// [`PartitionLag::lag`]) and member, sorted by topic and partition.
     ///
     /// # Errors
     /// [`LogError::InvalidName`].
@@ -503,12 +546,14 @@ impl Log {
                 continue;
             };
             let end = p.log_end_offset();
+            let stable = p.last_stable_offset();
             let c = committed.get(&tp).copied();
             rows.push(PartitionLag {
                 member: owners.get(&tp).cloned(),
-                lag: c.map(|c| end.saturating_sub(c)),
+                lag: c.map(|c| stable.saturating_sub(c)),
                 committed: c,
                 log_end_offset: end,
+                last_stable_offset: stable,
                 topic: tp.topic,
                 partition: tp.partition,
             });

@@ -1,16 +1,18 @@
 //! One partition: an ordered list of segments, the last of which is active.
 
-use std::fs;
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use brook_core::time::SharedClock;
 use bytes::Bytes;
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::error::{IoContext, LogError, Result};
-use crate::format::{self, BatchHeader, FormatError, RecordRef};
+use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
 use crate::options::{FsyncPolicy, TopicConfig};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
@@ -44,13 +46,57 @@ impl ReadLimit {
     }
 }
 
+/// Which records a reader sees, as Kafka's `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum IsolationLevel {
+    /// Records up to the last stable offset, without those of aborted transactions
+    /// (Kafka's `read_committed`). The default.
+    #[default]
+    ReadCommitted,
+    /// Every data record up to the log end offset, including those of open and
+    /// aborted transactions (Kafka's `read_uncommitted`).
+    ReadUncommitted,
+}
+
+impl IsolationLevel {
+    /// `read_committed` or `read_uncommitted` (Kafka's spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationLevel::ReadCommitted => "read_committed",
+            IsolationLevel::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
+impl std::fmt::Display for IsolationLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for IsolationLevel {
+    type Err = LogError;
+    /// Parses `read_committed` or `read_uncommitted` (also with `-` for `_`).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.replace('-', "_").as_str() {
+            "read_committed" => Ok(IsolationLevel::ReadCommitted),
+            "read_uncommitted" => Ok(IsolationLevel::ReadUncommitted),
+            _ => Err(LogError::InvalidConfig {
+                field: "isolation",
+                reason: format!("{s:?} is not one of read_committed, read_uncommitted"),
+            }),
+        }
+    }
+}
+
 /// What a [`Partition::read_with`] read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSummary {
     /// How many records were passed on.
     pub records: usize,
-    /// The offset to read from next: after the last record passed on, or the offset
-    /// read from when there was none.
+    /// The offset to read from next: after the last record passed on or passed over
+    /// (control records and records of aborted transactions are passed over), or the
+    /// offset read from when there was none.
     pub next_offset: u64,
 }
 
@@ -78,6 +124,65 @@ pub struct PartitionInfo {
     pub size_bytes: u64,
     /// Number of segments (closed and active).
     pub segments: usize,
+    /// The last stable offset: the first offset of the earliest open transaction, or
+    /// the log end offset when none is open (as Kafka's LSO).
+    pub last_stable_offset: u64,
+}
+
+/// A transaction that has written (or may write) to a partition and is not decided.
+#[derive(Debug, Clone, Copy)]
+struct OpenTxn {
+    /// The log end offset when the transaction was added to the partition: its
+    /// records are at or after it.
+    first_offset: u64,
+    /// Whether appends are accepted (false once prepared, or after a restart).
+    accepting: bool,
+}
+
+/// An aborted transaction's range in a partition, as Kafka's aborted-transaction
+/// index: its records are those of the transaction between `first_offset` and
+/// `last_offset` (the abort marker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AbortedTxn {
+    pub(crate) producer_id: u64,
+    pub(crate) sequence: u64,
+    pub(crate) first_offset: u64,
+    pub(crate) last_offset: u64,
+}
+
+impl AbortedTxn {
+    fn covers(&self, mark: &TxnMark, offset: u64) -> bool {
+        self.producer_id == mark.producer_id
+            && self.sequence == mark.sequence
+            && (self.first_offset..=self.last_offset).contains(&offset)
+    }
+}
+
+/// Key of a transaction in a partition: producer id and transaction number.
+pub(crate) type TxnKey = (u64, u64);
+
+/// Name of a partition's aborted-transaction index file.
+const ABORTED_INDEX: &str = "aborted.txnindex";
+/// Bytes per entry of the aborted-transaction index: producer id, sequence, first
+/// offset, last offset (`u64` LE each), CRC32C of those 32 bytes (`u32` LE).
+const ABORTED_ENTRY: usize = 36;
+
+/// The transaction state of a partition.
+#[derive(Debug, Default)]
+struct Txns {
+    open: BTreeMap<TxnKey, OpenTxn>,
+    /// In the order of their abort markers (so sorted by `last_offset`).
+    aborted: Vec<AbortedTxn>,
+}
+
+impl Txns {
+    fn stable_offset(&self, end: u64) -> u64 {
+        self.open
+            .values()
+            .map(|t| t.first_offset)
+            .min()
+            .map_or(end, |first| first.min(end))
+    }
 }
 
 #[derive(Debug)]
@@ -87,6 +192,81 @@ struct State {
     unsynced: bool,
     buf: Vec<u8>,
     closed: bool,
+    txns: Txns,
+}
+
+impl State {
+    fn end_offset(&self) -> u64 {
+        self.segments.last().map_or(0, |s| s.next_offset)
+    }
+}
+
+fn encode_aborted(a: &AbortedTxn) -> [u8; ABORTED_ENTRY] {
+    let mut e = [0u8; ABORTED_ENTRY];
+    e[0..8].copy_from_slice(&a.producer_id.to_le_bytes());
+    e[8..16].copy_from_slice(&a.sequence.to_le_bytes());
+    e[16..24].copy_from_slice(&a.first_offset.to_le_bytes());
+    e[24..32].copy_from_slice(&a.last_offset.to_le_bytes());
+    let crc = crc32c::crc32c(&e[..32]);
+    e[32..].copy_from_slice(&crc.to_le_bytes());
+    e
+}
+
+/// Loads the aborted-transaction index. A torn or damaged tail (an entry cut short or
+/// failing its CRC at the end) is ignored: the entry is written again when the abort
+/// is redone on open (the transaction is still `Aborting` in the coordinator's state).
+fn load_aborted(path: &Path) -> Result<Vec<AbortedTxn>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(LogError::Io {
+                op: "read",
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    let mut out: Vec<AbortedTxn> = Vec::with_capacity(bytes.len() / ABORTED_ENTRY);
+    let u64_at = |c: &[u8], at: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&c[at..at + 8]);
+        u64::from_le_bytes(a)
+    };
+    for (i, c) in bytes.chunks(ABORTED_ENTRY).enumerate() {
+        let ok = c.len() == ABORTED_ENTRY
+            && crc32c::crc32c(&c[..32]) == u32::from_le_bytes([c[32], c[33], c[34], c[35]]);
+        if !ok {
+            if (i + 1) * ABORTED_ENTRY >= bytes.len() {
+                warn!(path = %path.display(), entry = i, "ignoring a torn entry at the end of the aborted-transaction index");
+                break;
+            }
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                position: (i * ABORTED_ENTRY) as u64,
+                reason: "aborted-transaction index entry fails its CRC".into(),
+            });
+        }
+        let a = AbortedTxn {
+            producer_id: u64_at(c, 0),
+            sequence: u64_at(c, 8),
+            first_offset: u64_at(c, 16),
+            last_offset: u64_at(c, 24),
+        };
+        // An abort redone after a crash may have written the entry twice.
+        match out
+            .iter_mut()
+            .find(|o| (o.producer_id, o.sequence) == (a.producer_id, a.sequence))
+        {
+            Some(o) => {
+                o.first_offset = o.first_offset.min(a.first_offset);
+                o.last_offset = o.last_offset.max(a.last_offset);
+            }
+            None => out.push(a),
+        }
+    }
+    out.sort_by_key(|a| a.last_offset);
+    Ok(out)
 }
 
 /// One partition of a topic. Appends are serialised by a lock; reads take the lock
@@ -101,6 +281,7 @@ pub struct Partition {
     clock: SharedClock,
     state: Mutex<State>,
     end: watch::Sender<u64>,
+    stable: watch::Sender<u64>,
 }
 
 impl Partition {
@@ -164,6 +345,8 @@ impl Partition {
         }
         let end_offset = segments.last().map_or(0, |s| s.next_offset);
         let (end, _) = watch::channel(end_offset);
+        let (stable, _) = watch::channel(end_offset);
+        let aborted = load_aborted(&dir.join(ABORTED_INDEX))?;
         Ok(Partition {
             topic,
             id,
@@ -177,8 +360,13 @@ impl Partition {
                 unsynced: false,
                 buf: Vec::new(),
                 closed: false,
+                txns: Txns {
+                    open: BTreeMap::new(),
+                    aborted,
+                },
             }),
             end,
+            stable,
         })
     }
 
@@ -217,8 +405,17 @@ impl Partition {
                 last_offset: end.wrapping_sub(1),
             });
         }
+        let total = self.check_sizes(records, format::BATCH_HEADER_LEN)?;
+        let now = self.clock.now_ms();
+        let mut guard = self.lock()?;
+        self.append_locked(&mut guard, records, total, now, Batch::Plain)
+    }
+
+    /// Checks the sizes of `records` (at least one) in a batch whose header has
+    /// `header_len` bytes; returns the batch's encoded size.
+    fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
         let max = self.config.max_record_bytes as usize;
-        let mut total = format::BATCH_HEADER_LEN;
+        let mut total = header_len;
         for (index, r) in records.iter().enumerate() {
             let size = format::record_len(r);
             if size > max
@@ -238,15 +435,31 @@ impl Partition {
                 max,
             });
         }
-        let now = self.clock.now_ms();
-        let mut guard = self.lock()?;
-        let st = &mut *guard;
+        Ok(total)
+    }
+
+    /// Appends one batch under the lock, syncs by the fsync policy and publishes the
+    /// new end and stable offsets.
+    fn append_locked(
+        &self,
+        st: &mut State,
+        records: &[ProducerRecord],
+        total: usize,
+        now: i64,
+        kind: Batch,
+    ) -> Result<AppendInfo> {
         self.maybe_roll(st, total as u64, records.len() as u64, now)?;
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
         let base_offset = active.next_offset;
-        let enc = format::encode_batch(&mut buf, base_offset, records, now);
+        let enc = match kind {
+            Batch::Plain => format::encode_batch(&mut buf, base_offset, records, now),
+            Batch::Txn(mark) => format::encode_txn_batch(&mut buf, base_offset, records, now, mark),
+            Batch::Control(mark, control) => {
+                format::encode_control_batch(&mut buf, base_offset, mark, control, now)
+            }
+        };
         let res = active.append(&buf, &enc);
         // Keep the buffer for the next batch unless it grew unusually large.
         if buf.capacity() <= 8 << 20 {
@@ -262,13 +475,182 @@ impl Partition {
             _ => {}
         }
         let next = base_offset + u64::from(enc.record_count);
-        drop(guard);
-        self.end.send_replace(next);
+        self.publish(st);
         Ok(AppendInfo {
             partition: self.id,
             base_offset,
             last_offset: next - 1,
         })
+    }
+
+    /// Publishes the end and stable offsets (under the lock, so that they never go
+    /// back).
+    fn publish(&self, st: &State) {
+        let end = st.end_offset();
+        self.end.send_replace(end);
+        let stable = st.txns.stable_offset(end);
+        self.stable.send_if_modified(|s| {
+            let changed = *s != stable;
+            *s = stable;
+            changed
+        });
+    }
+
+    // ---- transactions ----------------------------------------------------------
+
+    /// Adds a transaction to the partition (its records will come at or after the
+    /// current log end offset) and returns that first offset; an already added one
+    /// keeps its first offset.
+    pub(crate) fn add_txn(&self, key: TxnKey) -> Result<u64> {
+        let mut st = self.lock()?;
+        let end = st.end_offset();
+        let first = st
+            .txns
+            .open
+            .entry(key)
+            .or_insert(OpenTxn {
+                first_offset: end,
+                accepting: true,
+            })
+            .first_offset;
+        self.publish(&st);
+        Ok(first)
+    }
+
+    /// Forgets a transaction added by [`Partition::add_txn`] that never got to write
+    /// (its addition could not be stored).
+    pub(crate) fn forget_txn(&self, key: TxnKey) {
+        if let Ok(mut st) = self.lock() {
+            st.txns.open.remove(&key);
+            self.publish(&st);
+        }
+    }
+
+    /// On open: a transaction the coordinator's state says is undecided here. It
+    /// accepts no appends (its writer is gone).
+    pub(crate) fn restore_txn(&self, key: TxnKey, first_offset: u64) -> Result<()> {
+        let mut st = self.lock()?;
+        let end = st.end_offset();
+        st.txns.open.insert(
+            key,
+            OpenTxn {
+                first_offset: first_offset.min(end),
+                accepting: false,
+            },
+        );
+        self.publish(&st);
+        Ok(())
+    }
+
+    /// Stops a transaction's appends (it is being prepared).
+    pub(crate) fn seal_txn(&self, key: TxnKey) -> Result<()> {
+        let mut st = self.lock()?;
+        if let Some(t) = st.txns.open.get_mut(&key) {
+            t.accepting = false;
+        }
+        Ok(())
+    }
+
+    /// Appends records of transaction `mark` as one transactional batch. The check
+    /// that the transaction still accepts appends and the append happen under the
+    /// partition's lock, so a writer fenced or aborted meanwhile cannot slip records
+    /// in after the marker.
+    ///
+    /// # Errors
+    /// [`LogError::TransactionNotOpen`] when the transaction is not open for appends
+    /// here (aborted, prepared, or never added); as [`Partition::append`].
+    pub(crate) fn append_txn(
+        &self,
+        records: &[ProducerRecord],
+        mark: TxnMark,
+    ) -> Result<AppendInfo> {
+        if records.is_empty() {
+            let end = self.log_end_offset();
+            return Ok(AppendInfo {
+                partition: self.id,
+                base_offset: end,
+                last_offset: end.wrapping_sub(1),
+            });
+        }
+        let total = self.check_sizes(records, format::TXN_BATCH_HEADER_LEN)?;
+        let now = self.clock.now_ms();
+        let mut st = self.lock()?;
+        let key = (mark.producer_id, mark.sequence);
+        if !st.txns.open.get(&key).is_some_and(|t| t.accepting) {
+            return Err(LogError::TransactionNotOpen {
+                producer_id: mark.producer_id,
+                sequence: mark.sequence,
+                topic: self.topic.to_string(),
+                partition: self.id,
+            });
+        }
+        self.append_locked(&mut st, records, total, now, Batch::Txn(mark))
+    }
+
+    /// Ends transaction `mark` in this partition: appends its commit or abort marker
+    /// (a control batch), fsyncs, and for an abort adds it to the aborted-transaction
+    /// index (fsynced). Returns the marker's offset, or `None` when the transaction
+    /// is not undecided here (already ended: ending is idempotent).
+    ///
+    /// # Errors
+    /// I/O errors, [`LogError::Closed`].
+    pub(crate) fn end_txn(&self, mark: TxnMark, control: ControlType) -> Result<Option<u64>> {
+        let now = self.clock.now_ms();
+        let mut guard = self.lock()?;
+        let st = &mut *guard;
+        let key = (mark.producer_id, mark.sequence);
+        let Some(open) = st.txns.open.get(&key).copied() else {
+            return Ok(None);
+        };
+        // The control record: 18 fixed bytes and a 4-byte key.
+        let total = format::TXN_BATCH_HEADER_LEN + 18 + 4;
+        let info = self.append_locked(st, &[], total, now, Batch::Control(mark, control))?;
+        self.sync_locked(st, now)?;
+        if control == ControlType::Abort {
+            let a = AbortedTxn {
+                producer_id: mark.producer_id,
+                sequence: mark.sequence,
+                first_offset: open.first_offset,
+                last_offset: info.base_offset,
+            };
+            let path = self.dir.join(ABORTED_INDEX);
+            let mut f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .ctx("open", &path)?;
+            f.write_all(&encode_aborted(&a)).ctx("write", &path)?;
+            f.sync_data().ctx("fsync", &path)?;
+            st.txns.aborted.push(a);
+        }
+        st.txns.open.remove(&key);
+        self.publish(st);
+        Ok(Some(info.base_offset))
+    }
+
+    /// The last stable offset: the first offset of the earliest undecided transaction,
+    /// or the log end offset when there is none (as Kafka's LSO). Read-committed
+    /// readers read up to it.
+    pub fn last_stable_offset(&self) -> u64 {
+        *self.stable.borrow()
+    }
+
+    /// Where a reader of `isolation` stops: the last stable offset for
+    /// [`IsolationLevel::ReadCommitted`], the log end offset otherwise.
+    pub fn end_offset(&self, isolation: IsolationLevel) -> u64 {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset(),
+            IsolationLevel::ReadUncommitted => self.log_end_offset(),
+        }
+    }
+
+    /// A receiver of the offset where readers of `isolation` stop
+    /// ([`Partition::end_offset`]), to wait for new readable records without polling.
+    pub fn subscribe_end(&self, isolation: IsolationLevel) -> watch::Receiver<u64> {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.stable.subscribe(),
+            IsolationLevel::ReadUncommitted => self.end.subscribe(),
+        }
     }
 
     fn sync_locked(&self, st: &mut State, now: i64) -> Result<()> {
@@ -399,6 +781,7 @@ impl Partition {
             log_end_offset: self.log_end_offset(),
             size_bytes: size,
             segments,
+            last_stable_offset: self.last_stable_offset(),
         }
     }
 
@@ -412,46 +795,94 @@ impl Partition {
         }
     }
 
-    /// Reads records from `offset` on, within `limit`, appending them to `out`; returns
-    /// how many were read. Reading at the log end offset returns 0. Keys and values
-    /// share the buffer they were read into; [`Partition::read_with`] reads without
-    /// building a [`Record`] per record.
+    /// Reads committed records from `offset` on, within `limit`, appending them to
+    /// `out`; returns how many were read. This is [`Partition::read_into_isolated`]
+    /// with [`IsolationLevel::ReadCommitted`]: it stops at the last stable offset and
+    /// passes over control records and records of aborted transactions, so the offset
+    /// to read from next is not always the last record's offset + 1 (use
+    /// [`Partition::read_into_isolated`] to learn it). On a partition without
+    /// transactions it reads every record up to the log end offset. Reading at the end
+    /// returns 0. Keys and values share the buffer they were read into;
+    /// [`Partition::read_with`] reads without building a [`Record`] per record.
     ///
     /// # Errors
-    /// [`LogError::OffsetOutOfRange`] below the log start offset or past the end
-    /// (naming both), [`LogError::Corrupt`] if a batch fails its CRC.
+    /// [`LogError::OffsetOutOfRange`] below the log start offset or past the log end
+    /// offset (naming both), [`LogError::Corrupt`] if a batch fails its CRC.
     pub fn read_into(&self, offset: u64, limit: ReadLimit, out: &mut Vec<Record>) -> Result<usize> {
-        let summary = self.read_batches(offset, limit, |batch, h, max| {
-            format::decode_records(batch, h, offset, max, out)
-        })?;
+        let summary = self.read_into_isolated(offset, limit, IsolationLevel::ReadCommitted, out)?;
         Ok(summary.records)
     }
 
-    /// Reads records from `offset` on, within `limit`, as [`Partition::read_into`]
-    /// (same records, limits and errors), but calls `f` with each record borrowed from
-    /// the read buffer instead of building an owned [`Record`]: no allocation or
-    /// reference count per record. [`RecordRef::to_record`] makes an owned copy of
-    /// one.
+    /// Reads records from `offset` on as a reader of `isolation` sees them, within
+    /// `limit`, appending them to `out`. Read committed: up to the last stable offset,
+    /// without records of aborted transactions; read uncommitted: every data record up
+    /// to the log end offset. Control records (transaction markers) are never
+    /// returned. Returns how many records were read and the offset to read from next.
+    ///
+    /// # Errors
+    /// As [`Partition::read_into`].
+    pub fn read_into_isolated(
+        &self,
+        offset: u64,
+        limit: ReadLimit,
+        isolation: IsolationLevel,
+        out: &mut Vec<Record>,
+    ) -> Result<ReadSummary> {
+        self.read_batches(offset, limit, isolation, |batch, h, max| {
+            format::decode_records(batch, h, offset, max, out)
+        })
+    }
+
+    /// Reads committed records from `offset` on, within `limit`, as
+    /// [`Partition::read_into`] (same records, limits and errors), but calls `f` with
+    /// each record borrowed from the read buffer instead of building an owned
+    /// [`Record`]: no allocation or reference count per record.
+    /// [`RecordRef::to_record`] makes an owned copy of one.
     ///
     /// Returns how many records were passed to `f` and the offset to read from next.
-    /// Reading at the log end offset passes none.
+    /// Reading at the end passes none.
     ///
     /// # Errors
     /// As [`Partition::read_into`]. On an error `f` may already have been called for
     /// records before the failing batch.
-    pub fn read_with<F>(&self, offset: u64, limit: ReadLimit, mut f: F) -> Result<ReadSummary>
+    pub fn read_with<F>(&self, offset: u64, limit: ReadLimit, f: F) -> Result<ReadSummary>
     where
         F: FnMut(RecordRef<'_>),
     {
-        self.read_batches(offset, limit, |batch, h, max| {
+        self.read_with_isolated(offset, limit, IsolationLevel::ReadCommitted, f)
+    }
+
+    /// [`Partition::read_with`] as a reader of `isolation` (see
+    /// [`Partition::read_into_isolated`]).
+    ///
+    /// # Errors
+    /// As [`Partition::read_into`].
+    pub fn read_with_isolated<F>(
+        &self,
+        offset: u64,
+        limit: ReadLimit,
+        isolation: IsolationLevel,
+        mut f: F,
+    ) -> Result<ReadSummary>
+    where
+        F: FnMut(RecordRef<'_>),
+    {
+        self.read_batches(offset, limit, isolation, |batch, h, max| {
             format::for_each_record(batch, h, offset, max, &mut f)
         })
     }
 
-    /// The read path shared by [`Partition::read_into`] and [`Partition::read_with`]:
-    /// checks `offset`, finds the segments and hands each batch to `decode` (see
-    /// [`SegmentView::read`]).
-    fn read_batches<F>(&self, offset: u64, limit: ReadLimit, mut decode: F) -> Result<ReadSummary>
+    /// The read path shared by the read methods: checks `offset`, finds the segments
+    /// and hands each batch a reader of `isolation` sees to `decode` (see
+    /// [`SegmentView::read`]); control batches and (read committed) batches of aborted
+    /// transactions are passed over.
+    fn read_batches<F>(
+        &self,
+        offset: u64,
+        limit: ReadLimit,
+        isolation: IsolationLevel,
+        mut decode: F,
+    ) -> Result<ReadSummary>
     where
         F: FnMut(&Bytes, &BatchHeader, usize) -> std::result::Result<usize, FormatError>,
     {
@@ -459,22 +890,42 @@ impl Partition {
             records: 0,
             next_offset: offset,
         };
-        let views = {
+        let (views, until, aborted) = {
             let st = self.lock()?;
             let start = st.segments.first().map_or(0, |s| s.base_offset);
-            let end = st.segments.last().map_or(0, |s| s.next_offset);
+            let end = st.end_offset();
             if offset < start || offset > end {
                 return Err(self.out_of_range(offset, &st));
             }
-            if offset == end || limit.max_records == 0 {
+            let until = match isolation {
+                IsolationLevel::ReadCommitted => st.txns.stable_offset(end),
+                IsolationLevel::ReadUncommitted => end,
+            };
+            if offset >= until || limit.max_records == 0 {
                 return Ok(none);
             }
+            // The aborted transactions whose ranges overlap the offsets this read can
+            // reach (as the aborted-transaction list of a Kafka fetch response).
+            let aborted: Vec<AbortedTxn> = match isolation {
+                IsolationLevel::ReadCommitted => {
+                    let from = st.txns.aborted.partition_point(|a| a.last_offset < offset);
+                    st.txns.aborted[from..]
+                        .iter()
+                        .filter(|a| a.first_offset < until)
+                        .copied()
+                        .collect()
+                }
+                IsolationLevel::ReadUncommitted => Vec::new(),
+            };
             let i = st
                 .segments
                 .partition_point(|s| s.base_offset <= offset)
                 .saturating_sub(1);
             let mut views: Vec<SegmentView> = Vec::with_capacity(st.segments.len() - i);
             for (j, seg) in st.segments[i..].iter().enumerate() {
+                if seg.base_offset >= until {
+                    break;
+                }
                 views.push(if j == 0 {
                     // Size the first read by the records asked for, not just the bytes.
                     let enough = offset.saturating_add(limit.max_records as u64);
@@ -486,7 +937,18 @@ impl Partition {
                     seg.view(0)
                 });
             }
-            views
+            (views, until, aborted)
+        };
+        let mut decode = |batch: &Bytes, h: &BatchHeader, max: usize| {
+            if h.is_control() {
+                return Ok(0);
+            }
+            if let Some(mark) = &h.txn {
+                if aborted.iter().any(|a| a.covers(mark, h.base_offset)) {
+                    return Ok(0);
+                }
+            }
+            decode(batch, h, max)
         };
         let mut progress = ReadProgress {
             next_offset: offset,
@@ -495,6 +957,7 @@ impl Partition {
         for v in &views {
             if !v.read(
                 offset,
+                until,
                 limit.max_records,
                 limit.max_bytes,
                 &mut progress,
@@ -554,15 +1017,22 @@ impl Partition {
                 // No record limit: whole batches are decoded, so `progress.bytes` is where to go on.
                 let done = view.read(
                     base,
+                    u64::MAX,
                     usize::MAX,
                     4 << 20,
                     &mut progress,
-                    &mut |batch, h, max| format::decode_records(batch, h, base, max, &mut out),
+                    &mut |batch, h, max| {
+                        // Markers carry the time they were written, not data time.
+                        if h.is_control() {
+                            return Ok(0);
+                        }
+                        format::decode_records(batch, h, base, max, &mut out)
+                    },
                 )?;
                 if let Some(r) = out.iter().find(|r| r.timestamp >= ts) {
                     return Ok(Some(r.offset));
                 }
-                if done || out.is_empty() {
+                if done || progress.bytes == 0 {
                     break;
                 }
                 // Continue after the records read so far (their batches are whole).
@@ -632,6 +1102,18 @@ impl Partition {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// What kind of batch [`Partition::append_locked`] writes.
+#[derive(Debug, Clone, Copy)]
+enum Batch {
+    /// A plain (non-transactional) batch.
+    Plain,
+    /// Records of a transaction.
+    Txn(TxnMark),
+    /// A transaction's marker (the records given are ignored: the encoder makes the
+    /// control record).
+    Control(TxnMark, ControlType),
 }
 
 /// fsyncs a directory so that created, renamed or deleted entries are durable.

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use tracing::warn;
 
 use crate::error::{IoContext, LogError, Result};
-use crate::format::{self, BatchHeader, EncodedBatch, FormatError, BATCH_HEADER_LEN};
+use crate::format::{self, BatchHeader, EncodedBatch, FormatError, MIN_BATCH_LEN};
 
 /// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
 /// that a chunk is checked and decoded while it is still in the CPU cache.
@@ -382,7 +382,7 @@ impl Segment {
         remaining: u64,
         buf: &mut Vec<u8>,
     ) -> std::result::Result<BatchHeader, (FormatError, bool)> {
-        let head_len = remaining.min(BATCH_HEADER_LEN as u64) as usize;
+        let head_len = remaining.min(MIN_BATCH_LEN as u64) as usize;
         buf.resize(head_len, 0);
         let io_err =
             |e: std::io::Error| (FormatError::BadHeader(format!("read failed: {e}")), false);
@@ -390,7 +390,7 @@ impl Segment {
         if head_len < 12 {
             return Err((
                 FormatError::Truncated {
-                    needed: BATCH_HEADER_LEN,
+                    needed: MIN_BATCH_LEN,
                     available: head_len,
                 },
                 true,
@@ -439,6 +439,7 @@ impl Segment {
     /// Appends one encoded batch. On a failed write the file is cut back, so a partial
     /// batch never stays in front of later ones.
     pub(crate) fn append(&mut self, batch: &[u8], enc: &EncodedBatch) -> Result<()> {
+        // Only the offsets, sizes and timestamps matter to the indexes.
         let pos = self.size;
         if let Err(e) = self.file.write_all_at(batch, pos) {
             let _ = self.file.set_len(pos);
@@ -455,6 +456,8 @@ impl Segment {
             record_count: enc.record_count,
             first_timestamp: 0,
             max_timestamp: enc.max_timestamp,
+            attributes: 0,
+            txn: None,
         };
         self.note_batch(pos, &h);
         self.size += enc.len as u64;
@@ -564,21 +567,35 @@ impl Segment {
 pub(crate) struct ReadProgress {
     pub(crate) records: usize,
     pub(crate) bytes: usize,
-    /// The offset after the last record taken (unchanged while none was).
+    /// Batches passed over (control batches, aborted transactions).
+    pub(crate) skipped: usize,
+    /// The offset after the last record taken or batch skipped (unchanged while there
+    /// was none).
     pub(crate) next_offset: u64,
+}
+
+impl ReadProgress {
+    /// Whether the read has got anywhere (taken a record or skipped a batch): only
+    /// then may a byte budget stop it.
+    fn any(&self) -> bool {
+        self.records > 0 || self.skipped > 0
+    }
 }
 
 impl SegmentView {
     /// Reads batches from `self.start`, handing each CRC-checked batch that holds
-    /// records with offset `>= from` to `decode` (the batch, its header and how many
-    /// more records may be taken), within the remaining budgets. `decode` returns how
-    /// many records it took: those from `from` on, at most the number given (as
-    /// [`format::for_each_record`]). Returns `Ok(true)` when the segment's end was
-    /// reached. At least one batch is read when nothing has been read yet, even if it
-    /// is bigger than the byte budget (as Kafka's fetch).
+    /// records with offset `>= from` and starts before `until` to `decode` (the batch,
+    /// its header and how many more records may be taken), within the remaining
+    /// budgets. `decode` returns how many records it took: those from `from` on, at
+    /// most the number given (as [`format::for_each_record`]); 0 means it passed the
+    /// batch over (a control batch, an aborted transaction), and the read goes on after
+    /// it. Returns `Ok(true)` when the segment's end was reached, `Ok(false)` when a
+    /// budget or `until` stopped the read. At least one batch is read when nothing has
+    /// been read yet, even if it is bigger than the byte budget (as Kafka's fetch).
     pub(crate) fn read<F>(
         &self,
         from: u64,
+        until: u64,
         max_records: usize,
         max_bytes: usize,
         progress: &mut ReadProgress,
@@ -590,12 +607,12 @@ impl SegmentView {
         let mut pos = self.start;
         while pos < self.end && progress.records < max_records {
             let budget = max_bytes.saturating_sub(progress.bytes);
-            if budget == 0 && progress.records > 0 {
+            if budget == 0 && progress.any() {
                 return Ok(false);
             }
             let remaining = (self.end - pos) as usize;
             let mut want = remaining
-                .min(budget.max(BATCH_HEADER_LEN))
+                .min(budget.max(MIN_BATCH_LEN))
                 .min(READ_CHUNK_BYTES);
             if self.enough_at > pos {
                 // A batch start: at least one whole batch.
@@ -604,8 +621,11 @@ impl SegmentView {
             let mut chunk = self.read_at(pos, want)?;
             // Make sure at least the first batch is complete.
             let first = format::parse_header(&chunk).map_err(|e| self.corrupt(pos, e))?;
+            if first.base_offset >= until {
+                return Ok(false);
+            }
             if first.total_len() > chunk.len() {
-                if progress.records > 0 && progress.bytes + first.total_len() > max_bytes {
+                if progress.any() && progress.bytes + first.total_len() > max_bytes {
                     return Ok(false);
                 }
                 chunk = self.read_rest(chunk, pos, first.total_len().min(remaining))?;
@@ -625,7 +645,10 @@ impl SegmentView {
                     Err(e) => return Err(self.corrupt(pos + at as u64, e)),
                 };
                 let len = h.total_len();
-                if progress.records > 0 && progress.bytes + len > max_bytes {
+                if h.base_offset >= until {
+                    return Ok(false);
+                }
+                if progress.any() && progress.bytes + len > max_bytes {
                     return Ok(false);
                 }
                 let batch = chunk.slice(at..at + len);
@@ -637,6 +660,9 @@ impl SegmentView {
                     progress.bytes += len;
                     if n > 0 {
                         progress.next_offset = from.max(h.base_offset) + n as u64;
+                    } else {
+                        progress.skipped += 1;
+                        progress.next_offset = h.next_offset();
                     }
                 }
                 at += len;

@@ -44,6 +44,7 @@ fn member_config(group: &str, client: &str, strategy: AssignmentStrategy) -> Con
         auto_offset_reset: OffsetReset::Earliest,
         strategy,
         read_limit: ReadLimit::default(),
+        isolation: Default::default(),
     }
 }
 

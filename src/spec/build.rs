@@ -15,7 +15,7 @@ use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
-use brook_log::Log;
+use brook_log::{IsolationLevel, Log};
 use brook_operators::row::{row_key, Row, RowFilter, RowMap};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_time::EventTimeField;
@@ -23,8 +23,8 @@ use brook_operators::window::WindowResult;
 use serde_json::json;
 
 use super::{
-    file_format, late_input, FileFormat, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp,
-    ValidSpec, Watermarks,
+    file_format, late_input, FileFormat, Isolation, SinkSpec, SourceSpec, SpecError, StartPosition,
+    StepOp, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -191,6 +191,7 @@ pub fn build(
                 topic,
                 start,
                 bounded,
+                isolation,
                 on_bad_record,
                 parallelism,
                 ..
@@ -202,8 +203,13 @@ pub fn build(
                     StartPosition::Earliest => StartingOffsets::Earliest,
                     StartPosition::Latest => StartingOffsets::Latest,
                 };
+                let isolation = match isolation.unwrap_or(Isolation::ReadCommitted) {
+                    Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+                    Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+                };
                 let src = LogSource::json::<Row>(log, topic.clone())
                     .starting_offsets(start)
+                    .isolation(isolation)
                     .bounded(bounded.unwrap_or(true))
                     .on_bad_record(bad(*on_bad_record));
                 let strategy = match time {
@@ -398,7 +404,9 @@ pub fn build(
                 let log = need_log(field.clone())?;
                 log.topic(topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
-                let mut sink = LogSink::<Row>::json(log, topic.clone());
+                // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+                let mut sink =
+                    LogSink::<Row>::json(log, topic.clone()).transactional_id_prefix(&spec.name);
                 if let Some(k) = key_field.clone() {
                     sink = sink.key_by(move |r: &Row| match r.get(&k) {
                         Some(serde_json::Value::String(s)) => s.clone(),

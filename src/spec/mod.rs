@@ -127,6 +127,17 @@ pub enum StartPosition {
     Latest,
 }
 
+/// Which records a log source reads (as Kafka's `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Committed records only: up to the last stable offset, without records of
+    /// aborted transactions (the default).
+    ReadCommitted,
+    /// Every record, also of open and aborted transactions.
+    ReadUncommitted,
+}
+
 /// A source.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "connector", rename_all = "lowercase", deny_unknown_fields)]
@@ -169,6 +180,9 @@ pub enum SourceSpec {
         /// Stop at the end offsets seen at start (default true); false follows.
         #[serde(default)]
         bounded: Option<bool>,
+        /// `read_committed` (default) or `read_uncommitted`.
+        #[serde(default)]
+        isolation: Option<Isolation>,
         /// Bad-record policy for values that are not JSON objects.
         #[serde(default)]
         on_bad_record: Option<BadRecordPolicy>,

@@ -42,6 +42,16 @@ fn a_good_spec_resolves_inputs() {
 
 /// Each broken spec, and (part of) the message it must produce.
 #[test]
+fn a_log_source_takes_an_isolation_level() {
+    for level in ["read_committed", "read_uncommitted"] {
+        let yaml = format!(
+            "name: x\nsources:\n  - {{name: s, connector: log, topic: t, isolation: {level}}}\nsinks:\n  - {{name: o, connector: stdout}}\n"
+        );
+        check(&yaml).unwrap();
+    }
+}
+
+#[test]
 fn broken_specs_are_rejected_naming_the_field() {
     let table: &[(&str, &str)] = &[
         (
@@ -75,6 +85,10 @@ fn broken_specs_are_rejected_naming_the_field() {
         (
             "name: x\nsources:\n  - {name: s, connector: log, topic: a/b}\nsinks:\n  - {name: o, connector: stdout}\n",
             "sources[0] (s).topic: invalid topic name \"a/b\"",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: log, topic: t, isolation: read_some}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "unknown variant `read_some`, expected `read_committed` or `read_uncommitted`",
         ),
         (
             "name: x\nsources:\n  - {name: s, connector: generator, count: 5, rate: -1}\nsinks:\n  - {name: o, connector: stdout}\n",
