@@ -38,6 +38,7 @@ pub mod environment;
 mod error;
 mod execute;
 mod graph;
+pub mod join;
 pub mod metrics;
 pub mod state_backend;
 mod task;
@@ -48,6 +49,7 @@ pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, Restore
 pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
+pub use join::JoinedStreams;
 pub use metrics::SplitMetrics;
 pub use state_backend::{StateBackendContext, StateBackendFactory};
 pub use window::{OutputTag, WindowedStream};

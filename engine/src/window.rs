@@ -27,7 +27,7 @@ use crate::EngineError;
 /// [`DataStream::get_side_output`].
 pub struct OutputTag<T> {
     id: String,
-    stream: Arc<Mutex<Option<DataStream<T>>>>,
+    pub(crate) stream: Arc<Mutex<Option<DataStream<T>>>>,
 }
 
 impl<T> Clone for OutputTag<T> {

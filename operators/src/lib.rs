@@ -14,13 +14,17 @@
 //! - [`row_aggregate`]: named aggregates over row fields (`count()`, `sum(price)`, ...)
 //!   as a window [`window::AggregateFunction`], for YAML window steps.
 //!
+//! - [`join`]: event-time interval, window and temporal joins of two keyed streams
+//!   (inner and left outer), as keyed process functions.
+//!
 //! All are written against `brook-core`'s [`brook_core::operator::Operator`] trait and
-//! `brook-state`'s keyed state. Joins and enrichment arrive with issue 6.
+//! `brook-state`'s keyed state.
 //!
 //! Must not know about: tasks, channels, checkpoint coordination (the engine), or where
 //! records come from (connectors).
 
 pub mod basic;
+pub mod join;
 pub mod process;
 pub mod row;
 pub mod row_aggregate;

@@ -146,6 +146,15 @@ where
             key_buf: Vec::new(),
         }
     }
+
+    /// The keyed state entries (all keys and states) and the timers (both domains)
+    /// held now: what the state costs, for tests and metrics.
+    pub fn state_size(&self) -> (usize, usize) {
+        (
+            self.state.backend().len(),
+            self.timers.len(TimeDomain::EventTime) + self.timers.len(TimeDomain::ProcessingTime),
+        )
+    }
 }
 
 fn codec_err(e: bincode::Error) -> OperatorError {

@@ -1,0 +1,267 @@
+//! Joins of two keyed streams in the builder API, as Flink's `intervalJoin`,
+//! `join(..).window(..)` and event-time temporal joins: the two inputs travel as one
+//! stream of [`Either`] records keyed by their common key into a keyed process
+//! function of `brook_operators::join`.
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use brook_core::time::Millis;
+use brook_operators::join::{
+    Either, IntervalJoin, JoinConfigError, JoinOutput, JoinType, TemporalJoin, WindowJoin,
+};
+use brook_operators::window::assigner::WindowAssigner;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::environment::{DataStream, KeyedStream};
+use crate::window::OutputTag;
+
+/// Which join.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Interval { lower: Millis, upper: Millis },
+    Window(WindowAssigner),
+    Temporal,
+}
+
+/// Two keyed streams being joined; finish with [`JoinedStreams::apply`]. Made by
+/// [`KeyedStream::interval_join`], [`KeyedStream::window_join`] and
+/// [`KeyedStream::temporal_join`].
+pub struct JoinedStreams<K, A, B> {
+    left: KeyedStream<K, A>,
+    right: KeyedStream<K, B>,
+    kind: Kind,
+    join_type: JoinType,
+    late_left: Option<OutputTag<A>>,
+    late_right: Option<OutputTag<B>>,
+    name: String,
+    parallelism: Option<u32>,
+}
+
+impl<K, A, B> std::fmt::Debug for JoinedStreams<K, A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinedStreams")
+            .field("kind", &self.kind)
+            .field("join_type", &self.join_type)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, A> KeyedStream<K, A>
+where
+    K: Hash + Serialize + DeserializeOwned + Send + 'static,
+    A: Clone + Serialize + DeserializeOwned + Send + 'static,
+{
+    /// Joins a record `b` of `other` to a record `a` of this stream with the same key
+    /// when `a.ts + lower <= b.ts <= a.ts + upper` (ms, inclusive; Flink's
+    /// `intervalJoin(..).between(lower, upper)`). A result carries the later of the
+    /// two timestamps.
+    ///
+    /// # Errors
+    /// [`JoinConfigError::EmptyInterval`] when `lower > upper`.
+    pub fn interval_join<B>(
+        self,
+        other: KeyedStream<K, B>,
+        lower: Millis,
+        upper: Millis,
+    ) -> Result<JoinedStreams<K, A, B>, JoinConfigError>
+    where
+        B: Clone + Serialize + DeserializeOwned + Send + 'static,
+    {
+        if lower > upper {
+            return Err(JoinConfigError::EmptyInterval { lower, upper });
+        }
+        Ok(JoinedStreams::new(
+            self,
+            other,
+            Kind::Interval { lower, upper },
+            "interval-join",
+        ))
+    }
+
+    /// Joins records of this stream and `other` with the same key in the same window
+    /// of `windows` (tumbling or sliding, event time; Flink's
+    /// `join(other).where(..).equalTo(..).window(..)`), emitted when the window fires,
+    /// at its max timestamp.
+    ///
+    /// # Errors
+    /// [`JoinConfigError::Windows`] for session or processing-time windows.
+    pub fn window_join<B>(
+        self,
+        other: KeyedStream<K, B>,
+        windows: WindowAssigner,
+    ) -> Result<JoinedStreams<K, A, B>, JoinConfigError>
+    where
+        B: Clone + Serialize + DeserializeOwned + Send + 'static,
+    {
+        if windows.is_merging() {
+            return Err(JoinConfigError::Windows("session windows cannot be joined"));
+        }
+        if !windows.is_event_time() {
+            return Err(JoinConfigError::Windows(
+                "processing-time windows cannot be joined",
+            ));
+        }
+        Ok(JoinedStreams::new(
+            self,
+            other,
+            Kind::Window(windows),
+            "window-join",
+        ))
+    }
+
+    /// Joins each record of this stream with the version of `versions` (records of a
+    /// changing table, keyed by the row's key, stamped with the time they became
+    /// valid) valid at the record's timestamp: the one with the greatest timestamp
+    /// `<=` it (an event-time temporal join, as Flink SQL's `FOR SYSTEM_TIME AS OF`).
+    /// Records wait until the watermark reaches their timestamp.
+    pub fn temporal_join<B>(self, versions: KeyedStream<K, B>) -> JoinedStreams<K, A, B>
+    where
+        B: Clone + Serialize + DeserializeOwned + Send + 'static,
+    {
+        JoinedStreams::new(self, versions, Kind::Temporal, "temporal-join")
+    }
+}
+
+impl<K, A, B> JoinedStreams<K, A, B>
+where
+    K: Hash + Serialize + DeserializeOwned + Send + 'static,
+    A: Clone + Serialize + DeserializeOwned + Send + 'static,
+    B: Clone + Serialize + DeserializeOwned + Send + 'static,
+{
+    fn new(left: KeyedStream<K, A>, right: KeyedStream<K, B>, kind: Kind, name: &str) -> Self {
+        JoinedStreams {
+            left,
+            right,
+            kind,
+            join_type: JoinType::Inner,
+            late_left: None,
+            late_right: None,
+            name: name.to_string(),
+            parallelism: None,
+        }
+    }
+
+    /// Also emits every left record that found no match, once, with `None`, when the
+    /// watermark shows no match can come any more.
+    pub fn left_outer(mut self) -> Self {
+        self.join_type = JoinType::LeftOuter;
+        self
+    }
+
+    /// Late left records (timestamp `<=` the watermark on arrival) go to `tag`
+    /// ([`DataStream::get_side_output`] on the result); by default they are dropped.
+    pub fn side_output_late_left(mut self, tag: &OutputTag<A>) -> Self {
+        self.late_left = Some(tag.clone());
+        self
+    }
+
+    /// Late right records go to `tag`; by default they are dropped.
+    pub fn side_output_late_right(mut self, tag: &OutputTag<B>) -> Self {
+        self.late_right = Some(tag.clone());
+        self
+    }
+
+    /// Names the join operator.
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The join operator's parallelism.
+    pub fn set_parallelism(mut self, parallelism: u32) -> Self {
+        self.parallelism = Some(parallelism);
+        self
+    }
+
+    /// Makes each result with `f(left, right)` (`right` is `None` for an unmatched
+    /// left record of a left outer join).
+    pub fn apply<O, F>(self, f: F) -> DataStream<O>
+    where
+        O: Clone + Send + 'static,
+        F: Fn(&A, Option<&B>) -> O + Clone + Send + Sync + 'static,
+    {
+        let JoinedStreams {
+            left,
+            right,
+            kind,
+            join_type,
+            late_left,
+            late_right,
+            name,
+            parallelism,
+        } = self;
+        let (ka, kb) = (Arc::clone(&left.key), Arc::clone(&right.key));
+        let l = left
+            .stream
+            .map(Either::<A, B>::Left)
+            .name(&format!("{name}-left"));
+        let r = right
+            .stream
+            .map(Either::<A, B>::Right)
+            .name(&format!("{name}-right"));
+        let keyed = l.union(r).key_by(move |e: &Either<A, B>| match e {
+            Either::Left(a) => ka(a),
+            Either::Right(b) => kb(b),
+        });
+        let joined: DataStream<JoinOutput<O, A, B>> = match kind {
+            Kind::Interval { lower, upper } => keyed.process(move || {
+                let f = f.clone();
+                // `interval_join` checked lower <= upper.
+                IntervalJoin::new(lower, upper, join_type, move |a: &A, b: Option<&B>| f(a, b))
+                    .unwrap_or_else(|e| unreachable!("{e}"))
+            }),
+            Kind::Window(windows) => keyed.process(move || {
+                let f = f.clone();
+                // `window_join` checked the windows.
+                WindowJoin::new(windows, join_type, move |a: &A, b: Option<&B>| f(a, b))
+                    .unwrap_or_else(|e| unreachable!("{e}"))
+            }),
+            Kind::Temporal => keyed.process(move || {
+                let f = f.clone();
+                TemporalJoin::new(join_type, move |a: &A, b: Option<&B>| f(a, b))
+            }),
+        };
+        // The splitting steps share the join's parallelism, so they chain to it.
+        fn with_p<T: Clone + Send + 'static>(s: DataStream<T>, p: Option<u32>) -> DataStream<T> {
+            match p {
+                Some(p) => s.set_parallelism(p),
+                None => s,
+            }
+        }
+        let joined = with_p(joined.name(&name), parallelism);
+        if let Some(tag) = late_left {
+            let late = joined
+                .clone()
+                .flat_map(|o: JoinOutput<O, A, B>| match o {
+                    JoinOutput::LateLeft(a) => Some(a),
+                    _ => None,
+                })
+                .name(&format!("{name}-late-left"));
+            let late = with_p(late, parallelism);
+            *tag.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(late);
+        }
+        if let Some(tag) = late_right {
+            let late = joined
+                .clone()
+                .flat_map(|o: JoinOutput<O, A, B>| match o {
+                    JoinOutput::LateRight(b) => Some(b),
+                    _ => None,
+                })
+                .name(&format!("{name}-late-right"));
+            let late = with_p(late, parallelism);
+            *tag.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(late);
+        }
+        with_p(
+            joined
+                .flat_map(|o: JoinOutput<O, A, B>| match o {
+                    JoinOutput::Joined(r) => Some(r),
+                    _ => None,
+                })
+                .name(&format!("{name}-results")),
+            parallelism,
+        )
+    }
+}

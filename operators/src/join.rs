@@ -1,0 +1,569 @@
+//! Event-time joins of two keyed streams, as keyed process functions over one stream
+//! of [`Either`] records (the two inputs, unioned and keyed by the same key), so they
+//! get keyed state, timers, checkpoints and rescaling like any keyed operator.
+//!
+//! - [`IntervalJoin`] (Flink's `KeyedStream.intervalJoin`): right `b` joins left `a`
+//!   when `a.ts + lower <= b.ts <= a.ts + upper` (ms, bounds inclusive).
+//! - [`WindowJoin`] (Flink's `DataStream.join(..).window(..)`, or `coGroup` for the
+//!   outer join): `a` and `b` of one key in the same window; emitted when the window
+//!   fires. Tumbling and sliding event-time windows.
+//! - [`TemporalJoin`] (Flink SQL's event-time temporal join, `FOR SYSTEM_TIME AS OF`):
+//!   each left record joins the right record (a *version* of a changing table row)
+//!   with the greatest timestamp `<=` its own, once the watermark says that version
+//!   is final.
+//!
+//! Inner or left outer ([`JoinType`]): an unmatched left record is emitted with `None`
+//! once the watermark has passed the last moment a match could arrive. A record is
+//! late when its timestamp is `<=` the watermark (semantics.md §2); late records are
+//! passed on as [`JoinOutput::LateLeft`] / [`JoinOutput::LateRight`] (the engine turns
+//! them into side outputs or drops them) and never joined. State is removed by
+//! watermark: with steady input the state stays bounded.
+
+use std::marker::PhantomData;
+
+use brook_core::operator::{OpResult, OperatorError, Output};
+use brook_core::time::Millis;
+use brook_state::{StateDescriptor, TimeDomain};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::process::{KeyedContext, KeyedProcessFunction};
+use crate::window::assigner::WindowAssigner;
+use crate::window::TimeWindow;
+
+/// A record of the left (`Left`) or right (`Right`) input of a join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Either<A, B> {
+    /// From the left input.
+    Left(A),
+    /// From the right input.
+    Right(B),
+}
+
+/// What a join emits: results, and late records of either input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinOutput<O, A, B> {
+    /// A joined (or, for a left outer join, unmatched left) result.
+    Joined(O),
+    /// A left record that arrived after the watermark passed its timestamp.
+    LateLeft(A),
+    /// A right record that arrived after the watermark passed its timestamp.
+    LateRight(B),
+}
+
+/// Which left records are emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinType {
+    /// Only matched pairs.
+    #[default]
+    Inner,
+    /// Matched pairs, and each left record without any match once, with `None`.
+    LeftOuter,
+}
+
+/// A join was configured wrongly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinConfigError {
+    /// `lower > upper` for an interval join.
+    #[error("interval join: lower bound {lower} ms is above upper bound {upper} ms")]
+    EmptyInterval {
+        /// The lower bound (ms).
+        lower: Millis,
+        /// The upper bound (ms).
+        upper: Millis,
+    },
+    /// A window join needs non-merging event-time windows.
+    #[error("window join: {0} (use tumbling or sliding event-time windows)")]
+    Windows(&'static str),
+}
+
+fn state_err(e: brook_state::StateError) -> OperatorError {
+    OperatorError::other(e)
+}
+
+fn timestamp<K>(ctx: &KeyedContext<'_, K>, what: &str) -> OpResult<Millis> {
+    ctx.timestamp().ok_or_else(|| {
+        OperatorError::failed(format!(
+            "{what} needs event-time timestamps: set a watermark strategy on the sources"
+        ))
+    })
+}
+
+/// Whether a record at `ts` is late: the watermark already passed it.
+fn is_late<K>(ctx: &KeyedContext<'_, K>, ts: Millis) -> bool {
+    ts <= ctx.current_watermark().millis()
+}
+
+/// Passes a late record on; true if `ts` was late.
+fn pass_late<K, O, A, B>(
+    ctx: &KeyedContext<'_, K>,
+    ts: Millis,
+    value: &mut Option<Either<A, B>>,
+    out: &mut Output<JoinOutput<O, A, B>>,
+) -> bool {
+    if !is_late(ctx, ts) {
+        return false;
+    }
+    match value.take() {
+        Some(Either::Left(a)) => out.collect(JoinOutput::LateLeft(a), Some(ts)),
+        Some(Either::Right(b)) => out.collect(JoinOutput::LateRight(b), Some(ts)),
+        None => {}
+    }
+    true
+}
+
+// ---- interval join ---------------------------------------------------------------
+
+/// The interval join (see the [module docs](self)): per key, the left records by
+/// timestamp (each with whether it matched) and the right records by timestamp.
+/// A left record at `t` is kept until the watermark reaches `t + upper`, a right one
+/// at `t` until it reaches `t - lower`. A result's timestamp is the later of the two
+/// records'; an unmatched left record is emitted at `t + upper`.
+pub struct IntervalJoin<K, A, B, O, F> {
+    lower: Millis,
+    upper: Millis,
+    join_type: JoinType,
+    f: F,
+    _types: PhantomData<fn() -> (K, A, B, O)>,
+}
+
+impl<K, A, B, O, F> std::fmt::Debug for IntervalJoin<K, A, B, O, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntervalJoin")
+            .field("lower", &self.lower)
+            .field("upper", &self.upper)
+            .field("join_type", &self.join_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, A, B, O, F> IntervalJoin<K, A, B, O, F>
+where
+    F: FnMut(&A, Option<&B>) -> O,
+{
+    /// Joins `b` to `a` when `a.ts + lower <= b.ts <= a.ts + upper` (ms); `f` makes
+    /// the result (with `None` for an unmatched left record of a left outer join).
+    ///
+    /// # Errors
+    /// [`JoinConfigError::EmptyInterval`] when `lower > upper`.
+    pub fn new(
+        lower: Millis,
+        upper: Millis,
+        join_type: JoinType,
+        f: F,
+    ) -> Result<Self, JoinConfigError> {
+        if lower > upper {
+            return Err(JoinConfigError::EmptyInterval { lower, upper });
+        }
+        Ok(IntervalJoin {
+            lower,
+            upper,
+            join_type,
+            f,
+            _types: PhantomData,
+        })
+    }
+}
+
+const IJ_LEFT: &str = "interval-join-left";
+const IJ_RIGHT: &str = "interval-join-right";
+
+impl<K, A, B, O, F> KeyedProcessFunction for IntervalJoin<K, A, B, O, F>
+where
+    K: Send + 'static,
+    A: Serialize + DeserializeOwned + Send + 'static,
+    B: Serialize + DeserializeOwned + Send + 'static,
+    O: Send + 'static,
+    F: FnMut(&A, Option<&B>) -> O + Send + 'static,
+{
+    type Key = K;
+    type In = Either<A, B>;
+    type Out = JoinOutput<O, A, B>;
+
+    fn process_element(
+        &mut self,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let ts = timestamp(ctx, "an interval join")?;
+        let mut value = Some(value);
+        if pass_late(ctx, ts, &mut value, out) {
+            return Ok(());
+        }
+        let left_d = StateDescriptor::<(Millis, Vec<(A, bool)>)>::new(IJ_LEFT);
+        let right_d = StateDescriptor::<(Millis, Vec<B>)>::new(IJ_RIGHT);
+        match value {
+            Some(Either::Left(a)) => {
+                let mut matched = false;
+                let rights = ctx.state().map(&right_d).entries().map_err(state_err)?;
+                for (tb, bs) in &rights {
+                    if ts.saturating_add(self.lower) <= *tb && *tb <= ts.saturating_add(self.upper)
+                    {
+                        for b in bs {
+                            out.collect(
+                                JoinOutput::Joined((self.f)(&a, Some(b))),
+                                Some(ts.max(*tb)),
+                            );
+                            matched = true;
+                        }
+                    }
+                }
+                let mut left = ctx.state().map(&left_d);
+                let mut at = left.get(&ts).map_err(state_err)?.unwrap_or_default();
+                at.push((a, matched));
+                left.put(&ts, &at).map_err(state_err)?;
+                ctx.register_event_time_timer(ts.saturating_add(self.upper));
+            }
+            Some(Either::Right(b)) => {
+                let lefts = ctx.state().map(&left_d).entries().map_err(state_err)?;
+                for (ta, mut as_) in lefts {
+                    if ta.saturating_add(self.lower) <= ts && ts <= ta.saturating_add(self.upper) {
+                        let mut newly = false;
+                        for (a, m) in &mut as_ {
+                            out.collect(
+                                JoinOutput::Joined((self.f)(a, Some(&b))),
+                                Some(ts.max(ta)),
+                            );
+                            newly |= !*m;
+                            *m = true;
+                        }
+                        if newly && self.join_type == JoinType::LeftOuter {
+                            ctx.state().map(&left_d).put(&ta, &as_).map_err(state_err)?;
+                        }
+                    }
+                }
+                let mut right = ctx.state().map(&right_d);
+                let mut at = right.get(&ts).map_err(state_err)?.unwrap_or_default();
+                at.push(b);
+                right.put(&ts, &at).map_err(state_err)?;
+                ctx.register_event_time_timer(ts.saturating_sub(self.lower));
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        time: Millis,
+        _domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let left_d = StateDescriptor::<(Millis, Vec<(A, bool)>)>::new(IJ_LEFT);
+        let right_d = StateDescriptor::<(Millis, Vec<B>)>::new(IJ_RIGHT);
+        for (ta, as_) in ctx.state().map(&left_d).entries().map_err(state_err)? {
+            if ta.saturating_add(self.upper) <= time {
+                if self.join_type == JoinType::LeftOuter {
+                    for (a, matched) in &as_ {
+                        if !matched {
+                            out.collect(
+                                JoinOutput::Joined((self.f)(a, None)),
+                                Some(ta.saturating_add(self.upper)),
+                            );
+                        }
+                    }
+                }
+                ctx.state().map(&left_d).remove(&ta).map_err(state_err)?;
+            }
+        }
+        for (tb, _) in ctx.state().map(&right_d).entries().map_err(state_err)? {
+            if tb.saturating_sub(self.lower) <= time {
+                ctx.state().map(&right_d).remove(&tb).map_err(state_err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---- window join -----------------------------------------------------------------
+
+/// The window join (see the [module docs](self)): per key and window, the left and
+/// the right records; when the watermark reaches the window's max timestamp, every
+/// pair is emitted (and, for a left outer join, each left record without a right one
+/// with `None`), at the window's max timestamp, and the window's state is dropped.
+pub struct WindowJoin<K, A, B, O, F> {
+    assigner: WindowAssigner,
+    join_type: JoinType,
+    f: F,
+    windows: Vec<TimeWindow>,
+    _types: PhantomData<fn() -> (K, A, B, O)>,
+}
+
+impl<K, A, B, O, F> std::fmt::Debug for WindowJoin<K, A, B, O, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowJoin")
+            .field("assigner", &self.assigner)
+            .field("join_type", &self.join_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, A, B, O, F> WindowJoin<K, A, B, O, F>
+where
+    F: FnMut(&A, Option<&B>) -> O,
+{
+    /// Joins records of one key in the same window of `assigner`.
+    ///
+    /// # Errors
+    /// [`JoinConfigError::Windows`] for session or processing-time windows.
+    pub fn new(
+        assigner: WindowAssigner,
+        join_type: JoinType,
+        f: F,
+    ) -> Result<Self, JoinConfigError> {
+        if assigner.is_merging() {
+            return Err(JoinConfigError::Windows("session windows cannot be joined"));
+        }
+        if !assigner.is_event_time() {
+            return Err(JoinConfigError::Windows(
+                "processing-time windows cannot be joined",
+            ));
+        }
+        Ok(WindowJoin {
+            assigner,
+            join_type,
+            f,
+            windows: Vec::new(),
+            _types: PhantomData,
+        })
+    }
+}
+
+const WJ: &str = "window-join";
+
+/// The records of one window: (left, right).
+type WindowSides<A, B> = (Vec<A>, Vec<B>);
+
+impl<K, A, B, O, F> KeyedProcessFunction for WindowJoin<K, A, B, O, F>
+where
+    K: Send + 'static,
+    A: Serialize + DeserializeOwned + Send + 'static,
+    B: Serialize + DeserializeOwned + Send + 'static,
+    O: Send + 'static,
+    F: FnMut(&A, Option<&B>) -> O + Send + 'static,
+{
+    type Key = K;
+    type In = Either<A, B>;
+    type Out = JoinOutput<O, A, B>;
+
+    fn process_element(
+        &mut self,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let ts = timestamp(ctx, "a window join")?;
+        let wm = ctx.current_watermark().millis();
+        self.windows.clear();
+        self.assigner
+            .assign_windows(ts, ctx.current_processing_time(), &mut self.windows);
+        // Late: every window it belongs to has fired (semantics.md §3, lateness 0).
+        self.windows.retain(|w| w.max_timestamp() > wm);
+        if self.windows.is_empty() {
+            let mut v = Some(value);
+            match v.take() {
+                Some(Either::Left(a)) => out.collect(JoinOutput::LateLeft(a), Some(ts)),
+                Some(Either::Right(b)) => out.collect(JoinOutput::LateRight(b), Some(ts)),
+                None => {}
+            }
+            return Ok(());
+        }
+        let d = StateDescriptor::<((Millis, Millis), WindowSides<A, B>)>::new(WJ);
+        let windows = std::mem::take(&mut self.windows);
+        for w in &windows {
+            let mut m = ctx.state().map(&d);
+            let at = (w.start, w.end);
+            let mut sides = m.get(&at).map_err(state_err)?.unwrap_or_default();
+            match &value {
+                Either::Left(a) => sides.0.push(clone_via_serde(a)?),
+                Either::Right(b) => sides.1.push(clone_via_serde(b)?),
+            }
+            m.put(&at, &sides).map_err(state_err)?;
+            ctx.register_event_time_timer(w.max_timestamp());
+        }
+        self.windows = windows;
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        time: Millis,
+        _domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let d = StateDescriptor::<((Millis, Millis), WindowSides<A, B>)>::new(WJ);
+        for ((start, end), (lefts, rights)) in ctx.state().map(&d).entries().map_err(state_err)? {
+            let max_ts = TimeWindow::new(start, end).max_timestamp();
+            if max_ts > time {
+                continue;
+            }
+            for a in &lefts {
+                for b in &rights {
+                    out.collect(JoinOutput::Joined((self.f)(a, Some(b))), Some(max_ts));
+                }
+                if rights.is_empty() && self.join_type == JoinType::LeftOuter {
+                    out.collect(JoinOutput::Joined((self.f)(a, None)), Some(max_ts));
+                }
+            }
+            ctx.state()
+                .map(&d)
+                .remove(&(start, end))
+                .map_err(state_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// A copy of `v` for a second window of a sliding assigner (records are not `Clone`
+/// here; they are serializable, as all state is).
+fn clone_via_serde<T: Serialize + DeserializeOwned>(v: &T) -> OpResult<T> {
+    bincode::serialize(v)
+        .and_then(|b| bincode::deserialize(&b))
+        .map_err(|e| OperatorError::failed(format!("window join: cannot copy a record: {e}")))
+}
+
+// ---- temporal join ---------------------------------------------------------------
+
+/// The event-time temporal join (see the [module docs](self)): per key, the versions
+/// of the right side by timestamp, and the left records waiting for the watermark to
+/// reach their timestamp (then every version up to it has arrived). A left record is
+/// emitted at its own timestamp with the version valid then (`None` for a left outer
+/// join without one; an inner join drops it). Versions older than the one valid at
+/// the watermark are dropped.
+pub struct TemporalJoin<K, A, B, O, F> {
+    join_type: JoinType,
+    f: F,
+    _types: PhantomData<fn() -> (K, A, B, O)>,
+}
+
+impl<K, A, B, O, F> std::fmt::Debug for TemporalJoin<K, A, B, O, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemporalJoin")
+            .field("join_type", &self.join_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, A, B, O, F> TemporalJoin<K, A, B, O, F>
+where
+    F: FnMut(&A, Option<&B>) -> O,
+{
+    /// Joins each left record with the right version valid at its timestamp.
+    pub fn new(join_type: JoinType, f: F) -> Self {
+        TemporalJoin {
+            join_type,
+            f,
+            _types: PhantomData,
+        }
+    }
+}
+
+const TJ_LEFT: &str = "temporal-join-left";
+const TJ_VERSIONS: &str = "temporal-join-versions";
+
+impl<K, A, B, O, F> TemporalJoin<K, A, B, O, F>
+where
+    A: Serialize + DeserializeOwned,
+    B: Serialize + DeserializeOwned,
+    F: FnMut(&A, Option<&B>) -> O,
+{
+    /// Emits `a` joined with the version valid at `ts` among `versions` (sorted).
+    fn emit(
+        &mut self,
+        a: &A,
+        ts: Millis,
+        versions: &[(Millis, B)],
+        out: &mut Output<JoinOutput<O, A, B>>,
+    ) {
+        let valid = versions.iter().rev().find(|(tv, _)| *tv <= ts);
+        match (valid, self.join_type) {
+            (Some((_, b)), _) => out.collect(JoinOutput::Joined((self.f)(a, Some(b))), Some(ts)),
+            (None, JoinType::LeftOuter) => {
+                out.collect(JoinOutput::Joined((self.f)(a, None)), Some(ts))
+            }
+            (None, JoinType::Inner) => {}
+        }
+    }
+}
+
+impl<K, A, B, O, F> KeyedProcessFunction for TemporalJoin<K, A, B, O, F>
+where
+    K: Send + 'static,
+    A: Serialize + DeserializeOwned + Send + 'static,
+    B: Serialize + DeserializeOwned + Send + 'static,
+    O: Send + 'static,
+    F: FnMut(&A, Option<&B>) -> O + Send + 'static,
+{
+    type Key = K;
+    type In = Either<A, B>;
+    type Out = JoinOutput<O, A, B>;
+
+    fn process_element(
+        &mut self,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let ts = timestamp(ctx, "a temporal join")?;
+        let mut value = Some(value);
+        if pass_late(ctx, ts, &mut value, out) {
+            return Ok(());
+        }
+        match value {
+            Some(Either::Left(a)) => {
+                let d = StateDescriptor::<(Millis, Vec<A>)>::new(TJ_LEFT);
+                let mut m = ctx.state().map(&d);
+                let mut at = m.get(&ts).map_err(state_err)?.unwrap_or_default();
+                at.push(a);
+                m.put(&ts, &at).map_err(state_err)?;
+                ctx.register_event_time_timer(ts);
+            }
+            Some(Either::Right(b)) => {
+                let d = StateDescriptor::<(Millis, B)>::new(TJ_VERSIONS);
+                ctx.state().map(&d).put(&ts, &b).map_err(state_err)?;
+                // Old versions go when the watermark passes the next left record or
+                // this version; a timer for a key that only gets versions.
+                ctx.register_event_time_timer(ts);
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        time: Millis,
+        _domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        let vd = StateDescriptor::<(Millis, B)>::new(TJ_VERSIONS);
+        let ld = StateDescriptor::<(Millis, Vec<A>)>::new(TJ_LEFT);
+        let mut versions = ctx.state().map(&vd).entries().map_err(state_err)?;
+        versions.sort_by_key(|(t, _)| *t);
+        let mut lefts = ctx.state().map(&ld).entries().map_err(state_err)?;
+        lefts.sort_by_key(|(t, _)| *t);
+        for (ta, as_) in lefts.into_iter().filter(|(t, _)| *t <= time) {
+            for a in &as_ {
+                self.emit(a, ta, &versions, out);
+            }
+            ctx.state().map(&ld).remove(&ta).map_err(state_err)?;
+        }
+        // Versions before the one valid at `time` can never be looked up again: later
+        // left records have timestamps above the watermark (>= time).
+        if let Some(keep_from) = versions
+            .iter()
+            .rev()
+            .find(|(tv, _)| *tv <= time)
+            .map(|(tv, _)| *tv)
+        {
+            for (tv, _) in versions.iter().filter(|(tv, _)| *tv < keep_from) {
+                ctx.state().map(&vd).remove(tv).map_err(state_err)?;
+            }
+        }
+        Ok(())
+    }
+}

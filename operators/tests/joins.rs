@@ -1,0 +1,361 @@
+//! Joins against naive models: random, out-of-order input (some records very late),
+//! driven through a `KeyedProcessOperator` record by record with the watermark of a
+//! bounded out-of-orderness strategy emitted after every record (semantics.md §2: a
+//! record meets the watermark in force before it). Each join's output equals a
+//! nested-loop join over the records that were not late, and the late records come
+//! out as late; state stays bounded under a long steady input.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use brook_core::element::StreamRecord;
+use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
+use brook_core::time::{ManualClock, Millis, Watermark};
+use brook_operators::join::{Either, IntervalJoin, JoinOutput, JoinType, TemporalJoin, WindowJoin};
+use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
+use brook_operators::window::assigner::{SlidingEventTimeWindows, TumblingEventTimeWindows};
+use brook_operators::window::TimeWindow;
+use brook_state::MemoryStateBackend;
+use proptest::prelude::*;
+
+/// A record of either side: (key, id).
+type Rec = (u8, u32);
+type In = Either<Rec, Rec>;
+type Out = JoinOutput<(u32, Option<u32>), Rec, Rec>;
+
+const BOUND: Millis = 10;
+
+fn key(e: &In) -> u8 {
+    match e {
+        Either::Left(r) | Either::Right(r) => r.0,
+    }
+}
+
+fn pair(a: &Rec, b: Option<&Rec>) -> (u32, Option<u32>) {
+    (a.1, b.map(|b| b.1))
+}
+
+/// What a run gave: joined pairs (sorted), ids of late records, the largest state
+/// (entries + timers) seen, and the state left at the end.
+#[derive(Debug, Default)]
+struct Ran {
+    joined: Vec<(u32, Option<u32>)>,
+    late: Vec<u32>,
+    max_state: usize,
+    end_state: usize,
+}
+
+/// Feeds `input` `(record, ts)` one by one; after each, the watermark
+/// `max ts - BOUND - 1` if it advanced; then the final watermark.
+fn drive<F>(f: F, input: &[(In, Millis)]) -> Ran
+where
+    F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
+{
+    let info = SubtaskInfo {
+        name: "join".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
+    let mut op = KeyedProcessOperator::new(f, key, Box::new(MemoryStateBackend::new()));
+    let mut out = Output::new();
+    let mut ran = Ran::default();
+    let mut max_ts = Millis::MIN;
+    let mut wm = Millis::MIN;
+    let take = |out: &mut Output<Out>, ran: &mut Ran| {
+        for r in out.take() {
+            match r.value {
+                JoinOutput::Joined(p) => ran.joined.push(p),
+                JoinOutput::LateLeft(a) | JoinOutput::LateRight(a) => ran.late.push(a.1),
+            }
+        }
+    };
+    for (rec, ts) in input {
+        op.process_batch(
+            vec![StreamRecord::with_timestamp(rec.clone(), *ts)],
+            &mut ctx,
+            &mut out,
+        )
+        .unwrap();
+        max_ts = max_ts.max(*ts);
+        let next = max_ts - BOUND - 1;
+        if next > wm {
+            wm = next;
+            ctx.set_current_watermark(Watermark(wm));
+            op.on_watermark(Watermark(wm), &mut ctx, &mut out).unwrap();
+        }
+        take(&mut out, &mut ran);
+        let (entries, timers) = op.state_size();
+        ran.max_state = ran.max_state.max(entries + timers);
+    }
+    ctx.set_current_watermark(Watermark::MAX);
+    op.on_watermark(Watermark::MAX, &mut ctx, &mut out).unwrap();
+    take(&mut out, &mut ran);
+    let (entries, timers) = op.state_size();
+    ran.end_state = entries + timers;
+    ran.joined.sort_unstable();
+    ran.late.sort_unstable();
+    ran
+}
+
+/// The records with the watermark in force when each arrived.
+fn with_watermarks(input: &[(In, Millis)]) -> Vec<(&In, Millis, Millis)> {
+    let mut max_ts = Millis::MIN;
+    let mut wm = Millis::MIN;
+    input
+        .iter()
+        .map(|(r, ts)| {
+            let before = wm;
+            max_ts = max_ts.max(*ts);
+            wm = wm.max(max_ts - BOUND - 1);
+            (r, *ts, before)
+        })
+        .collect()
+}
+
+/// Lefts and rights that were not late (`ts > watermark`), and the late ids.
+#[allow(clippy::type_complexity)]
+fn split_late(input: &[(In, Millis)]) -> (Vec<(Rec, Millis)>, Vec<(Rec, Millis)>, Vec<u32>) {
+    let (mut l, mut r, mut late) = (Vec::new(), Vec::new(), Vec::new());
+    for (rec, ts, wm) in with_watermarks(input) {
+        match rec {
+            _ if ts <= wm => late.push(match rec {
+                Either::Left(a) | Either::Right(a) => a.1,
+            }),
+            Either::Left(a) => l.push((*a, ts)),
+            Either::Right(b) => r.push((*b, ts)),
+        }
+    }
+    late.sort_unstable();
+    (l, r, late)
+}
+
+fn interval_model(
+    input: &[(In, Millis)],
+    lower: Millis,
+    upper: Millis,
+    jt: JoinType,
+) -> (Vec<(u32, Option<u32>)>, Vec<u32>) {
+    let (ls, rs, late) = split_late(input);
+    let mut out = Vec::new();
+    for (a, ta) in &ls {
+        let mut matched = false;
+        for (b, tb) in &rs {
+            if a.0 == b.0 && ta + lower <= *tb && *tb <= ta + upper {
+                out.push((a.1, Some(b.1)));
+                matched = true;
+            }
+        }
+        if !matched && jt == JoinType::LeftOuter {
+            out.push((a.1, None));
+        }
+    }
+    out.sort_unstable();
+    (out, late)
+}
+
+/// Window join model: a record joins in each of its windows that had not fired when
+/// it arrived (a record with none is late).
+fn window_model(
+    input: &[(In, Millis)],
+    assign: impl Fn(Millis) -> Vec<TimeWindow>,
+    jt: JoinType,
+) -> (Vec<(u32, Option<u32>)>, Vec<u32>) {
+    type Sides = (Vec<u32>, Vec<u32>);
+    let mut windows: BTreeMap<(u8, Millis, Millis), Sides> = BTreeMap::new();
+    let mut late = Vec::new();
+    for (rec, ts, wm) in with_watermarks(input) {
+        let open: Vec<TimeWindow> = assign(ts)
+            .into_iter()
+            .filter(|w| w.max_timestamp() > wm)
+            .collect();
+        let (Either::Left(r) | Either::Right(r)) = rec;
+        if open.is_empty() {
+            late.push(r.1);
+        }
+        for w in open {
+            let s = windows.entry((r.0, w.start, w.end)).or_default();
+            match rec {
+                Either::Left(a) => s.0.push(a.1),
+                Either::Right(b) => s.1.push(b.1),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (ls, rs) in windows.values() {
+        for a in ls {
+            for b in rs {
+                out.push((*a, Some(*b)));
+            }
+            if rs.is_empty() && jt == JoinType::LeftOuter {
+                out.push((*a, None));
+            }
+        }
+    }
+    out.sort_unstable();
+    late.sort_unstable();
+    (out, late)
+}
+
+/// Temporal join model: each non-late left joins the non-late version of its key with
+/// the greatest timestamp <= its own (of equal timestamps, the one that came last).
+fn temporal_model(input: &[(In, Millis)], jt: JoinType) -> (Vec<(u32, Option<u32>)>, Vec<u32>) {
+    let (ls, rs, late) = split_late(input);
+    let mut out = Vec::new();
+    for (a, ta) in &ls {
+        let mut best: Option<(Millis, u32)> = None;
+        for (b, tb) in &rs {
+            if b.0 == a.0 && tb <= ta && best.is_none_or(|(t, _)| *tb >= t) {
+                best = Some((*tb, b.1));
+            }
+        }
+        match best {
+            Some((_, b)) => out.push((a.1, Some(b))),
+            None if jt == JoinType::LeftOuter => out.push((a.1, None)),
+            None => {}
+        }
+    }
+    out.sort_unstable();
+    (out, late)
+}
+
+/// Up to 80 records of 3 keys: time moves forward about 3 ms per record with up to
+/// `BOUND` ms of disorder; about one in 12 records is 50-100 ms late.
+fn input() -> impl Strategy<Value = Vec<(In, Millis)>> {
+    prop::collection::vec(
+        (any::<bool>(), 0u8..3, -BOUND..=BOUND, 0u8..12, 50i64..100),
+        0..80,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (left, k, jitter, dice, lateness))| {
+                let id = i as u32;
+                let ts = 3 * i as Millis + jitter - if dice == 0 { lateness } else { 0 };
+                let r = if left {
+                    Either::Left((k, id))
+                } else {
+                    Either::Right((k, id))
+                };
+                (r, ts)
+            })
+            .collect()
+    })
+}
+
+fn join_type() -> impl Strategy<Value = JoinType> {
+    prop_oneof![Just(JoinType::Inner), Just(JoinType::LeftOuter)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn interval_join_equals_a_nested_loop(
+        input in input(),
+        lower in -20i64..10,
+        width in 0i64..25,
+        jt in join_type(),
+    ) {
+        let upper = lower + width;
+        let ran = drive(IntervalJoin::new(lower, upper, jt, pair).unwrap(), &input);
+        let (want, late) = interval_model(&input, lower, upper, jt);
+        prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late, late);
+        prop_assert_eq!(ran.end_state, 0, "state is cleaned up");
+    }
+
+    #[test]
+    fn window_join_equals_a_nested_loop_per_window(
+        input in input(),
+        size in 5i64..40,
+        slide_div in 1i64..4,
+        jt in join_type(),
+    ) {
+        let slide = (size / slide_div).max(1);
+        let windows = SlidingEventTimeWindows::of(size, slide).unwrap();
+        let assign = |ts| {
+            let mut v = Vec::new();
+            windows.assign_windows(ts, 0, &mut v);
+            v
+        };
+        let ran = drive(WindowJoin::new(windows, jt, pair).unwrap(), &input);
+        let (want, late) = window_model(&input, assign, jt);
+        prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late, late);
+        prop_assert_eq!(ran.end_state, 0, "state is cleaned up");
+    }
+
+    #[test]
+    fn temporal_join_takes_the_version_valid_at_each_record(
+        input in input(),
+        jt in join_type(),
+    ) {
+        let ran = drive(TemporalJoin::new(jt, pair), &input);
+        let (want, late) = temporal_model(&input, jt);
+        prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late, late);
+    }
+}
+
+/// A long steady input: 20,000 records of 10 keys, both sides, in order. The state
+/// of every join stays small (what the watermark has not yet passed), not growing
+/// with the input.
+#[test]
+fn state_stays_bounded_under_a_long_steady_input() {
+    let input: Vec<(In, Millis)> = (0..20_000u32)
+        .map(|i| {
+            let r = ((i % 10) as u8, i);
+            let rec = if i % 3 == 0 {
+                Either::Right(r)
+            } else {
+                Either::Left(r)
+            };
+            (rec, Millis::from(i))
+        })
+        .collect();
+    let interval = drive(
+        IntervalJoin::new(-5, 5, JoinType::LeftOuter, pair).unwrap(),
+        &input,
+    );
+    let window = drive(
+        WindowJoin::new(
+            TumblingEventTimeWindows::of(50).unwrap(),
+            JoinType::Inner,
+            pair,
+        )
+        .unwrap(),
+        &input,
+    );
+    let temporal = drive(TemporalJoin::new(JoinType::LeftOuter, pair), &input);
+    for (name, ran) in [
+        ("interval", &interval),
+        ("window", &window),
+        ("temporal", &temporal),
+    ] {
+        assert!(
+            ran.max_state < 200,
+            "{name} join state grew to {} entries and timers",
+            ran.max_state
+        );
+        assert!(!ran.joined.is_empty(), "{name} join emitted nothing");
+    }
+    // Every left record of the temporal join found a version but those before the
+    // first right record of their key.
+    let mut first_right: BTreeMap<u8, Millis> = BTreeMap::new();
+    for (rec, ts) in &input {
+        if let Either::Right(r) = rec {
+            first_right.entry(r.0).or_insert(*ts);
+        }
+    }
+    let unversioned = input
+        .iter()
+        .filter(|(rec, ts)| matches!(rec, Either::Left(r) if first_right[&r.0] > *ts))
+        .count();
+    assert!(unversioned > 0);
+    assert_eq!(
+        temporal.joined.iter().filter(|(_, b)| b.is_none()).count(),
+        unversioned
+    );
+}
