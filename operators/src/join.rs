@@ -112,6 +112,9 @@ fn pass_late<K, O, A, B>(
     true
 }
 
+/// The type parameters a join function does not hold.
+type Types<K, A, B, O> = PhantomData<fn() -> (K, A, B, O)>;
+
 // ---- interval join ---------------------------------------------------------------
 
 /// The interval join (see the [module docs](self)): per key, the left records by
@@ -124,7 +127,7 @@ pub struct IntervalJoin<K, A, B, O, F> {
     upper: Millis,
     join_type: JoinType,
     f: F,
-    _types: PhantomData<fn() -> (K, A, B, O)>,
+    _types: Types<K, A, B, O>,
 }
 
 impl<K, A, B, O, F> std::fmt::Debug for IntervalJoin<K, A, B, O, F> {
@@ -288,7 +291,7 @@ pub struct WindowJoin<K, A, B, O, F> {
     join_type: JoinType,
     f: F,
     windows: Vec<TimeWindow>,
-    _types: PhantomData<fn() -> (K, A, B, O)>,
+    _types: Types<K, A, B, O>,
 }
 
 impl<K, A, B, O, F> std::fmt::Debug for WindowJoin<K, A, B, O, F> {
@@ -436,7 +439,7 @@ fn clone_via_serde<T: Serialize + DeserializeOwned>(v: &T) -> OpResult<T> {
 pub struct TemporalJoin<K, A, B, O, F> {
     join_type: JoinType,
     f: F,
-    _types: PhantomData<fn() -> (K, A, B, O)>,
+    _types: Types<K, A, B, O>,
 }
 
 impl<K, A, B, O, F> std::fmt::Debug for TemporalJoin<K, A, B, O, F> {
