@@ -335,3 +335,106 @@ sinks:
     assert!(!o.status.success());
     assert!(stderr(&o).contains("state_backend"), "{}", stderr(&o));
 }
+
+/// A YAML interval join (left outer): each order with its payment within 15 minutes,
+/// unpaid orders alone; and a temporal join of the orders with the price list valid at
+/// their time.
+#[test]
+fn yaml_joins_pair_orders_with_payments_and_prices() {
+    let dir = tempfile::tempdir().unwrap();
+    let min = 60_000;
+    let orders: String = (0..6)
+        .map(|i| {
+            format!(
+                "{{\"order\":{i},\"item\":\"i{}\",\"ts\":{}}}\n",
+                i % 2,
+                i * 10 * min
+            )
+        })
+        .collect();
+    // Orders 0 and 3 are paid in time, 1 too late (20 min), the others never.
+    let payments = format!(
+        "{{\"order\":0,\"amount\":5,\"ts\":{}}}\n{{\"order\":1,\"amount\":7,\"ts\":{}}}\n{{\"order\":3,\"amount\":9,\"ts\":{}}}\n",
+        2 * min,
+        30 * min,
+        35 * min
+    );
+    // Item i0 costs 100 until minute 25, then 120; i1 costs 50 from the start.
+    let prices = format!(
+        "{{\"item\":\"i0\",\"price\":100,\"ts\":0}}\n{{\"item\":\"i1\",\"price\":50,\"ts\":0}}\n{{\"item\":\"i0\",\"price\":120,\"ts\":{}}}\n",
+        25 * min
+    );
+    for (f, text) in [
+        ("orders", orders),
+        ("payments", payments),
+        ("prices", prices),
+    ] {
+        std::fs::write(dir.path().join(format!("{f}.jsonl")), text).unwrap();
+    }
+    let spec = r#"
+name: joins
+sources:
+  - {name: orders, connector: file, path: orders.jsonl, event_time: ts, watermark: {out_of_orderness: 0s}}
+  - {name: payments, connector: file, path: payments.jsonl, event_time: ts, watermark: {out_of_orderness: 0s}}
+  - {name: prices, connector: file, path: prices.jsonl, event_time: ts, watermark: {out_of_orderness: 0s}}
+steps:
+  - name: paid
+    join: {kind: interval, left: orders, right: payments, on: [order], between: [0s, 15m], type: left_outer}
+  - name: priced
+    join: {kind: temporal, left: orders, right: prices, on: [item]}
+sinks:
+  - {name: paid-out, connector: file, path: paid.jsonl, input: paid}
+  - {name: priced-out, connector: file, path: priced.jsonl, input: priced}
+"#;
+    std::fs::write(dir.path().join("joins.yaml"), spec).unwrap();
+    let o = brook(
+        dir.path(),
+        &[
+            "run",
+            dir.path().join("joins.yaml").to_str().unwrap(),
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let min = 60_000i64;
+    let paid = sorted(lines(&dir.path().join("paid.jsonl")));
+    let want: Vec<Value> = (0..6i64)
+        .map(|i| {
+            let mut row =
+                serde_json::json!({"order": i, "item": format!("i{}", i % 2), "ts": i * 10 * min});
+            let pay = match i {
+                0 => Some((5, 2 * min)),
+                3 => Some((9, 35 * min)),
+                _ => None,
+            };
+            if let Some((amount, ts)) = pay {
+                row["amount"] = amount.into();
+                row["payments_ts"] = ts.into();
+            }
+            row
+        })
+        .collect();
+    assert_eq!(paid, sorted(want));
+    let priced = sorted(lines(&dir.path().join("priced.jsonl")));
+    let prices: Vec<(i64, i64)> = priced
+        .iter()
+        .map(|r| (r["order"].as_i64().unwrap(), r["price"].as_i64().unwrap()))
+        .collect();
+    let mut prices = prices;
+    prices.sort_unstable();
+    // Orders at 0, 10, ..., 50 minutes; i0 (even orders) 100 before minute 25.
+    assert_eq!(
+        prices,
+        vec![(0, 100), (1, 50), (2, 100), (3, 50), (4, 120), (5, 50)]
+    );
+
+    // A join without its interval names the field.
+    let bad = spec.replace(", between: [0s, 15m]", "");
+    std::fs::write(dir.path().join("bad.yaml"), bad).unwrap();
+    let o = brook(
+        dir.path(),
+        &["run", dir.path().join("bad.yaml").to_str().unwrap()],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("join.between"), "{}", stderr(&o));
+}

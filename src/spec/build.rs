@@ -16,15 +16,15 @@ use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_log::{IsolationLevel, Log};
-use brook_operators::row::{row_key, Row, RowFilter, RowMap};
+use brook_operators::row::{join_rows, row_key, Row, RowFilter, RowMap, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_time::EventTimeField;
 use brook_operators::window::WindowResult;
 use serde_json::json;
 
 use super::{
-    file_format, late_input, FileFormat, Isolation, SinkSpec, SourceSpec, SpecError, StartPosition,
-    StepOp, ValidSpec, Watermarks,
+    file_format, late_input, FileFormat, Isolation, ResolvedJoin, SinkSpec, SourceSpec, SpecError,
+    StartPosition, StepOp, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -311,6 +311,44 @@ pub fn build(
                 Stream::Plain(transform(input, &step.name, move || {
                     RowMap::select(fields.clone(), handler.clone())
                 }))
+            }
+            StepOp::Join(j) => {
+                let side = |name: &str| -> Result<KeyedStream<String, StoredRow>, SpecError> {
+                    let s = streams
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| SpecError::new(&step.name, format!("unknown input {name}")))?
+                        .plain();
+                    let on = j.on.clone();
+                    Ok(s.map(StoredRow)
+                        .name(&format!("{}-{name}", step.name))
+                        .key_by(move |r: &StoredRow| row_key(&r.0, &on)))
+                };
+                let (left, right) = (side(&j.left)?, side(&j.right)?);
+                let joined = match j.kind {
+                    ResolvedJoin::Interval { lower, upper } => left
+                        .interval_join(right, lower, upper)
+                        .map_err(|e| SpecError::new(&step.name, e.to_string()))?,
+                    ResolvedJoin::Window(w) => left
+                        .window_join(right, w)
+                        .map_err(|e| SpecError::new(&step.name, e.to_string()))?,
+                    ResolvedJoin::Temporal => left.temporal_join(right),
+                };
+                let joined = if j.left_outer {
+                    joined.left_outer()
+                } else {
+                    joined
+                };
+                let joined = match step.parallelism {
+                    Some(p) => joined.set_parallelism(p),
+                    None => joined,
+                };
+                let (on, prefix) = (j.on.clone(), j.right_prefix.clone());
+                Stream::Plain(joined.name(&step.name).apply(
+                    move |l: &StoredRow, r: Option<&StoredRow>| {
+                        join_rows(&l.0, r.map(|r| &r.0), &on, &prefix)
+                    },
+                ))
             }
             StepOp::KeyBy(fields) => Stream::Keyed(input.plain(), fields.clone()),
             StepOp::Union => input,

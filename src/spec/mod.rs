@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
 use brook_operators::row::Expr;
+use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -329,6 +330,79 @@ pub struct StepSpec {
     /// counted).
     #[serde(default)]
     pub late_output: Option<String>,
+    /// Join two inputs by key in event time (interval, window or temporal).
+    #[serde(default)]
+    pub join: Option<JoinSpec>,
+}
+
+/// A `join` step: rows of `left` and `right` with equal `on` fields.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSpec {
+    /// `interval` (needs `between`), `window` (needs `window`) or `temporal` (`right`
+    /// holds versions of a table row, each valid from its event time).
+    pub kind: JoinKind,
+    /// The left input: a source or an earlier step.
+    pub left: String,
+    /// The right input.
+    pub right: String,
+    /// Key fields, present in both inputs.
+    pub on: Vec<String>,
+    /// `interval`: `[lower, upper]`: a right row joins a left row when its time minus
+    /// the left row's is within them (signed durations, inclusive, e.g. `[0s, 15m]`).
+    #[serde(default)]
+    pub between: Option<Vec<DurationSpec>>,
+    /// `window`: tumbling or hopping event-time windows.
+    #[serde(default)]
+    pub window: Option<WindowSpec>,
+    /// `inner` (default: matched rows only) or `left_outer` (also each unmatched left
+    /// row, once no match can come).
+    #[serde(default, rename = "type")]
+    pub join_type: Option<JoinTypeSpec>,
+    /// Prefix for right fields whose name a left field has (default `<right>_`).
+    #[serde(default)]
+    pub right_prefix: Option<String>,
+}
+
+/// Which join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinKind {
+    /// Flink's interval join.
+    Interval,
+    /// Rows of the same window.
+    Window,
+    /// Each left row with the right version valid at its time.
+    Temporal,
+}
+
+/// Which left rows a join emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinTypeSpec {
+    /// Matched pairs only.
+    Inner,
+    /// Also unmatched left rows (without right fields).
+    LeftOuter,
+}
+
+/// A validated join step.
+#[derive(Debug, Clone)]
+pub(crate) struct JoinStep {
+    pub(crate) kind: ResolvedJoin,
+    pub(crate) left: String,
+    pub(crate) right: String,
+    pub(crate) on: Vec<String>,
+    pub(crate) left_outer: bool,
+    pub(crate) right_prefix: String,
+}
+
+/// The join with its parameters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ResolvedJoin {
+    Interval { lower: i64, upper: i64 },
+    Window(WindowAssigner),
+    Temporal,
 }
 
 /// A sink.
@@ -407,6 +481,7 @@ pub(crate) enum StepOp {
     KeyBy(Vec<String>),
     Union,
     Window(Box<WindowStep>),
+    Join(Box<JoinStep>),
 }
 
 /// A step after validation: its name, resolved inputs and operation.
@@ -430,6 +505,90 @@ pub struct ValidSpec {
     pub(crate) default_policy: BadRecordPolicy,
     /// Per source (in order): its event time.
     pub(crate) source_time: Vec<SourceTime>,
+}
+
+fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
+    if j.on.is_empty() {
+        return Err(SpecError::new(
+            format!("{field}.on"),
+            "needs at least one key field",
+        ));
+    }
+    let only = |set: bool, name: &str, kind: &str| {
+        if set {
+            Err(SpecError::new(
+                format!("{field}.{name}"),
+                format!("is only allowed with kind: {kind}"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let kind = match j.kind {
+        JoinKind::Interval => {
+            only(j.window.is_some(), "window", "window")?;
+            let b = j.between.as_ref().ok_or_else(|| {
+                SpecError::new(
+                    format!("{field}.between"),
+                    "is required for an interval join (e.g. [0s, 15m])",
+                )
+            })?;
+            let [lower, upper] = b.as_slice() else {
+                return Err(SpecError::new(
+                    format!("{field}.between"),
+                    "needs two durations: [lower, upper]",
+                ));
+            };
+            let lower = lower.signed_ms(&format!("{field}.between[0]"))?;
+            let upper = upper.signed_ms(&format!("{field}.between[1]"))?;
+            if lower > upper {
+                return Err(SpecError::new(
+                    format!("{field}.between"),
+                    format!("lower bound {lower} ms is above upper bound {upper} ms"),
+                ));
+            }
+            ResolvedJoin::Interval { lower, upper }
+        }
+        JoinKind::Window => {
+            only(j.between.is_some(), "between", "interval")?;
+            let w = j.window.as_ref().ok_or_else(|| {
+                SpecError::new(
+                    format!("{field}.window"),
+                    "is required for a window join (e.g. {kind: tumbling, size: 1m})",
+                )
+            })?;
+            let assigner = w.resolve(&format!("{field}.window"))?;
+            if assigner.is_merging() || !assigner.is_event_time() {
+                return Err(SpecError::new(
+                    format!("{field}.window"),
+                    "a window join needs tumbling or hopping event-time windows",
+                ));
+            }
+            ResolvedJoin::Window(assigner)
+        }
+        JoinKind::Temporal => {
+            only(j.between.is_some(), "between", "interval")?;
+            only(j.window.is_some(), "window", "window")?;
+            ResolvedJoin::Temporal
+        }
+    };
+    if j.left == j.right {
+        return Err(SpecError::new(
+            format!("{field}.right"),
+            "must differ from left (join two different inputs)",
+        ));
+    }
+    Ok(JoinStep {
+        kind,
+        left: j.left.clone(),
+        right: j.right.clone(),
+        on: j.on.clone(),
+        left_outer: j.join_type == Some(JoinTypeSpec::LeftOuter),
+        right_prefix: j
+            .right_prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}_", j.right)),
+    })
 }
 
 impl JobSpec {
@@ -628,11 +787,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             s.key_by.is_some(),
             s.union.is_some(),
             s.window.is_some(),
+            s.join.is_some(),
         ];
         if set.iter().filter(|b| **b).count() != 1 {
             return Err(SpecError::new(
                 field,
-                "needs exactly one of filter, map, select, key_by, union, window",
+                "needs exactly one of filter, map, select, key_by, union, window, join",
             ));
         }
         if s.window.is_none() {
@@ -650,7 +810,15 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 }
             }
         }
-        let op = if let Some(w) = &s.window {
+        let op = if let Some(j) = &s.join {
+            if s.input.is_some() {
+                return Err(SpecError::new(
+                    format!("{field}.input"),
+                    "a join names its inputs in `join.left` and `join.right`",
+                ));
+            }
+            StepOp::Join(Box::new(resolve_join(&format!("{field}.join"), j)?))
+        } else if let Some(w) = &s.window {
             let assigner = w.resolve(&format!("{field}.window"))?;
             let aggregate = s.aggregate.as_ref().ok_or_else(|| {
                 SpecError::new(
@@ -719,6 +887,11 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             StepOp::Union
         };
         let inputs = match (&s.union, &s.input) {
+            _ if s.join.is_some() => s
+                .join
+                .iter()
+                .flat_map(|j| [j.left.clone(), j.right.clone()])
+                .collect(),
             (Some(_), Some(_)) => {
                 return Err(SpecError::new(
                     field,
