@@ -113,6 +113,15 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
         .iter()
         .any(|s| matches!(s, SourceSpec::Log { .. }))
         || spec.sinks.iter().any(|s| matches!(s, SinkSpec::Log { .. }))
+        || spec.steps.iter().any(|s| {
+            matches!(
+                s.enrich,
+                Some(spec::EnrichSpec {
+                    table: spec::TableSpec::Log { .. },
+                    ..
+                })
+            )
+        })
 }
 
 fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {

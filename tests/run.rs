@@ -438,3 +438,134 @@ sinks:
     assert!(!o.status.success());
     assert!(stderr(&o).contains("join.between"), "{}", stderr(&o));
 }
+
+/// `enrich` from a CSV file: the class of each sale's student; a student missing from
+/// the list gets nulls (default), is dropped, or goes to the dead letters.
+#[test]
+fn yaml_enrich_adds_the_lookup_rows_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("sales.jsonl"),
+        "{\"student\":\"mia\",\"cents\":120}\n{\"student\":\"zoe\",\"cents\":50}\n{\"student\":\"leo\",\"cents\":90}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("students.csv"),
+        "name,class,teacher\nmia,3a,kim\nleo,4b,ray\n",
+    )
+    .unwrap();
+    let run = |missing: &str| {
+        let spec = format!(
+            r#"
+name: classes
+dead_letter: dead.jsonl
+sources:
+  - {{name: sales, connector: file, path: sales.jsonl}}
+steps:
+  - enrich: {{table: {{connector: file, path: students.csv}}, on: [student], table_key: [name], fields: [class]{missing}}}
+sinks:
+  - {{name: out, connector: file, path: out.jsonl}}
+"#
+        );
+        std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+        let _ = std::fs::remove_file(dir.path().join("dead.jsonl"));
+        let o = brook(
+            dir.path(),
+            &[
+                "run",
+                dir.path().join("job.yaml").to_str().unwrap(),
+                "--quiet",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        sorted(lines(&dir.path().join("out.jsonl")))
+    };
+    let mia = serde_json::json!({"student": "mia", "cents": 120, "class": "3a"});
+    let leo = serde_json::json!({"student": "leo", "cents": 90, "class": "4b"});
+    let zoe = serde_json::json!({"student": "zoe", "cents": 50, "class": null});
+    assert_eq!(run(""), sorted(vec![mia.clone(), leo.clone(), zoe]));
+    assert_eq!(
+        run(", missing: drop"),
+        sorted(vec![mia.clone(), leo.clone()])
+    );
+    assert_eq!(run(", missing: bad_record"), sorted(vec![mia, leo]));
+    let dead = lines(&dir.path().join("dead.jsonl"));
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0]["reason"].as_str().unwrap().contains("zoe"),
+        "{dead:?}"
+    );
+}
+
+/// `enrich` from a log topic while the job runs: an update of the table takes effect
+/// for sales read after it, not for those before.
+#[test]
+fn a_log_lookup_table_follows_its_topic() {
+    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path().join("data"), LogOptions::default()).unwrap();
+    for t in ["sales", "classes", "out"] {
+        log.create_topic(t, 1, TopicConfig::default()).unwrap();
+    }
+    let put = |topic: &str, row: serde_json::Value| {
+        log.topic(topic)
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .append(&[ProducerRecord::new(serde_json::to_vec(&row).unwrap())])
+            .unwrap();
+    };
+    put(
+        "classes",
+        serde_json::json!({"student": "mia", "class": "3a"}),
+    );
+    let spec = brook::spec::parse(
+        r#"
+name: follow
+sources:
+  - {name: sales, connector: log, topic: sales, bounded: false}
+steps:
+  - enrich: {table: {connector: log, topic: classes}, on: [student]}
+sinks:
+  - {name: out, connector: log, topic: out}
+"#,
+    )
+    .unwrap();
+    let valid = brook::spec::validate(spec).unwrap();
+    let built =
+        brook::spec::build(&valid, brook::engine::JobConfig::default(), Some(&log)).unwrap();
+    let job = built.env.start("follow").unwrap();
+    let out = log.topic("out").unwrap().partition(0).unwrap();
+    let wait_for = |n: u64| {
+        // Up to 30 s.
+        for _ in 0..3000 {
+            if out.end_offset(brook::log::IsolationLevel::ReadCommitted) >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no output");
+    };
+    put("sales", serde_json::json!({"student": "mia", "sale": 1}));
+    wait_for(1);
+    put(
+        "classes",
+        serde_json::json!({"student": "mia", "class": "4b"}),
+    );
+    put("sales", serde_json::json!({"student": "mia", "sale": 2}));
+    wait_for(2);
+    job.cancel();
+    let _ = job.join();
+    let mut rows = Vec::new();
+    out.read_with(0, brook::log::ReadLimit::records(10), |r| {
+        rows.push(serde_json::from_slice::<Value>(r.value).unwrap())
+    })
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            serde_json::json!({"student": "mia", "sale": 1, "class": "3a"}),
+            serde_json::json!({"student": "mia", "sale": 2, "class": "4b"}),
+        ]
+    );
+}

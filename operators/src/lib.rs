@@ -14,6 +14,8 @@
 //! - [`row_aggregate`]: named aggregates over row fields (`count()`, `sum(price)`, ...)
 //!   as a window [`window::AggregateFunction`], for YAML window steps.
 //!
+//! - [`enrich`]: lookup enrichment from a table (file, log topic) held by every
+//!   subtask and kept up to date while the job runs.
 //! - [`join`]: event-time interval, window and temporal joins of two keyed streams
 //!   (inner and left outer), as keyed process functions.
 //!
@@ -24,6 +26,7 @@
 //! records come from (connectors).
 
 pub mod basic;
+pub mod enrich;
 pub mod join;
 pub mod process;
 pub mod row;

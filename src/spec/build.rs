@@ -16,15 +16,17 @@ use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_log::{IsolationLevel, Log};
+use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
 use brook_operators::row::{join_rows, row_key, Row, RowFilter, RowMap, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_time::EventTimeField;
 use brook_operators::window::WindowResult;
 use serde_json::json;
 
+use super::lookup::{FileTable, LogTable};
 use super::{
-    file_format, late_input, FileFormat, Isolation, ResolvedJoin, SinkSpec, SourceSpec, SpecError,
-    StartPosition, StepOp, ValidSpec, Watermarks,
+    file_format, late_input, FileFormat, Isolation, MissingSpec, ResolvedJoin, SinkSpec,
+    SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -349,6 +351,47 @@ pub fn build(
                         join_rows(&l.0, r.map(|r| &r.0), &on, &prefix)
                     },
                 ))
+            }
+            StepOp::Enrich(e) => {
+                let table: Box<dyn Fn() -> Box<dyn TableSource> + Send + Sync> = match &e.table {
+                    TableSpec::File { path, .. } => {
+                        let t = FileTable {
+                            path: path.clone(),
+                            format: e.format,
+                        };
+                        Box::new(move || Box::new(t.clone()))
+                    }
+                    TableSpec::Log { topic } => {
+                        let field = format!("{}.enrich.table", step.name);
+                        let log = need_log(field.clone())?;
+                        let t = log.topic(topic).map_err(|err| {
+                            SpecError::new(format!("{field}.topic"), err.to_string())
+                        })?;
+                        let t = LogTable {
+                            topic: topic.clone(),
+                            partitions: t.partitions(),
+                            next: Vec::new(),
+                        };
+                        Box::new(move || Box::new(t.clone()))
+                    }
+                };
+                let e = e.clone();
+                let name = step.name.clone();
+                Stream::Plain(transform(input, &step.name, move || {
+                    let missing = match e.missing {
+                        MissingSpec::Nulls => MissingKey::Nulls,
+                        MissingSpec::Drop => MissingKey::Drop,
+                        MissingSpec::BadRecord => MissingKey::Reject(handler.clone()),
+                    };
+                    LookupEnrich::new(
+                        &name,
+                        table(),
+                        e.on.clone(),
+                        e.table_key.clone(),
+                        e.fields.clone(),
+                        missing,
+                    )
+                }))
             }
             StepOp::KeyBy(fields) => Stream::Keyed(input.plain(), fields.clone()),
             StepOp::Union => input,

@@ -23,6 +23,7 @@
 //! name the field, as `steps[1] (choc).filter: ...`.
 
 mod build;
+mod lookup;
 mod overrides;
 mod time;
 
@@ -333,6 +334,73 @@ pub struct StepSpec {
     /// Join two inputs by key in event time (interval, window or temporal).
     #[serde(default)]
     pub join: Option<JoinSpec>,
+    /// Add the fields of a lookup table's row with the same key.
+    #[serde(default)]
+    pub enrich: Option<EnrichSpec>,
+}
+
+/// An `enrich` step: each row gets the fields of the table row with the same key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrichSpec {
+    /// The lookup table.
+    pub table: TableSpec,
+    /// Key fields of the rows.
+    pub on: Vec<String>,
+    /// Key fields of the table's rows, in the same order (default: `on`).
+    #[serde(default)]
+    pub table_key: Option<Vec<String>>,
+    /// Table fields to add (default: all but the key).
+    #[serde(default)]
+    pub fields: Option<Vec<String>>,
+    /// A row whose key is not in the table: `nulls` (default: it passes with null
+    /// table fields), `drop`, or `bad_record` (the step's `on_bad_record` policy, e.g.
+    /// dead letter).
+    #[serde(default)]
+    pub missing: Option<MissingSpec>,
+}
+
+/// Where a lookup table comes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "connector", rename_all = "lowercase", deny_unknown_fields)]
+pub enum TableSpec {
+    /// A JSON-lines or CSV file (optionally `.gz`), read when the step starts.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// `jsonl` or `csv` (default: from the extension).
+        #[serde(default)]
+        format: Option<FileFormat>,
+    },
+    /// A topic of the embedded log: its rows now, and those appended while the job
+    /// runs (the latest row per key counts, as a compacted topic).
+    Log {
+        /// The topic.
+        topic: String,
+    },
+}
+
+/// What an `enrich` step does with a row whose key is not in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingSpec {
+    /// Pass the row with null table fields.
+    Nulls,
+    /// Drop the row.
+    Drop,
+    /// Apply the step's bad-record policy.
+    BadRecord,
+}
+
+/// A validated enrich step.
+#[derive(Debug, Clone)]
+pub(crate) struct EnrichStep {
+    pub(crate) table: TableSpec,
+    pub(crate) format: FileFormat,
+    pub(crate) on: Vec<String>,
+    pub(crate) table_key: Vec<String>,
+    pub(crate) fields: Option<Vec<String>>,
+    pub(crate) missing: MissingSpec,
 }
 
 /// A `join` step: rows of `left` and `right` with equal `on` fields.
@@ -482,6 +550,7 @@ pub(crate) enum StepOp {
     Union,
     Window(Box<WindowStep>),
     Join(Box<JoinStep>),
+    Enrich(Box<EnrichStep>),
 }
 
 /// A step after validation: its name, resolved inputs and operation.
@@ -505,6 +574,54 @@ pub struct ValidSpec {
     pub(crate) default_policy: BadRecordPolicy,
     /// Per source (in order): its event time.
     pub(crate) source_time: Vec<SourceTime>,
+}
+
+fn resolve_enrich(field: &str, e: &EnrichSpec) -> Result<EnrichStep, SpecError> {
+    if e.on.is_empty() {
+        return Err(SpecError::new(
+            format!("{field}.on"),
+            "needs at least one key field",
+        ));
+    }
+    let table_key = e.table_key.clone().unwrap_or_else(|| e.on.clone());
+    if table_key.len() != e.on.len() {
+        return Err(SpecError::new(
+            format!("{field}.table_key"),
+            format!("needs as many fields as `on` ({})", e.on.len()),
+        ));
+    }
+    let format = match &e.table {
+        TableSpec::File { path, format } => {
+            if !path.is_file() {
+                return Err(SpecError::new(
+                    format!("{field}.table.path"),
+                    format!("{} is not a file", path.display()),
+                ));
+            }
+            match format.or_else(|| file_format(path)) {
+                Some(f) => f,
+                None => {
+                    return Err(SpecError::new(
+                        format!("{field}.table.format"),
+                        "is needed: the extension is not .jsonl, .json, .ndjson or .csv",
+                    ))
+                }
+            }
+        }
+        TableSpec::Log { topic } => {
+            validate_name("topic", topic)
+                .map_err(|err| SpecError::new(format!("{field}.table.topic"), err.to_string()))?;
+            FileFormat::Jsonl
+        }
+    };
+    Ok(EnrichStep {
+        table: e.table.clone(),
+        format,
+        on: e.on.clone(),
+        table_key,
+        fields: e.fields.clone(),
+        missing: e.missing.unwrap_or(MissingSpec::Nulls),
+    })
 }
 
 fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
@@ -788,11 +905,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             s.union.is_some(),
             s.window.is_some(),
             s.join.is_some(),
+            s.enrich.is_some(),
         ];
         if set.iter().filter(|b| **b).count() != 1 {
             return Err(SpecError::new(
                 field,
-                "needs exactly one of filter, map, select, key_by, union, window, join",
+                "needs exactly one of filter, map, select, key_by, union, window, join, enrich",
             ));
         }
         if s.window.is_none() {
@@ -810,7 +928,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 }
             }
         }
-        let op = if let Some(j) = &s.join {
+        let op = if let Some(e) = &s.enrich {
+            StepOp::Enrich(Box::new(resolve_enrich(&format!("{field}.enrich"), e)?))
+        } else if let Some(j) = &s.join {
             if s.input.is_some() {
                 return Err(SpecError::new(
                     format!("{field}.input"),
@@ -1140,6 +1260,15 @@ pub fn resolve_paths(mut spec: JobSpec, base: &std::path::Path) -> JobSpec {
     }
     if let Some(p) = &mut spec.dead_letter {
         fix(p);
+    }
+    for s in &mut spec.steps {
+        if let Some(EnrichSpec {
+            table: TableSpec::File { path, .. },
+            ..
+        }) = &mut s.enrich
+        {
+            fix(path);
+        }
     }
     spec
 }

@@ -1,0 +1,310 @@
+//! Lookup enrichment: each row gets the fields of the row with the same key in a
+//! lookup table (a list of students with their class, say), as a Kafka Streams join
+//! with a `GlobalKTable`: every subtask holds the whole table, the latest row per key
+//! (a compacted topic's view), and keeps it up to date while the job runs.
+//!
+//! Where the table comes from is a [`TableSource`] (a file, a log topic; implemented
+//! where those are known): [`TableSource::load`] fills the table when the operator
+//! opens, [`TableSource::poll_updates`] brings rows written since, and is asked
+//! before each batch, so an update takes effect for every row processed after it was
+//! read and for none before (processing-time semantics, as a `GlobalKTable`).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use brook_core::bad_record::BadRecords;
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
+use serde_json::{Map, Value};
+
+use crate::row::{row_key, Row};
+
+/// Rows of a lookup table: the initial contents and the updates that follow.
+pub trait TableSource: Send {
+    /// The table's rows now (later rows of a key replace earlier ones).
+    ///
+    /// # Errors
+    /// When the table cannot be read (a missing file, a bad row): the job fails to
+    /// start.
+    fn load(&mut self) -> OpResult<Vec<Row>>;
+    /// Rows added since the last `load` or `poll_updates`; none for a static table.
+    /// Called before every batch: must be cheap when nothing changed.
+    ///
+    /// # Errors
+    /// When the updates cannot be read.
+    fn poll_updates(&mut self) -> OpResult<Vec<Row>> {
+        Ok(Vec::new())
+    }
+}
+
+/// What happens to a row whose key is not in the table.
+#[derive(Debug, Clone)]
+pub enum MissingKey {
+    /// It is dropped.
+    Drop,
+    /// It passes with `null` for each table field (the fields of the table's rows).
+    Nulls,
+    /// It goes to the bad-record policy (dead letter, skip or fail).
+    Reject(BadRecords),
+}
+
+/// The enrichment operator (see the [module docs](self)).
+pub struct LookupEnrich {
+    source: Box<dyn TableSource>,
+    table: HashMap<String, Map<String, Value>>,
+    /// Table fields in the order first seen, for `MissingKey::Nulls`.
+    table_fields: Vec<String>,
+    on: Vec<String>,
+    table_key: Vec<String>,
+    fields: Option<Vec<String>>,
+    missing: MissingKey,
+    name: String,
+}
+
+impl fmt::Debug for LookupEnrich {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LookupEnrich")
+            .field("name", &self.name)
+            .field("rows", &self.table.len())
+            .field("on", &self.on)
+            .field("table_key", &self.table_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LookupEnrich {
+    /// Enriches rows by their `on` fields with the table row whose `table_key` fields
+    /// are equal (same number of fields, compared in order), adding the table row's
+    /// other fields (or only `fields`); a field the row already has is overwritten.
+    /// `name` names the step in errors.
+    pub fn new(
+        name: &str,
+        source: Box<dyn TableSource>,
+        on: Vec<String>,
+        table_key: Vec<String>,
+        fields: Option<Vec<String>>,
+        missing: MissingKey,
+    ) -> Self {
+        LookupEnrich {
+            source,
+            table: HashMap::new(),
+            table_fields: Vec::new(),
+            on,
+            table_key,
+            fields,
+            missing,
+            name: name.to_string(),
+        }
+    }
+
+    /// Rows in the table now.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    fn upsert(&mut self, row: Row) -> OpResult {
+        let Value::Object(mut m) = row else {
+            return Err(OperatorError::failed(format!(
+                "{}: a lookup table row is not a JSON object: {row}",
+                self.name
+            )));
+        };
+        let key = row_key(&Value::Object(m.clone()), &self.table_key);
+        m.retain(|k, _| {
+            !self.table_key.contains(k) && self.fields.as_ref().is_none_or(|f| f.contains(k))
+        });
+        for k in m.keys() {
+            if !self.table_fields.contains(k) {
+                self.table_fields.push(k.clone());
+            }
+        }
+        self.table.insert(key, m);
+        Ok(())
+    }
+
+    fn apply_updates(&mut self, rows: Vec<Row>) -> OpResult {
+        rows.into_iter().try_for_each(|r| self.upsert(r))
+    }
+}
+
+impl Operator for LookupEnrich {
+    type In = Row;
+    type Out = Row;
+
+    fn open(&mut self, _ctx: &mut OperatorContext) -> OpResult {
+        let rows = self.source.load()?;
+        self.apply_updates(rows)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        _ctx: &mut OperatorContext,
+        out: &mut Output<Row>,
+    ) -> OpResult {
+        let updates = self.source.poll_updates()?;
+        self.apply_updates(updates)?;
+        for r in batch {
+            let mut row = r.value;
+            let key = row_key(&row, &self.on);
+            let Value::Object(m) = &mut row else {
+                out.collect(row, r.timestamp);
+                continue;
+            };
+            match (self.table.get(&key), &self.missing) {
+                (Some(t), _) => {
+                    for (k, v) in t {
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+                (None, MissingKey::Drop) => continue,
+                (None, MissingKey::Nulls) => {
+                    for f in self.fields.as_ref().unwrap_or(&self.table_fields) {
+                        m.insert(f.clone(), Value::Null);
+                    }
+                }
+                (None, MissingKey::Reject(bad)) => {
+                    bad.handle(
+                        &row.to_string(),
+                        &format!("step {}", self.name),
+                        &format!("key {key} is not in the lookup table"),
+                    )?;
+                    continue;
+                }
+            }
+            out.collect(row, r.timestamp);
+        }
+        Ok(())
+    }
+}
+
+/// A table that never changes: these rows.
+#[derive(Debug, Clone)]
+pub struct StaticTable(pub Vec<Row>);
+
+impl TableSource for StaticTable {
+    fn load(&mut self) -> OpResult<Vec<Row>> {
+        Ok(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
+    use brook_core::element::StreamRecord;
+    use brook_core::operator::SubtaskInfo;
+    use brook_core::time::ManualClock;
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    /// A table whose updates the test pushes.
+    struct Pushed(Arc<Mutex<Vec<Row>>>);
+
+    impl TableSource for Pushed {
+        fn load(&mut self) -> OpResult<Vec<Row>> {
+            Ok(vec![json!({"student": "mia", "class": "3a"})])
+        }
+        fn poll_updates(&mut self) -> OpResult<Vec<Row>> {
+            Ok(std::mem::take(&mut *self.0.lock().unwrap()))
+        }
+    }
+
+    fn ctx() -> OperatorContext {
+        let info = SubtaskInfo {
+            name: "enrich".into(),
+            index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+        };
+        OperatorContext::new(info, ManualClock::new(0).shared())
+    }
+
+    fn run(op: &mut LookupEnrich, rows: Vec<Row>) -> Vec<Row> {
+        let mut out = Output::new();
+        let batch = rows.into_iter().map(StreamRecord::new).collect();
+        op.process_batch(batch, &mut ctx(), &mut out).unwrap();
+        out.take().into_iter().map(|r| r.value).collect()
+    }
+
+    #[test]
+    fn updates_take_effect_for_later_rows_only() {
+        let pushed = Arc::new(Mutex::new(Vec::new()));
+        let mut op = LookupEnrich::new(
+            "class",
+            Box::new(Pushed(Arc::clone(&pushed))),
+            vec!["student".into()],
+            vec!["student".into()],
+            None,
+            MissingKey::Nulls,
+        );
+        op.open(&mut ctx()).unwrap();
+        let before = run(
+            &mut op,
+            vec![json!({"student": "mia"}), json!({"student": "leo"})],
+        );
+        assert_eq!(
+            before,
+            vec![
+                json!({"student": "mia", "class": "3a"}),
+                json!({"student": "leo", "class": null})
+            ]
+        );
+        pushed
+            .lock()
+            .unwrap()
+            .push(json!({"student": "mia", "class": "4b"}));
+        pushed
+            .lock()
+            .unwrap()
+            .push(json!({"student": "leo", "class": "2c"}));
+        let after = run(
+            &mut op,
+            vec![json!({"student": "mia"}), json!({"student": "leo"})],
+        );
+        assert_eq!(
+            after,
+            vec![
+                json!({"student": "mia", "class": "4b"}),
+                json!({"student": "leo", "class": "2c"})
+            ]
+        );
+        assert_eq!(op.len(), 2);
+    }
+
+    #[test]
+    fn missing_keys_are_dropped_or_rejected() {
+        let table = || Box::new(StaticTable(vec![json!({"id": 1, "name": "one"})]));
+        let mut drop = LookupEnrich::new(
+            "d",
+            table(),
+            vec!["n".into()],
+            vec!["id".into()],
+            None,
+            MissingKey::Drop,
+        );
+        drop.open(&mut ctx()).unwrap();
+        assert_eq!(
+            run(&mut drop, vec![json!({"n": 1}), json!({"n": 2})]),
+            vec![json!({"n": 1, "name": "one"})]
+        );
+        let counts = Arc::new(BadRecordCounts::default());
+        let bad = BadRecords::new(BadRecordPolicy::Skip, Arc::clone(&counts), None);
+        let mut reject = LookupEnrich::new(
+            "r",
+            table(),
+            vec!["n".into()],
+            vec!["id".into()],
+            None,
+            MissingKey::Reject(bad),
+        );
+        reject.open(&mut ctx()).unwrap();
+        assert_eq!(run(&mut reject, vec![json!({"n": 2})]), Vec::<Row>::new());
+        assert_eq!(counts.skipped(), 1);
+    }
+}
