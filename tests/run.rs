@@ -569,3 +569,141 @@ sinks:
         ]
     );
 }
+
+/// A small HTTP service for `async_enrich`: `GET /students/{name}` answers
+/// `{"class": ...}` after a delay that differs per name (so answers come back out of
+/// order), 404 for `zoe`, and 2 s late for `slow`. Returns its address and a request
+/// counter.
+fn student_service() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let hits = Arc::new(AtomicU64::new(0));
+    let h = Arc::clone(&hits);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/students/{name}",
+                axum::routing::get(
+                    move |axum::extract::Path(name): axum::extract::Path<String>| {
+                        let h = Arc::clone(&h);
+                        async move {
+                            h.fetch_add(1, Ordering::SeqCst);
+                            let delay = match name.as_str() {
+                                "slow" => 2_000,
+                                n => 5 * (n.len() as u64 % 4) + 5 * u64::from(n.as_bytes()[0] % 3),
+                            };
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                            if name == "zoe" {
+                                return Err(axum::http::StatusCode::NOT_FOUND);
+                            }
+                            Ok(axum::Json(
+                                serde_json::json!({"class": format!("class-{name}")}),
+                            ))
+                        }
+                    },
+                ),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    (rx.recv().unwrap(), hits)
+}
+
+/// `async_enrich` against a live HTTP service: rows keep their order (ordered), each
+/// gets its answer; a 404 and a timeout follow `on_error`; the cache saves requests.
+#[test]
+fn yaml_async_enrich_asks_an_http_service() {
+    use std::sync::atomic::Ordering;
+    let (addr, hits) = student_service();
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["mia", "leo", "ava", "kai", "zoe", "ines"];
+    let sales: String = (0..60)
+        .map(|i| {
+            format!(
+                "{{\"sale\":{i},\"student\":\"{}\"}}\n",
+                names[i % names.len()]
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("sales.jsonl"), sales).unwrap();
+    let run = |extra: &str, input: &str| {
+        let spec = format!(
+            r#"
+name: http
+dead_letter: dead.jsonl
+sources:
+  - {{name: sales, connector: file, path: {input}}}
+steps:
+  - async_enrich: {{url: "http://{addr}/students/{{student}}", capacity: 8{extra}}}
+sinks:
+  - {{name: out, connector: file, path: out.jsonl}}
+"#
+        );
+        std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+        hits.store(0, Ordering::SeqCst);
+        let o = brook(
+            dir.path(),
+            &[
+                "run",
+                dir.path().join("job.yaml").to_str().unwrap(),
+                "--quiet",
+            ],
+        );
+        (o, hits.load(Ordering::SeqCst))
+    };
+    // Without a cache, one request per row; zoe's 404 drops her rows; order kept.
+    let (o, requests) = run(", on_error: drop", "sales.jsonl");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(requests, 60);
+    let out = lines(&dir.path().join("out.jsonl"));
+    let want: Vec<Value> = (0..60)
+        .filter(|i| names[i % names.len()] != "zoe")
+        .map(|i| {
+            let n = names[i % names.len()];
+            serde_json::json!({"sale": i, "student": n, "class": format!("class-{n}")})
+        })
+        .collect();
+    assert_eq!(
+        out, want,
+        "ordered: rows in input order, each with its answer"
+    );
+    // With a cache: far fewer requests, same rows; zoe to the dead letters.
+    let (o, requests) = run(", on_error: bad_record, cache_ttl: 1m", "sales.jsonl");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(requests < 30, "{requests} requests with a cache");
+    assert_eq!(lines(&dir.path().join("out.jsonl")), want);
+    assert_eq!(lines(&dir.path().join("dead.jsonl")).len(), 10);
+    // Unordered: the same rows, in any order.
+    let (o, _) = run(", on_error: drop, ordered: false", "sales.jsonl");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(sorted(lines(&dir.path().join("out.jsonl"))), sorted(want));
+    // A timeout passes the row unchanged with `pass`, and fails the job by default.
+    std::fs::write(
+        dir.path().join("slow.jsonl"),
+        "{\"sale\":1,\"student\":\"slow\"}\n",
+    )
+    .unwrap();
+    let (o, _) = run(", timeout: 200ms, on_error: pass", "slow.jsonl");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        lines(&dir.path().join("out.jsonl")),
+        vec![serde_json::json!({"sale": 1, "student": "slow"})]
+    );
+    let (o, _) = run(", timeout: 200ms", "slow.jsonl");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no answer within 200 ms"),
+        "{}",
+        stderr(&o)
+    );
+}

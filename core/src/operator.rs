@@ -303,6 +303,18 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
+    /// A checkpoint barrier is about to pass (Flink's `prepareSnapshotPreBarrier`):
+    /// emit into `out` what must be downstream of the barrier's checkpoint, such as
+    /// results of requests in flight, so nothing in flight needs to be in the state.
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _ctx: &mut OperatorContext,
+        _out: &mut Output<Self::Out>,
+    ) -> OpResult {
+        Ok(())
+    }
+
     /// A checkpoint barrier passed: write the state that reflects every record before
     /// it (keyed state per key group). Stateless operators write nothing.
     fn snapshot_state(

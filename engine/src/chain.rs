@@ -169,6 +169,8 @@ impl<O: Operator> Link<O::In> for OperatorLink<O> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snap: &mut TaskSnapshot) -> TaskResult {
+        self.timed(|op, ctx, out| op.prepare_snapshot_pre_barrier(barrier.id, ctx, out))?;
+        self.emit()?;
         let mut s = match &snap.storage {
             Some(st) => StateSnapshot::with_storage(st.for_operator(self.vertex)),
             None => StateSnapshot::new(),

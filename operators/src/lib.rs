@@ -14,6 +14,8 @@
 //! - [`row_aggregate`]: named aggregates over row fields (`count()`, `sum(price)`, ...)
 //!   as a window [`window::AggregateFunction`], for YAML window steps.
 //!
+//! - [`async_enrich`]: enrichment by lookups in an external service (Flink's async
+//!   I/O): bounded requests in flight, ordered or not, a cache with TTL, timeouts.
 //! - [`enrich`]: lookup enrichment from a table (file, log topic) held by every
 //!   subtask and kept up to date while the job runs.
 //! - [`join`]: event-time interval, window and temporal joins of two keyed streams
@@ -25,6 +27,7 @@
 //! Must not know about: tasks, channels, checkpoint coordination (the engine), or where
 //! records come from (connectors).
 
+pub mod async_enrich;
 pub mod basic;
 pub mod enrich;
 pub mod join;

@@ -16,6 +16,7 @@ use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_log::{IsolationLevel, Log};
+use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
 use brook_operators::row::{join_rows, row_key, Row, RowFilter, RowMap, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
@@ -23,10 +24,11 @@ use brook_operators::row_time::EventTimeField;
 use brook_operators::window::WindowResult;
 use serde_json::json;
 
+use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
 use super::{
-    file_format, late_input, FileFormat, Isolation, MissingSpec, ResolvedJoin, SinkSpec,
-    SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
+    file_format, late_input, FileFormat, Isolation, LookupErrorSpec, MissingSpec, ResolvedJoin,
+    SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -390,6 +392,33 @@ pub fn build(
                         e.table_key.clone(),
                         e.fields.clone(),
                         missing,
+                    )
+                }))
+            }
+            StepOp::AsyncEnrich(a) => {
+                let lookup: Arc<dyn AsyncLookup> = Arc::new(HttpLookup {
+                    url: a.url.clone(),
+                    client: reqwest::Client::new(),
+                });
+                let a = a.clone();
+                let name = step.name.clone();
+                Stream::Plain(transform(input, &step.name, move || {
+                    let on_error = match a.on_error {
+                        LookupErrorSpec::Fail => OnLookupError::Fail,
+                        LookupErrorSpec::Pass => OnLookupError::Pass,
+                        LookupErrorSpec::Drop => OnLookupError::Drop,
+                        LookupErrorSpec::BadRecord => OnLookupError::Reject(handler.clone()),
+                    };
+                    AsyncEnrich::new(
+                        &name,
+                        Arc::clone(&lookup),
+                        AsyncEnrichConfig {
+                            capacity: a.capacity,
+                            ordered: a.ordered,
+                            timeout_ms: a.timeout_ms,
+                            cache_ttl_ms: a.cache_ttl_ms,
+                            on_error,
+                        },
                     )
                 }))
             }

@@ -23,6 +23,7 @@
 //! name the field, as `steps[1] (choc).filter: ...`.
 
 mod build;
+mod http;
 mod lookup;
 mod overrides;
 mod time;
@@ -337,6 +338,61 @@ pub struct StepSpec {
     /// Add the fields of a lookup table's row with the same key.
     #[serde(default)]
     pub enrich: Option<EnrichSpec>,
+    /// Add the fields of an HTTP service's answer for each row (async I/O).
+    #[serde(default)]
+    pub async_enrich: Option<AsyncEnrichSpec>,
+}
+
+/// An `async_enrich` step: a GET per row (URL from the row's fields) whose JSON object
+/// answer is merged into the row, with several requests in flight.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsyncEnrichSpec {
+    /// `http://host:port/path/{field}...`: each `{field}` is the row's field,
+    /// percent-encoded.
+    pub url: String,
+    /// Requests in flight at most (default 16).
+    #[serde(default)]
+    pub capacity: Option<usize>,
+    /// Rows leave in input order (default true); false: as answers arrive (never
+    /// across a watermark).
+    #[serde(default)]
+    pub ordered: Option<bool>,
+    /// A request not answered within this fails (default 5s).
+    #[serde(default)]
+    pub timeout: Option<DurationSpec>,
+    /// Reuse an answer for the same URL this long (default: no cache).
+    #[serde(default)]
+    pub cache_ttl: Option<DurationSpec>,
+    /// A failed request: `fail` (default), `pass` (the row unchanged), `drop`, or
+    /// `bad_record` (the step's `on_bad_record` policy).
+    #[serde(default)]
+    pub on_error: Option<LookupErrorSpec>,
+}
+
+/// What a failed request of an `async_enrich` step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupErrorSpec {
+    /// The job fails.
+    Fail,
+    /// The row passes unchanged.
+    Pass,
+    /// The row is dropped.
+    Drop,
+    /// The step's bad-record policy.
+    BadRecord,
+}
+
+/// A validated `async_enrich` step.
+#[derive(Debug, Clone)]
+pub(crate) struct AsyncEnrichStep {
+    pub(crate) url: String,
+    pub(crate) capacity: usize,
+    pub(crate) ordered: bool,
+    pub(crate) timeout_ms: i64,
+    pub(crate) cache_ttl_ms: i64,
+    pub(crate) on_error: LookupErrorSpec,
 }
 
 /// An `enrich` step: each row gets the fields of the table row with the same key.
@@ -551,6 +607,7 @@ pub(crate) enum StepOp {
     Window(Box<WindowStep>),
     Join(Box<JoinStep>),
     Enrich(Box<EnrichStep>),
+    AsyncEnrich(Box<AsyncEnrichStep>),
 }
 
 /// A step after validation: its name, resolved inputs and operation.
@@ -574,6 +631,42 @@ pub struct ValidSpec {
     pub(crate) default_policy: BadRecordPolicy,
     /// Per source (in order): its event time.
     pub(crate) source_time: Vec<SourceTime>,
+}
+
+fn resolve_async_enrich(field: &str, a: &AsyncEnrichSpec) -> Result<AsyncEnrichStep, SpecError> {
+    if a.url.starts_with("https://") {
+        return Err(SpecError::new(
+            format!("{field}.url"),
+            "https is not supported yet (this build has no TLS); use http://",
+        ));
+    }
+    if !a.url.starts_with("http://") {
+        return Err(SpecError::new(
+            format!("{field}.url"),
+            "must start with http://",
+        ));
+    }
+    http::template_fields(&a.url).map_err(|e| SpecError::new(format!("{field}.url"), e))?;
+    if a.capacity == Some(0) {
+        return Err(SpecError::new(
+            format!("{field}.capacity"),
+            "must be at least 1",
+        ));
+    }
+    let ms = |d: &Option<DurationSpec>, name: &str, default: i64| {
+        d.as_ref()
+            .map(|d| d.ms(&format!("{field}.{name}")))
+            .transpose()
+            .map(|v| v.unwrap_or(default))
+    };
+    Ok(AsyncEnrichStep {
+        url: a.url.clone(),
+        capacity: a.capacity.unwrap_or(16),
+        ordered: a.ordered.unwrap_or(true),
+        timeout_ms: ms(&a.timeout, "timeout", 5_000)?,
+        cache_ttl_ms: ms(&a.cache_ttl, "cache_ttl", 0)?,
+        on_error: a.on_error.unwrap_or(LookupErrorSpec::Fail),
+    })
 }
 
 fn resolve_enrich(field: &str, e: &EnrichSpec) -> Result<EnrichStep, SpecError> {
@@ -906,11 +999,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             s.window.is_some(),
             s.join.is_some(),
             s.enrich.is_some(),
+            s.async_enrich.is_some(),
         ];
         if set.iter().filter(|b| **b).count() != 1 {
             return Err(SpecError::new(
                 field,
-                "needs exactly one of filter, map, select, key_by, union, window, join, enrich",
+                "needs exactly one of filter, map, select, key_by, union, window, join, enrich, async_enrich",
             ));
         }
         if s.window.is_none() {
@@ -928,7 +1022,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 }
             }
         }
-        let op = if let Some(e) = &s.enrich {
+        let op = if let Some(a) = &s.async_enrich {
+            StepOp::AsyncEnrich(Box::new(resolve_async_enrich(
+                &format!("{field}.async_enrich"),
+                a,
+            )?))
+        } else if let Some(e) = &s.enrich {
             StepOp::Enrich(Box::new(resolve_enrich(&format!("{field}.enrich"), e)?))
         } else if let Some(j) = &s.join {
             if s.input.is_some() {
