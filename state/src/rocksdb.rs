@@ -649,28 +649,49 @@ impl RocksDbStateBackend {
         Ok(())
     }
 
-    /// Calls `f` with every key of `state` (cache and store merged) without copying
-    /// values.
-    fn for_each_key(&self, state: &str, f: &mut dyn FnMut(&[u8])) {
+    /// Calls `f(key, value)` for every entry of `state` whose key starts with
+    /// `prefix`, in key order: RocksDB's entries merged with the write-back cache (a
+    /// cached write replaces the stored entry; a cached delete hides it).
+    fn merged_scan(&self, state: &str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) {
         let mut cached = self
             .pending
             .get(state)
             .into_iter()
-            .flat_map(|m| m.iter())
+            .flat_map(|m| {
+                m.range::<[u8], _>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
+            })
+            .take_while(|(k, _)| k.starts_with(prefix))
             .peekable();
         if let Some(cf) = self.db.cf_handle(state) {
-            let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
-            it.seek_to_first();
-            while let Some(k) = it.key() {
-                merge_cached_until(&mut cached, Some(k), &mut |ck, _| f(ck));
+            let mut ro = rdb::ReadOptions::default();
+            if let Some(upper) = prefix_successor(prefix) {
+                ro.set_iterate_upper_bound(upper);
+            }
+            if has_key_prefix(prefix) {
+                // Every key starting with `prefix` has the same extracted prefix: the
+                // prefix blooms may skip files.
+                ro.set_prefix_same_as_start(true);
+            } else {
+                ro.set_total_order_seek(true);
+            }
+            let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+            it.seek(prefix);
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                merge_cached_until(&mut cached, Some(k), f);
                 match cached.peek() {
                     Some((ck, p)) if ck.as_slice() == k => {
-                        if p.value.is_some() {
-                            f(k);
+                        if let Some(cv) = &p.value {
+                            f(k, cv);
                         }
                         cached.next();
                     }
-                    _ => f(k),
+                    _ => f(k, v),
                 }
                 it.next();
             }
@@ -678,7 +699,7 @@ impl RocksDbStateBackend {
                 self.fail("scan", &e);
             }
         }
-        merge_cached_until(&mut cached, None, &mut |ck, _| f(ck));
+        merge_cached_until(&mut cached, None, f);
     }
 
     /// Whether the directory stays when the backend is dropped (default: it is
@@ -906,60 +927,8 @@ impl KeyedStateBackend for RocksDbStateBackend {
 
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
-        let pending = self.pending.get(state);
-        let mut cached = pending
-            .into_iter()
-            .flat_map(|m| {
-                m.range::<[u8], _>((
-                    std::ops::Bound::Included(prefix),
-                    std::ops::Bound::Unbounded,
-                ))
-            })
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .peekable();
-        if let Some(cf) = self.db.cf_handle(state) {
-            let mut ro = rdb::ReadOptions::default();
-            if let Some(upper) = prefix_successor(prefix) {
-                ro.set_iterate_upper_bound(upper);
-            }
-            if has_key_prefix(prefix) {
-                // Every key starting with `prefix` has the same extracted prefix: the
-                // prefix blooms may skip files.
-                ro.set_prefix_same_as_start(true);
-            } else {
-                ro.set_total_order_seek(true);
-            }
-            let mut it = self.db.raw_iterator_cf_opt(cf, ro);
-            it.seek(prefix);
-            while let (Some(k), Some(v)) = (it.key(), it.value()) {
-                if !k.starts_with(prefix) {
-                    break;
-                }
-                // Cached writes before this key, then this key (cached or stored).
-                merge_cached_until(&mut cached, Some(k), &mut |ck, cv| {
-                    out.push((ck.to_vec(), cv.to_vec()))
-                });
-                if cached.peek().is_some_and(|(ck, _)| ck.as_slice() == k) {
-                    if let Some((
-                        ck,
-                        Pending {
-                            value: Some(cv), ..
-                        },
-                    )) = cached.next()
-                    {
-                        out.push((ck.clone(), cv.clone()));
-                    }
-                } else {
-                    out.push((k.to_vec(), v.to_vec()));
-                }
-                it.next();
-            }
-            if let Err(e) = it.status() {
-                self.fail("scan", &e);
-            }
-        }
-        merge_cached_until(&mut cached, None, &mut |ck, cv| {
-            out.push((ck.to_vec(), cv.to_vec()))
+        self.merged_scan(state, prefix, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()))
         });
         out
     }
@@ -970,7 +939,7 @@ impl KeyedStateBackend for RocksDbStateBackend {
 
     fn state_len(&self, state: &str) -> usize {
         let mut n = 0;
-        self.for_each_key(state, &mut |_| n += 1);
+        self.merged_scan(state, &[], &mut |_, _| n += 1);
         n
     }
 
@@ -982,37 +951,7 @@ impl KeyedStateBackend for RocksDbStateBackend {
             .map(String::as_str)
             .collect();
         for state in names {
-            let mut cached = self
-                .pending
-                .get(state)
-                .into_iter()
-                .flat_map(|m| m.iter())
-                .peekable();
-            if let Some(cf) = self.db.cf_handle(state) {
-                let mut it = self.db.raw_iterator_cf_opt(cf, Self::total_order());
-                it.seek_to_first();
-                while let (Some(k), Some(v)) = (it.key(), it.value()) {
-                    merge_cached_until(&mut cached, Some(k), &mut |ck, cv| f(state, ck, cv));
-                    if cached.peek().is_some_and(|(ck, _)| ck.as_slice() == k) {
-                        if let Some((
-                            ck,
-                            Pending {
-                                value: Some(cv), ..
-                            },
-                        )) = cached.next()
-                        {
-                            f(state, ck, cv);
-                        }
-                    } else {
-                        f(state, k, v);
-                    }
-                    it.next();
-                }
-                if let Err(e) = it.status() {
-                    self.fail("scan", &e);
-                }
-            }
-            merge_cached_until(&mut cached, None, &mut |ck, cv| f(state, ck, cv));
+            self.merged_scan(state, &[], &mut |k, v| f(state, k, v));
         }
     }
 
