@@ -108,5 +108,8 @@ pub mod prelude {
         Min, ProcessWindowFunction, SlidingEventTimeWindows, Sum, TimeWindow, Trigger,
         TumblingEventTimeWindows, WindowResult,
     };
-    pub use brook_state::{RocksDbOptions, StateDescriptor, TimeDomain};
+    pub use brook_state::{
+        AggregatingStateDescriptor, ReducingStateDescriptor, RocksDbOptions, StateDescriptor,
+        StateTtl, TimeDomain,
+    };
 }

@@ -179,6 +179,7 @@ where
         while let Some(t) = self.timers.pop_due(domain, time) {
             let key: F::Key = bincode::deserialize(&t.key).map_err(codec_err)?;
             self.state.set_current_key(t.key_group, &t.key);
+            self.state.set_current_time(ctx.processing_time());
             self.state.set_namespace(&t.namespace);
             let mut kctx = KeyedContext {
                 key: &key,
@@ -242,6 +243,7 @@ where
             bincode::serialize_into(&mut self.key_buf, &key).map_err(codec_err)?;
             let kg = self.key_group(&key, ctx);
             self.state.set_current_key(kg, &self.key_buf);
+            self.state.set_current_time(now);
             let mut kctx = KeyedContext {
                 key: &key,
                 timestamp: r.timestamp,

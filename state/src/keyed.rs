@@ -3,16 +3,19 @@
 use std::marker::PhantomData;
 
 use brook_core::keys::KeyGroup;
+use brook_core::time::Millis;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::backend::{compose_key, KeyedStateBackend};
 use crate::{Result, StateError};
 
-/// Declares a piece of keyed state: its name (unique within the operator) and type.
+/// Declares a piece of keyed state: its name (unique within the operator), type, and
+/// optional time to live.
 #[derive(Debug)]
 pub struct StateDescriptor<T> {
     name: &'static str,
+    ttl: Option<StateTtl>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -21,13 +24,118 @@ impl<T> StateDescriptor<T> {
     pub const fn new(name: &'static str) -> Self {
         StateDescriptor {
             name,
+            ttl: None,
             _type: PhantomData,
         }
+    }
+
+    /// The same state with a time to live (Flink's `enableTimeToLive`).
+    pub const fn with_ttl(mut self, ttl: StateTtl) -> Self {
+        self.ttl = Some(ttl);
+        self
     }
 
     /// The state's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+}
+
+/// Time to live of keyed state entries, in processing time, as Flink's
+/// `StateTtlConfig`: an entry not written (or, with [`TtlUpdate::OnReadAndWrite`],
+/// not read or written) for `ttl_ms` is expired: reads do not see it and remove it.
+/// Entries of a list state or a value expire whole; map entries one by one. The
+/// last-access time is stored with each entry, so it survives checkpoints.
+///
+/// Expired entries that are never read again stay until their key is read or the
+/// state is cleared (Flink's default without a cleanup strategy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateTtl {
+    /// Time to live (ms).
+    pub ttl_ms: Millis,
+    /// Which accesses renew an entry.
+    pub update: TtlUpdate,
+}
+
+impl StateTtl {
+    /// Expires entries `ttl_ms` after they were last written.
+    pub const fn new(ttl_ms: Millis) -> Self {
+        StateTtl {
+            ttl_ms,
+            update: TtlUpdate::OnCreateAndWrite,
+        }
+    }
+
+    /// Reads renew entries too.
+    pub const fn renew_on_read(mut self) -> Self {
+        self.update = TtlUpdate::OnReadAndWrite;
+        self
+    }
+}
+
+/// Which accesses renew an entry's time to live (Flink's `StateTtlConfig.UpdateType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlUpdate {
+    /// Writes only.
+    OnCreateAndWrite,
+    /// Reads and writes.
+    OnReadAndWrite,
+}
+
+/// Declares a reducing state (Flink's `ReducingStateDescriptor`): values added to it
+/// are combined with `reduce` into one.
+#[derive(Debug)]
+pub struct ReducingStateDescriptor<T> {
+    state: StateDescriptor<T>,
+    reduce: fn(T, T) -> T,
+}
+
+impl<T> ReducingStateDescriptor<T> {
+    /// A descriptor; usable in a `const`.
+    pub const fn new(name: &'static str, reduce: fn(T, T) -> T) -> Self {
+        ReducingStateDescriptor {
+            state: StateDescriptor::new(name),
+            reduce,
+        }
+    }
+
+    /// The same state with a time to live.
+    pub const fn with_ttl(mut self, ttl: StateTtl) -> Self {
+        self.state = self.state.with_ttl(ttl);
+        self
+    }
+}
+
+/// Declares an aggregating state (Flink's `AggregatingStateDescriptor`): inputs are
+/// folded into an accumulator (`create`, `add`), read out with `result`.
+#[derive(Debug)]
+pub struct AggregatingStateDescriptor<In, Acc, Out> {
+    state: StateDescriptor<Acc>,
+    create: fn() -> Acc,
+    add: fn(Acc, &In) -> Acc,
+    result: fn(&Acc) -> Out,
+}
+
+impl<In, Acc, Out> AggregatingStateDescriptor<In, Acc, Out> {
+    /// A descriptor; usable in a `const`.
+    pub const fn new(
+        name: &'static str,
+        create: fn() -> Acc,
+        add: fn(Acc, &In) -> Acc,
+        result: fn(&Acc) -> Out,
+    ) -> Self {
+        AggregatingStateDescriptor {
+            state: StateDescriptor::new(name),
+            create,
+            add,
+            result,
+        }
+    }
+
+    /// The same state with a time to live.
+    pub const fn with_ttl(mut self, ttl: StateTtl) -> Self {
+        self.state = self.state.with_ttl(ttl);
+        self
     }
 }
 
@@ -43,6 +151,39 @@ pub struct KeyedStateStore {
     has_key: bool,
     namespace: Vec<u8>,
     buf: Vec<u8>,
+    /// Processing time (ms) for state time to live.
+    now: Millis,
+}
+
+/// Bytes before a value with a time to live: its last access (ms, little endian).
+const TTL_HEADER: usize = 8;
+
+/// `bytes` behind a last-access time of `now`.
+fn with_access_time(now: Millis, bytes: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(TTL_HEADER + bytes.len());
+    v.extend_from_slice(&now.to_le_bytes());
+    v.extend_from_slice(bytes);
+    v
+}
+
+/// What a stored entry with a time to live holds now.
+enum Lived<'a> {
+    /// Alive: the value's bytes, and whether the access renews it.
+    Alive(&'a [u8], bool),
+    /// Expired (or damaged): to be removed.
+    Expired,
+}
+
+fn check_ttl<'a>(ttl: &StateTtl, now: Millis, stored: &'a [u8]) -> Lived<'a> {
+    let Some((at, value)) = stored.split_first_chunk::<TTL_HEADER>() else {
+        return Lived::Expired;
+    };
+    let at = Millis::from_le_bytes(*at);
+    if now.saturating_sub(at) >= ttl.ttl_ms {
+        Lived::Expired
+    } else {
+        Lived::Alive(value, ttl.update == TtlUpdate::OnReadAndWrite && at != now)
+    }
 }
 
 fn encode<T: Serialize + ?Sized>(state: &str, v: &T) -> Result<Vec<u8>> {
@@ -71,7 +212,14 @@ impl KeyedStateStore {
             has_key: false,
             namespace: Vec::new(),
             buf: Vec::new(),
+            now: 0,
         }
+    }
+
+    /// Sets the processing time (ms) that state time to live is measured in; the
+    /// runtime sets it before each record and timer.
+    pub fn set_current_time(&mut self, now: Millis) {
+        self.now = now;
     }
 
     /// Sets the current key (its encoded bytes and key group) and clears the namespace.
@@ -117,21 +265,81 @@ impl KeyedStateStore {
         Ok(())
     }
 
-    /// Reads the entry of state `name` under the current key and namespace.
-    fn read<V: DeserializeOwned>(&mut self, name: &str) -> Result<Option<V>> {
-        self.full_key(name)?;
-        match self.backend.get(name, &self.buf) {
-            Some(b) => decode(name, &b).map(Some),
-            None => Ok(None),
+    /// Reads the entry at `self.buf` of state `name`: expired entries are removed and
+    /// not returned; a read with [`TtlUpdate::OnReadAndWrite`] renews the entry.
+    fn read_at<V: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        ttl: Option<StateTtl>,
+    ) -> Result<Option<V>> {
+        let Some(ttl) = ttl else {
+            return match self.backend.get(name, &self.buf) {
+                Some(b) => decode(name, &b).map(Some),
+                None => Ok(None),
+            };
+        };
+        let now = self.now;
+        let (value, renew): (Option<V>, Option<Vec<u8>>) = {
+            let Some(stored) = self.backend.get(name, &self.buf) else {
+                return Ok(None);
+            };
+            match check_ttl(&ttl, now, &stored) {
+                Lived::Alive(v, renew) => (
+                    Some(decode(name, v)?),
+                    renew.then(|| with_access_time(now, v)),
+                ),
+                Lived::Expired => (None, None),
+            }
+        };
+        match value {
+            None => {
+                self.backend.delete(name, &self.buf);
+                Ok(None)
+            }
+            Some(v) => {
+                if let Some(renewed) = renew {
+                    self.backend.put(name, &self.buf, renewed);
+                }
+                Ok(Some(v))
+            }
         }
     }
 
-    /// Writes the entry of state `name` under the current key and namespace.
-    fn write<V: Serialize + ?Sized>(&mut self, name: &str, v: &V) -> Result<()> {
+    /// Writes `v` at `self.buf` of state `name` (with its access time under a TTL).
+    fn write_at<V: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        ttl: Option<StateTtl>,
+        v: &V,
+    ) -> Result<()> {
         let bytes = encode(name, v)?;
-        self.full_key(name)?;
-        self.backend.put(name, &self.buf, bytes);
+        let stored = match ttl {
+            Some(_) => with_access_time(self.now, &bytes),
+            None => bytes,
+        };
+        self.backend.put(name, &self.buf, stored);
         Ok(())
+    }
+
+    /// Reads the entry of state `name` under the current key and namespace.
+    fn read<V: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        ttl: Option<StateTtl>,
+    ) -> Result<Option<V>> {
+        self.full_key(name)?;
+        self.read_at(name, ttl)
+    }
+
+    /// Writes the entry of state `name` under the current key and namespace.
+    fn write<V: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        ttl: Option<StateTtl>,
+        v: &V,
+    ) -> Result<()> {
+        self.full_key(name)?;
+        self.write_at(name, ttl, v)
     }
 
     /// Removes the entry of state `name` under the current key and namespace.
@@ -149,6 +357,7 @@ impl KeyedStateStore {
         ValueState {
             store: self,
             name: d.name,
+            ttl: d.ttl,
             _type: PhantomData,
         }
     }
@@ -161,6 +370,7 @@ impl KeyedStateStore {
         ListState {
             store: self,
             name: d.name,
+            ttl: d.ttl,
             _type: PhantomData,
         }
     }
@@ -174,8 +384,117 @@ impl KeyedStateStore {
         MapState {
             store: self,
             name: d.name,
+            ttl: d.ttl,
             _type: PhantomData,
         }
+    }
+
+    /// The reducing state of the current key.
+    pub fn reducing<T: Serialize + DeserializeOwned>(
+        &mut self,
+        d: &ReducingStateDescriptor<T>,
+    ) -> ReducingState<'_, T> {
+        ReducingState {
+            value: self.value(&d.state),
+            reduce: d.reduce,
+        }
+    }
+
+    /// The aggregating state of the current key.
+    pub fn aggregating<In, Acc, Out>(
+        &mut self,
+        d: &AggregatingStateDescriptor<In, Acc, Out>,
+    ) -> AggregatingState<'_, In, Acc, Out>
+    where
+        Acc: Serialize + DeserializeOwned,
+    {
+        AggregatingState {
+            value: self.value(&d.state),
+            create: d.create,
+            add: d.add,
+            result: d.result,
+        }
+    }
+}
+
+/// One value per key that values added to it are reduced into (Flink's
+/// `ReducingState`).
+#[derive(Debug)]
+pub struct ReducingState<'a, T> {
+    value: ValueState<'a, T>,
+    reduce: fn(T, T) -> T,
+}
+
+impl<T: Serialize + DeserializeOwned> ReducingState<'_, T> {
+    /// The reduced value, if any was added.
+    ///
+    /// # Errors
+    /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
+    pub fn get(&mut self) -> Result<Option<T>> {
+        self.value.get()
+    }
+
+    /// Reduces `v` into the value.
+    ///
+    /// # Errors
+    /// As [`ReducingState::get`].
+    pub fn add(&mut self, v: T) -> Result<()> {
+        let next = match self.value.get()? {
+            Some(old) => (self.reduce)(old, v),
+            None => v,
+        };
+        self.value.set(&next)
+    }
+
+    /// Removes the value.
+    ///
+    /// # Errors
+    /// [`StateError::NoCurrentKey`].
+    pub fn clear(&mut self) -> Result<()> {
+        self.value.clear()
+    }
+}
+
+/// An accumulator per key that inputs are added to (Flink's `AggregatingState`).
+pub struct AggregatingState<'a, In, Acc, Out> {
+    value: ValueState<'a, Acc>,
+    create: fn() -> Acc,
+    add: fn(Acc, &In) -> Acc,
+    result: fn(&Acc) -> Out,
+}
+
+impl<In, Acc, Out> std::fmt::Debug for AggregatingState<'_, In, Acc, Out> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AggregatingState")
+            .field("name", &self.value.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<In, Acc: Serialize + DeserializeOwned, Out> AggregatingState<'_, In, Acc, Out> {
+    /// The result of the accumulator, if anything was added.
+    ///
+    /// # Errors
+    /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
+    pub fn get(&mut self) -> Result<Option<Out>> {
+        Ok(self.value.get()?.map(|acc| (self.result)(&acc)))
+    }
+
+    /// Adds `v` to the accumulator (created on the first add).
+    ///
+    /// # Errors
+    /// As [`AggregatingState::get`].
+    pub fn add(&mut self, v: &In) -> Result<()> {
+        let acc = self.value.get()?.unwrap_or_else(self.create);
+        self.value.set(&(self.add)(acc, v))
+    }
+
+    /// Removes the accumulator.
+    ///
+    /// # Errors
+    /// [`StateError::NoCurrentKey`].
+    pub fn clear(&mut self) -> Result<()> {
+        self.value.clear()
     }
 }
 
@@ -184,6 +503,7 @@ impl KeyedStateStore {
 pub struct ValueState<'a, T> {
     store: &'a mut KeyedStateStore,
     name: &'static str,
+    ttl: Option<StateTtl>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -193,7 +513,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
     pub fn get(&mut self) -> Result<Option<T>> {
-        self.store.read(self.name)
+        self.store.read(self.name, self.ttl)
     }
 
     /// Sets the value.
@@ -201,7 +521,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
     /// # Errors
     /// As [`ValueState::get`].
     pub fn set(&mut self, v: &T) -> Result<()> {
-        self.store.write(self.name, v)
+        self.store.write(self.name, self.ttl, v)
     }
 
     /// Removes the value.
@@ -218,6 +538,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<'_, T> {
 pub struct ListState<'a, T> {
     store: &'a mut KeyedStateStore,
     name: &'static str,
+    ttl: Option<StateTtl>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -227,7 +548,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
     /// # Errors
     /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
     pub fn get(&mut self) -> Result<Vec<T>> {
-        Ok(self.store.read(self.name)?.unwrap_or_default())
+        Ok(self.store.read(self.name, self.ttl)?.unwrap_or_default())
     }
 
     /// Appends a value.
@@ -245,7 +566,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
     /// # Errors
     /// As [`ListState::get`].
     pub fn update(&mut self, all: &[T]) -> Result<()> {
-        self.store.write(self.name, all)
+        self.store.write(self.name, self.ttl, all)
     }
 
     /// Removes all values.
@@ -262,6 +583,7 @@ impl<T: Serialize + DeserializeOwned> ListState<'_, T> {
 pub struct MapState<'a, K, V> {
     store: &'a mut KeyedStateStore,
     name: &'static str,
+    ttl: Option<StateTtl>,
     _type: PhantomData<fn() -> (K, V)>,
 }
 
@@ -283,10 +605,7 @@ where
     /// [`StateError::NoCurrentKey`], [`StateError::Codec`].
     pub fn get(&mut self, k: &K) -> Result<Option<V>> {
         self.entry_key(k)?;
-        match self.store.backend.get(self.name, &self.store.buf) {
-            Some(b) => decode(self.name, &b).map(Some),
-            None => Ok(None),
-        }
+        self.store.read_at(self.name, self.ttl)
     }
 
     /// Sets the value under `k`.
@@ -294,10 +613,8 @@ where
     /// # Errors
     /// As [`MapState::get`].
     pub fn put(&mut self, k: &K, v: &V) -> Result<()> {
-        let bytes = encode(self.name, v)?;
         self.entry_key(k)?;
-        self.store.backend.put(self.name, &self.store.buf, bytes);
-        Ok(())
+        self.store.write_at(self.name, self.ttl, v)
     }
 
     /// Removes the entry under `k`.
@@ -310,7 +627,7 @@ where
         Ok(())
     }
 
-    /// All entries, ordered by the encoded key.
+    /// All entries (alive ones, under a time to live), ordered by the encoded key.
     ///
     /// # Errors
     /// As [`MapState::get`].
@@ -318,9 +635,31 @@ where
         self.store.full_key(self.name)?;
         let prefix_len = self.store.buf.len();
         let rows = self.store.backend.scan_prefix(self.name, &self.store.buf);
-        rows.into_iter()
-            .map(|(k, v)| Ok((decode(self.name, &k[prefix_len..])?, decode(self.name, &v)?)))
-            .collect()
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, v) in rows {
+            let now = self.store.now;
+            let value = match &self.ttl {
+                None => &v[..],
+                Some(ttl) => match check_ttl(ttl, now, &v) {
+                    Lived::Alive(value, renew) => {
+                        if renew {
+                            let renewed = with_access_time(now, value);
+                            self.store.backend.put(self.name, &k, renewed);
+                        }
+                        value
+                    }
+                    Lived::Expired => {
+                        self.store.backend.delete(self.name, &k);
+                        continue;
+                    }
+                },
+            };
+            out.push((
+                decode(self.name, &k[prefix_len..])?,
+                decode(self.name, value)?,
+            ));
+        }
+        Ok(out)
     }
 
     /// Removes all entries.
@@ -341,6 +680,70 @@ where
 mod tests {
     use super::*;
     use crate::MemoryStateBackend;
+
+    const SUM: ReducingStateDescriptor<i64> = ReducingStateDescriptor::new("sum", |a, b| a + b);
+    /// Average of the inputs: (sum, count) -> sum / count.
+    const AVG: AggregatingStateDescriptor<i64, (i64, i64), f64> = AggregatingStateDescriptor::new(
+        "avg",
+        || (0, 0),
+        |(s, n), v| (s + v, n + 1),
+        |(s, n)| *s as f64 / *n as f64,
+    );
+    const LAST: StateDescriptor<String> = StateDescriptor::new("last").with_ttl(StateTtl::new(100));
+    const TAGS: StateDescriptor<(String, u32)> =
+        StateDescriptor::new("tags").with_ttl(StateTtl::new(100).renew_on_read());
+
+    #[test]
+    fn reducing_and_aggregating_state() {
+        let mut s = KeyedStateStore::new(Box::new(MemoryStateBackend::new()));
+        s.set_current_key(1, b"k");
+        assert_eq!(s.reducing(&SUM).get().unwrap(), None);
+        for v in [3, 4, 5] {
+            s.reducing(&SUM).add(v).unwrap();
+            s.aggregating(&AVG).add(&v).unwrap();
+        }
+        assert_eq!(s.reducing(&SUM).get().unwrap(), Some(12));
+        assert_eq!(s.aggregating(&AVG).get().unwrap(), Some(4.0));
+        s.set_current_key(1, b"other");
+        assert_eq!(s.aggregating(&AVG).get().unwrap(), None);
+        s.set_current_key(1, b"k");
+        s.reducing(&SUM).clear().unwrap();
+        s.aggregating(&AVG).clear().unwrap();
+        assert!(s.backend().is_empty());
+    }
+
+    #[test]
+    fn entries_expire_after_their_time_to_live() {
+        let mut s = KeyedStateStore::new(Box::new(MemoryStateBackend::new()));
+        s.set_current_key(1, b"k");
+        s.set_current_time(1_000);
+        s.value(&LAST).set(&"a".into()).unwrap();
+        s.map(&TAGS).put(&"x".into(), &1).unwrap();
+        s.map(&TAGS).put(&"y".into(), &2).unwrap();
+        s.set_current_time(1_099);
+        assert_eq!(s.value(&LAST).get().unwrap().as_deref(), Some("a"));
+        // Reading renews map entries (renew_on_read), not the value.
+        assert_eq!(s.map(&TAGS).get(&"x".into()).unwrap(), Some(1));
+        s.set_current_time(1_100);
+        assert_eq!(
+            s.value(&LAST).get().unwrap(),
+            None,
+            "written at 1000, ttl 100"
+        );
+        assert_eq!(s.map(&TAGS).entries().unwrap(), vec![("x".to_string(), 1)]);
+        s.set_current_time(1_199);
+        assert_eq!(s.map(&TAGS).get(&"x".into()).unwrap(), Some(1));
+        s.set_current_time(1_400);
+        assert!(s.map(&TAGS).entries().unwrap().is_empty());
+        assert!(
+            s.backend().is_empty(),
+            "expired entries are removed when read"
+        );
+        // A write renews.
+        s.value(&LAST).set(&"b".into()).unwrap();
+        s.set_current_time(1_450);
+        assert_eq!(s.value(&LAST).get().unwrap().as_deref(), Some("b"));
+    }
 
     const COUNT: StateDescriptor<u64> = StateDescriptor::new("count");
     const SEEN: StateDescriptor<Vec<String>> = StateDescriptor::new("seen");

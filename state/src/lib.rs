@@ -33,7 +33,10 @@ pub mod timers;
 
 pub use crate::rocksdb::{RocksDbOptions, RocksDbStateBackend};
 pub use backend::{BackendKind, KeyedStateBackend, MemoryStateBackend};
-pub use keyed::{KeyedStateStore, ListState, MapState, StateDescriptor, ValueState};
+pub use keyed::{
+    AggregatingState, AggregatingStateDescriptor, KeyedStateStore, ListState, MapState,
+    ReducingState, ReducingStateDescriptor, StateDescriptor, StateTtl, TtlUpdate, ValueState,
+};
 pub use table::{
     namespaced_table, read_native_entries, BytesTable, FastHashMap, HeapTable, NamespaceMajorTable,
     NamespacedTable,
