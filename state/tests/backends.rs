@@ -14,9 +14,9 @@ use brook_core::keys::{key_group_range, KeyGroup};
 use brook_state::backend::compose_key;
 use brook_state::snapshot::{restore_keyed, snapshot_keyed};
 use brook_state::{
-    BytesTable, KeyedStateBackend, KeyedStateStore, MemoryStateBackend, NamespacedTable,
-    RocksDbOptions, RocksDbStateBackend, StateDescriptor, StateError, TimeDomain, Timer,
-    TimerService,
+    AggregatingStateDescriptor, BytesTable, KeyedStateBackend, KeyedStateStore, MemoryStateBackend,
+    NamespacedTable, ReducingStateDescriptor, RocksDbOptions, RocksDbStateBackend, StateDescriptor,
+    StateError, StateTtl, TimeDomain, Timer, TimerService,
 };
 use proptest::prelude::*;
 
@@ -373,11 +373,50 @@ macro_rules! suite {
     };
 }
 
+/// Reducing and aggregating state, and time to live, on each backend.
+fn reducing_aggregating_and_ttl(make: Make) {
+    const SUM: ReducingStateDescriptor<u64> = ReducingStateDescriptor::new("sum", |a, b| a + b);
+    const MAX: AggregatingStateDescriptor<u64, Option<u64>, u64> = AggregatingStateDescriptor::new(
+        "max",
+        || None,
+        |m, v| Some(m.map_or(*v, |m| m.max(*v))),
+        |m| m.unwrap_or(0),
+    );
+    const SEEN: StateDescriptor<(u64, bool)> =
+        StateDescriptor::new("seen").with_ttl(StateTtl::new(1_000));
+    let mut s = KeyedStateStore::new(make());
+    for k in 0..50u64 {
+        s.set_current_key(k as KeyGroup % 128, &k.to_be_bytes());
+        s.set_current_time(k as i64 * 100);
+        for v in 0..=k {
+            s.reducing(&SUM).add(v).unwrap();
+            s.aggregating(&MAX).add(&(v * 7 % 50)).unwrap();
+        }
+        s.map(&SEEN).put(&k, &true).unwrap();
+    }
+    // At 5,000 ms, keys written before 4,001 ms (k <= 40) have expired.
+    s.set_current_time(5_000);
+    for k in 0..50u64 {
+        s.set_current_key(k as KeyGroup % 128, &k.to_be_bytes());
+        assert_eq!(s.reducing(&SUM).get().unwrap(), Some(k * (k + 1) / 2));
+        let max = (0..=k).map(|v| v * 7 % 50).max().unwrap();
+        assert_eq!(s.aggregating(&MAX).get().unwrap(), Some(max));
+        let seen = s.map(&SEEN).get(&k).unwrap();
+        assert_eq!(seen.is_some(), k > 40, "key {k}");
+    }
+    assert_eq!(
+        s.backend().state_len("seen"),
+        9,
+        "expired entries were removed"
+    );
+}
+
 suite!(
     put_get_delete,
     scan_prefix_boundaries,
     for_each_entry_in_order,
     typed_states,
+    reducing_aggregating_and_ttl,
     bytes_table,
     snapshot_restore_at_another_parallelism,
 );
