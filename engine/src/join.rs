@@ -265,3 +265,55 @@ where
         )
     }
 }
+
+/// Lookup and async enrichment of rows (JSON objects) in the builder API; see
+/// `brook_operators::enrich` and `brook_operators::async_enrich`.
+impl DataStream<brook_operators::row::Row> {
+    /// Adds to each row the fields of the row with the same key in a lookup table
+    /// (`on`: the row's key fields; `table_key`: the table's, in the same order;
+    /// `fields`: which table fields, default all but the key). Every subtask holds the
+    /// whole table; `table` makes each subtask's source of it (a file, a log topic).
+    pub fn enrich<S, F>(
+        self,
+        name: &str,
+        table: F,
+        on: Vec<String>,
+        table_key: Vec<String>,
+        fields: Option<Vec<String>>,
+        missing: brook_operators::enrich::MissingKey,
+    ) -> DataStream<brook_operators::row::Row>
+    where
+        S: brook_operators::enrich::TableSource + 'static,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        let step = name.to_string();
+        self.transform(name, move |_| {
+            brook_operators::enrich::LookupEnrich::new(
+                &step,
+                Box::new(table()),
+                on.clone(),
+                table_key.clone(),
+                fields.clone(),
+                missing.clone(),
+            )
+        })
+    }
+
+    /// Adds to each row the fields of `lookup`'s answer for it, with up to
+    /// `config.capacity` lookups in flight (Flink's async I/O).
+    pub fn async_enrich(
+        self,
+        name: &str,
+        lookup: Arc<dyn brook_operators::async_enrich::AsyncLookup>,
+        config: brook_operators::async_enrich::AsyncEnrichConfig,
+    ) -> DataStream<brook_operators::row::Row> {
+        let step = name.to_string();
+        self.transform(name, move |_| {
+            brook_operators::async_enrich::AsyncEnrich::new(
+                &step,
+                Arc::clone(&lookup),
+                config.clone(),
+            )
+        })
+    }
+}
