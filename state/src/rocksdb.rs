@@ -32,8 +32,9 @@
 //!   RocksDB's 64 MiB: a job has parallelism × states column families, and the shared
 //!   write-buffer manager bounds the total anyway; smaller memtables flush sooner
 //!   but keep many states from each pinning 128 MiB.
-//! - **Bloom filters** (full filters, 10 bits per key, ~1% false positives) on whole
-//!   keys, in SST files and in memtables: a point lookup of a key that is not there
+//! - **Bloom filters** (10 bits per key, ~1% false positives) on whole keys, in SST
+//!   files (partitioned, with a two-level index, so a lookup reads a 4 KiB partition
+//!   through the block cache, never a whole-file filter) and in memtables: a point lookup of a key that is not there
 //!   (a new key; every `put` and `delete` checks existence for the exact `len`) skips
 //!   the files instead of reading a block from each.
 //! - **Prefix extractor on `key group | key length | key`** (the current key, without
@@ -201,6 +202,15 @@ impl RocksDbOptions {
             table.set_bloom_filter(self.bloom_bits_per_key, false);
             table.set_whole_key_filtering(true);
         }
+        // Partitioned filters and a two-level index: a lookup loads one small (4 KiB)
+        // partition through the cache, not a whole-file filter (several MB for the
+        // large files compaction writes), which the LRU cache did not keep: at 10 M
+        // keys every lookup read and checksummed one from disk (benches/README.md,
+        // state). The top level stays pinned.
+        table.set_index_type(rdb::BlockBasedIndexType::TwoLevelIndexSearch);
+        table.set_partition_filters(true);
+        table.set_metadata_block_size(4096);
+        table.set_pin_top_level_index_and_filter(true);
 
         let mut o = rdb::Options::default();
         o.create_if_missing(true);
