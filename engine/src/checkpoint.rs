@@ -622,8 +622,9 @@ pub(crate) fn run_coordinator(
 
 /// Deletes the files of the shared directory that no complete checkpoint in `root`
 /// lists (their checkpoints were dropped by retention, or were never complete). Runs
-/// between checkpoints, so no checkpoint in progress is writing there.
-fn remove_unreferenced_shared_files(root: &Path) {
+/// between checkpoints and after the job's tasks ended, so no checkpoint in progress
+/// is writing there.
+pub(crate) fn remove_unreferenced_shared_files(root: &Path) {
     let shared = root.join(SHARED);
     let Ok(entries) = fs::read_dir(&shared) else {
         return;

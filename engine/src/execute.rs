@@ -108,6 +108,11 @@ impl JobHandle {
             stop.store(true, Ordering::SeqCst);
             let _ = h.join();
         }
+        if let Some(c) = &self.checkpoints {
+            // Every task has ended: files a checkpoint aborted at the end of the job
+            // moved to the shared directory are referenced by none and can go.
+            crate::checkpoint::remove_unreferenced_shared_files(&c.dir);
+        }
         if let Some(e) = self
             .failure
             .lock()
