@@ -165,6 +165,9 @@ impl<B: KeyedStateBackend> KeyedStateBackend for InRun<B> {
     fn delete(&mut self, state: &str, key: &[u8]) {
         self.backend.delete(state, key)
     }
+    fn delete_existing(&mut self, state: &str, key: &[u8]) {
+        self.backend.delete_existing(state, key)
+    }
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         self.backend.scan_prefix(state, prefix)
     }

@@ -58,6 +58,12 @@ pub trait KeyedStateBackend: Send + Debug {
     }
     /// Removes an entry.
     fn delete(&mut self, state: &str, key: &[u8]);
+    /// Removes an entry the caller knows is there (it just read it): backends that
+    /// check existence on every write (RocksDB) skip that. Default:
+    /// [`KeyedStateBackend::delete`].
+    fn delete_existing(&mut self, state: &str, key: &[u8]) {
+        self.delete(state, key);
+    }
     /// Entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)>;
     /// Number of entries over all states (for metrics and tests).

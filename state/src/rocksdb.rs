@@ -935,6 +935,26 @@ impl KeyedStateBackend for RocksDbStateBackend {
         self.write(state, key, None);
     }
 
+    fn delete_existing(&mut self, state: &str, key: &[u8]) {
+        if self.pending.get(state).is_some_and(|m| m.contains_key(key)) {
+            return self.write(state, key, None);
+        }
+        self.pending_bytes += key.len() + PENDING_OVERHEAD;
+        let entries = match self.pending.get_mut(state) {
+            Some(m) => m,
+            None => self.pending.entry(state.to_string()).or_default(),
+        };
+        entries.insert(
+            key.to_vec(),
+            Pending {
+                value: None,
+                in_db: true,
+            },
+        );
+        self.len -= 1;
+        self.write_back_if_full();
+    }
+
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         self.merged_scan(state, prefix, &mut |k, v| {

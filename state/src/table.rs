@@ -717,7 +717,8 @@ where
             }
         };
         if stored {
-            self.backend.delete(&self.name, &self.buf);
+            // Just read from the backend (or its cached copy was): it is there.
+            self.backend.delete_existing(&self.name, &self.buf);
         }
         if old.is_some() {
             self.len -= 1;

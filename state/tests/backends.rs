@@ -473,7 +473,12 @@ fn check_against_model<B: KeyedStateBackend>(
                 model.insert((STATES[*s], k.clone()), vec![*v; usize::from(*v % 5)]);
             }
             Op::Delete(s, k) => {
-                b.delete(STATES[*s], k);
+                // `delete_existing` where the caller knows the key is there.
+                if model.contains_key(&(STATES[*s], k.clone())) && k.len() % 2 == 0 {
+                    b.delete_existing(STATES[*s], k);
+                } else {
+                    b.delete(STATES[*s], k);
+                }
                 model.remove(&(STATES[*s], k.clone()));
             }
             Op::Get(s, k) => {
