@@ -707,3 +707,59 @@ sinks:
         stderr(&o)
     );
 }
+
+/// The enrichment and join examples run as the README says, with the results it
+/// describes.
+#[test]
+fn the_enrichment_and_join_examples_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unpaid = dir.path().join("unpaid.jsonl");
+    let o = brook(
+        dir.path(),
+        &[
+            "run",
+            root.join("examples/jobs/orders_payments.yaml")
+                .to_str()
+                .unwrap(),
+            "--quiet",
+            "--set",
+            &format!("sinks.unpaid-out.path={}", unpaid.display()),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut ids: Vec<i64> = lines(&unpaid)
+        .iter()
+        .map(|r| r["order"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    // No payment (orders 4, 8, 14, 18) or one later than 15 minutes (3, 6, 13, 16).
+    assert_eq!(ids, vec![3, 4, 6, 8, 13, 14, 16, 18]);
+    let paid = String::from_utf8_lossy(&o.stdout).lines().count();
+    assert_eq!(paid, 12);
+
+    let dead = dir.path().join("dead.jsonl");
+    let o = brook(
+        dir.path(),
+        &[
+            "run",
+            root.join("examples/jobs/sale_classes.yaml")
+                .to_str()
+                .unwrap(),
+            "--quiet",
+            "--set",
+            &format!("dead_letter={}", dead.display()),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(out
+        .iter()
+        .all(|r| r["class"].is_string() && r["student"] != "zoe"));
+    let dead = lines(&dead);
+    assert!(!dead.is_empty());
+    assert_eq!(out.len() + dead.len(), 30, "every sale once");
+}
