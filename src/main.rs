@@ -308,19 +308,21 @@ fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 c.max_record_bytes,
             );
             outln!(
-                "{:>9} {:>12} {:>12} {:>14} {:>9}",
+                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
                 "PARTITION",
                 "START",
                 "END",
+                "STABLE",
                 "BYTES",
                 "SEGMENTS"
             );
             for p in info.partitions {
                 outln!(
-                    "{:>9} {:>12} {:>12} {:>14} {:>9}",
+                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
                     p.partition,
                     p.log_start_offset,
                     p.log_end_offset,
+                    p.last_stable_offset,
                     p.size_bytes,
                     p.segments
                 );

@@ -148,7 +148,7 @@ fn topic_create_list_describe_add_partitions_delete() {
     assert!(lines[0].contains("retention 604800000ms"), "{desc}");
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["PARTITION", "START", "END", "BYTES", "SEGMENTS"]
+        ["PARTITION", "START", "END", "STABLE", "BYTES", "SEGMENTS"]
     );
     let rows: Vec<Vec<u64>> = lines[2..]
         .iter()
@@ -161,8 +161,9 @@ fn topic_create_list_describe_add_partitions_delete() {
         assert_eq!(row[0], p);
         assert_eq!(row[1], 0, "start");
         assert_eq!(row[2], if p == kp { 2 } else { 0 }, "end of {p}: {desc}");
-        assert_eq!(row[3] > 0, p == kp, "bytes of {p}: {desc}");
-        assert_eq!(row[4], 1, "segments");
+        assert_eq!(row[3], row[2], "stable = end without transactions: {desc}");
+        assert_eq!(row[4] > 0, p == kp, "bytes of {p}: {desc}");
+        assert_eq!(row[5], 1, "segments");
     }
     assert!(b
         .ok(&["topic", "describe", "audit.log-2"], "")
