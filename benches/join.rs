@@ -53,21 +53,28 @@ fn expected_pairs(n: u64) -> u64 {
     (0..n).filter(|i| i % 4 != 3 && i % 8 <= 5).count() as u64
 }
 
-/// Records `f(i)` for `i` in `0..n`, one contiguous range per subtask. Payments are
-/// at most 7 ms late, so a reader's output is time-ordered within 7 ms; the watermark
-/// strategy allows 7 ms.
+/// Records `f(i)` for `i` in `0..n`, split `i mod p` across `p` readers, so the
+/// readers move through event time together (contiguous ranges would hold the
+/// second half's records in the join's state until the first reader caught up).
+/// Payments are at most 7 ms late, so a reader's output is time-ordered within 7 ms;
+/// the watermark strategy allows 7 ms.
 #[derive(Clone)]
 struct RangeSource {
     n: u64,
     f: fn(u64) -> Option<Rec>,
 }
 
+/// `i = next, next + step, ...` below `end`.
 #[derive(Debug, Clone)]
-struct Range(u64, u64);
+struct Range {
+    next: u64,
+    step: u64,
+    end: u64,
+}
 
 impl Split for Range {
     fn split_id(&self) -> String {
-        format!("{}..{}", self.0, self.1)
+        format!("{} mod {}", self.next, self.step)
     }
 }
 
@@ -77,7 +84,11 @@ impl Source for RangeSource {
     fn enumerate_splits(&self, p: u32) -> OpResult<Vec<Range>> {
         let p = u64::from(p.max(1));
         Ok((0..p)
-            .map(|i| Range(i * self.n / p, (i + 1) * self.n / p))
+            .map(|i| Range {
+                next: i,
+                step: p,
+                end: self.n,
+            })
             .collect())
     }
     fn create_reader(
@@ -106,14 +117,16 @@ impl SourceReader for RangeReader {
         let Some(r) = self.splits.front_mut() else {
             return Ok(InputStatus::End);
         };
-        let end = r.1.min(r.0 + 4096);
-        for i in r.0..end {
-            if let Some(rec) = (self.f)(i) {
+        for _ in 0..4096 {
+            if r.next >= r.end {
+                break;
+            }
+            if let Some(rec) = (self.f)(r.next) {
                 out.collect(rec, Some(rec.2));
             }
+            r.next += r.step;
         }
-        r.0 = end;
-        if r.0 >= r.1 {
+        if r.next >= r.end {
             self.splits.pop_front();
         }
         Ok(if self.splits.is_empty() {
