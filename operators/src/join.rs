@@ -171,6 +171,11 @@ where
 const IJ_LEFT: &str = "interval-join-left";
 const IJ_RIGHT: &str = "interval-join-right";
 
+/// A key's buffered left records: (timestamp, record, matched).
+type LeftBuffer<A> = Vec<(Millis, A, bool)>;
+/// A key's buffered right records: (timestamp, record).
+type RightBuffer<B> = Vec<(Millis, B)>;
+
 impl<K, A, B, O, F> KeyedProcessFunction for IntervalJoin<K, A, B, O, F>
 where
     K: Send + 'static,
@@ -183,6 +188,8 @@ where
     type In = Either<A, B>;
     type Out = JoinOutput<O, A, B>;
 
+    /// A key's buffers are one value per side (read and written whole: a key holds
+    /// only what the watermark has not passed yet).
     fn process_element(
         &mut self,
         value: Either<A, B>,
@@ -194,52 +201,42 @@ where
         if pass_late(ctx, ts, &mut value, out) {
             return Ok(());
         }
-        let left_d = StateDescriptor::<(Millis, Vec<(A, bool)>)>::new(IJ_LEFT);
-        let right_d = StateDescriptor::<(Millis, Vec<B>)>::new(IJ_RIGHT);
+        let left_d = StateDescriptor::<LeftBuffer<A>>::new(IJ_LEFT);
+        let right_d = StateDescriptor::<RightBuffer<B>>::new(IJ_RIGHT);
         match value {
             Some(Either::Left(a)) => {
                 let mut matched = false;
-                let rights = ctx.state().map(&right_d).entries().map_err(state_err)?;
-                for (tb, bs) in &rights {
+                let rights = ctx.state().value(&right_d).get().map_err(state_err)?;
+                for (tb, b) in rights.iter().flatten() {
                     if ts.saturating_add(self.lower) <= *tb && *tb <= ts.saturating_add(self.upper)
                     {
-                        for b in bs {
-                            out.collect(
-                                JoinOutput::Joined((self.f)(&a, Some(b))),
-                                Some(ts.max(*tb)),
-                            );
-                            matched = true;
-                        }
+                        out.collect(JoinOutput::Joined((self.f)(&a, Some(b))), Some(ts.max(*tb)));
+                        matched = true;
                     }
                 }
-                let mut left = ctx.state().map(&left_d);
-                let mut at = left.get(&ts).map_err(state_err)?.unwrap_or_default();
-                at.push((a, matched));
-                left.put(&ts, &at).map_err(state_err)?;
+                let mut left = ctx.state().value(&left_d);
+                let mut buf = left.get().map_err(state_err)?.unwrap_or_default();
+                buf.push((ts, a, matched));
+                left.set(&buf).map_err(state_err)?;
                 ctx.register_event_time_timer(ts.saturating_add(self.upper));
             }
             Some(Either::Right(b)) => {
-                let lefts = ctx.state().map(&left_d).entries().map_err(state_err)?;
-                for (ta, mut as_) in lefts {
+                let mut lefts = ctx.state().value(&left_d).get().map_err(state_err)?;
+                let mut newly = false;
+                for (ta, a, m) in lefts.iter_mut().flatten() {
                     if ta.saturating_add(self.lower) <= ts && ts <= ta.saturating_add(self.upper) {
-                        let mut newly = false;
-                        for (a, m) in &mut as_ {
-                            out.collect(
-                                JoinOutput::Joined((self.f)(a, Some(&b))),
-                                Some(ts.max(ta)),
-                            );
-                            newly |= !*m;
-                            *m = true;
-                        }
-                        if newly && self.join_type == JoinType::LeftOuter {
-                            ctx.state().map(&left_d).put(&ta, &as_).map_err(state_err)?;
-                        }
+                        out.collect(JoinOutput::Joined((self.f)(a, Some(&b))), Some(ts.max(*ta)));
+                        newly |= !*m;
+                        *m = true;
                     }
                 }
-                let mut right = ctx.state().map(&right_d);
-                let mut at = right.get(&ts).map_err(state_err)?.unwrap_or_default();
-                at.push(b);
-                right.put(&ts, &at).map_err(state_err)?;
+                if let (true, JoinType::LeftOuter, Some(l)) = (newly, self.join_type, &lefts) {
+                    ctx.state().value(&left_d).set(l).map_err(state_err)?;
+                }
+                let mut right = ctx.state().value(&right_d);
+                let mut buf = right.get().map_err(state_err)?.unwrap_or_default();
+                buf.push((ts, b));
+                right.set(&buf).map_err(state_err)?;
                 ctx.register_event_time_timer(ts.saturating_sub(self.lower));
             }
             None => {}
@@ -254,26 +251,39 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Output<Self::Out>,
     ) -> OpResult {
-        let left_d = StateDescriptor::<(Millis, Vec<(A, bool)>)>::new(IJ_LEFT);
-        let right_d = StateDescriptor::<(Millis, Vec<B>)>::new(IJ_RIGHT);
-        for (ta, as_) in ctx.state().map(&left_d).entries().map_err(state_err)? {
-            if ta.saturating_add(self.upper) <= time {
-                if self.join_type == JoinType::LeftOuter {
-                    for (a, matched) in &as_ {
-                        if !matched {
-                            out.collect(
-                                JoinOutput::Joined((self.f)(a, None)),
-                                Some(ta.saturating_add(self.upper)),
-                            );
-                        }
+        let left_d = StateDescriptor::<LeftBuffer<A>>::new(IJ_LEFT);
+        let right_d = StateDescriptor::<RightBuffer<B>>::new(IJ_RIGHT);
+        if let Some(lefts) = ctx.state().value(&left_d).get().map_err(state_err)? {
+            let before = lefts.len();
+            let mut kept = Vec::with_capacity(before);
+            for (ta, a, matched) in lefts {
+                if ta.saturating_add(self.upper) <= time {
+                    if !matched && self.join_type == JoinType::LeftOuter {
+                        out.collect(
+                            JoinOutput::Joined((self.f)(&a, None)),
+                            Some(ta.saturating_add(self.upper)),
+                        );
                     }
+                } else {
+                    kept.push((ta, a, matched));
                 }
-                ctx.state().map(&left_d).remove(&ta).map_err(state_err)?;
+            }
+            if kept.is_empty() {
+                ctx.state().value(&left_d).clear().map_err(state_err)?;
+            } else if kept.len() != before {
+                ctx.state().value(&left_d).set(&kept).map_err(state_err)?;
             }
         }
-        for (tb, _) in ctx.state().map(&right_d).entries().map_err(state_err)? {
-            if tb.saturating_sub(self.lower) <= time {
-                ctx.state().map(&right_d).remove(&tb).map_err(state_err)?;
+        if let Some(rights) = ctx.state().value(&right_d).get().map_err(state_err)? {
+            let before = rights.len();
+            let kept: RightBuffer<B> = rights
+                .into_iter()
+                .filter(|(tb, _)| tb.saturating_sub(self.lower) > time)
+                .collect();
+            if kept.is_empty() {
+                ctx.state().value(&right_d).clear().map_err(state_err)?;
+            } else if kept.len() != before {
+                ctx.state().value(&right_d).set(&kept).map_err(state_err)?;
             }
         }
         Ok(())
