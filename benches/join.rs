@@ -192,6 +192,21 @@ fn brook(n: u64, parallelism: u32) -> (f64, u64, u64) {
     )
 }
 
+/// Counts the pairs of payment `p` with the buffered orders of its key.
+fn match_payment(
+    p: &Rec,
+    orders: &HashMap<u64, VecDeque<(Millis, u64)>>,
+    pairs: &mut u64,
+    checksum: &mut u64,
+) {
+    for (ot, oid) in orders.get(&p.1).into_iter().flatten() {
+        if ot + LOWER <= p.2 && p.2 <= ot + UPPER {
+            *pairs += 1;
+            *checksum = checksum.wrapping_add(pair_hash(*oid, p.0));
+        }
+    }
+}
+
 /// The same join in one loop over both inputs merged in time order: per key, the
 /// buffered orders and payments (time, id), dropped once the watermark (time - 8)
 /// passes their last possible match.
@@ -209,20 +224,10 @@ fn hand_loop(n: u64) -> (f64, u64, u64) {
             let at = due.partition_point(|d| d.2 <= p.2);
             due.insert(at, p);
         }
-        let mut handle_payment = |p: Rec, orders: &Buf, payments: &mut Buf| {
-            if let Some(os) = orders.get(&p.1) {
-                for (ot, oid) in os {
-                    if ot + LOWER <= p.2 && p.2 <= ot + UPPER {
-                        pairs += 1;
-                        checksum = checksum.wrapping_add(pair_hash(*oid, p.0));
-                    }
-                }
-            }
-            payments.entry(p.1).or_default().push_back((p.2, p.0));
-        };
         while due.front().is_some_and(|d| d.2 <= o.2) {
             let p = due.pop_front().unwrap();
-            handle_payment(p, &orders, &mut payments);
+            match_payment(&p, &orders, &mut pairs, &mut checksum);
+            payments.entry(p.1).or_default().push_back((p.2, p.0));
         }
         if let Some(ps) = payments.get(&o.1) {
             for (pt, pid) in ps {
@@ -248,14 +253,7 @@ fn hand_loop(n: u64) -> (f64, u64, u64) {
         }
     }
     while let Some(p) = due.pop_front() {
-        if let Some(os) = orders.get(&p.1) {
-            for (ot, oid) in os {
-                if ot + LOWER <= p.2 && p.2 <= ot + UPPER {
-                    pairs += 1;
-                    checksum = checksum.wrapping_add(pair_hash(*oid, p.0));
-                }
-            }
-        }
+        match_payment(&p, &orders, &mut pairs, &mut checksum);
     }
     (t.elapsed().as_secs_f64(), pairs, checksum)
 }

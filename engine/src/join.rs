@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use brook_core::time::Millis;
 use brook_operators::join::{
-    Either, IntervalJoin, JoinConfigError, JoinOutput, JoinType, TemporalJoin, WindowJoin,
+    check_interval, check_join_windows, Either, IntervalJoin, JoinConfigError, JoinOutput,
+    JoinType, TemporalJoin, WindowJoin,
 };
 use brook_operators::window::assigner::WindowAssigner;
 use serde::de::DeserializeOwned;
@@ -70,9 +71,7 @@ where
     where
         B: Clone + Serialize + DeserializeOwned + Send + 'static,
     {
-        if lower > upper {
-            return Err(JoinConfigError::EmptyInterval { lower, upper });
-        }
+        check_interval(lower, upper)?;
         Ok(JoinedStreams::new(
             self,
             other,
@@ -96,14 +95,7 @@ where
     where
         B: Clone + Serialize + DeserializeOwned + Send + 'static,
     {
-        if windows.is_merging() {
-            return Err(JoinConfigError::Windows("session windows cannot be joined"));
-        }
-        if !windows.is_event_time() {
-            return Err(JoinConfigError::Windows(
-                "processing-time windows cannot be joined",
-            ));
-        }
+        check_join_windows(&windows)?;
         Ok(JoinedStreams::new(
             self,
             other,
@@ -224,46 +216,66 @@ where
                 TemporalJoin::new(join_type, move |a: &A, b: Option<&B>| f(a, b))
             }),
         };
-        // The splitting steps share the join's parallelism, so they chain to it.
-        fn with_p<T: Clone + Send + 'static>(s: DataStream<T>, p: Option<u32>) -> DataStream<T> {
-            match p {
-                Some(p) => s.set_parallelism(p),
-                None => s,
-            }
-        }
-        let joined = with_p(joined.name(&name), parallelism);
+        let joined = with_parallelism(joined.name(&name), parallelism);
         if let Some(tag) = late_left {
-            let late = joined
-                .clone()
-                .flat_map(|o: JoinOutput<O, A, B>| match o {
+            let late = split(
+                &joined,
+                &format!("{name}-late-left"),
+                parallelism,
+                |o| match o {
                     JoinOutput::LateLeft(a) => Some(a),
                     _ => None,
-                })
-                .name(&format!("{name}-late-left"));
-            let late = with_p(late, parallelism);
+                },
+            );
             *tag.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(late);
         }
         if let Some(tag) = late_right {
-            let late = joined
-                .clone()
-                .flat_map(|o: JoinOutput<O, A, B>| match o {
+            let late = split(
+                &joined,
+                &format!("{name}-late-right"),
+                parallelism,
+                |o| match o {
                     JoinOutput::LateRight(b) => Some(b),
                     _ => None,
-                })
-                .name(&format!("{name}-late-right"));
-            let late = with_p(late, parallelism);
+                },
+            );
             *tag.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(late);
         }
-        with_p(
-            joined
-                .flat_map(|o: JoinOutput<O, A, B>| match o {
-                    JoinOutput::Joined(r) => Some(r),
-                    _ => None,
-                })
-                .name(&format!("{name}-results")),
+        split(
+            &joined,
+            &format!("{name}-results"),
             parallelism,
+            |o| match o {
+                JoinOutput::Joined(r) => Some(r),
+                _ => None,
+            },
         )
     }
+}
+
+/// `s` with `parallelism`, if set.
+fn with_parallelism<T: Clone + Send + 'static>(s: DataStream<T>, p: Option<u32>) -> DataStream<T> {
+    match p {
+        Some(p) => s.set_parallelism(p),
+        None => s,
+    }
+}
+
+/// One part of a join's output (results, or one side's late records), at the join's
+/// parallelism so it chains to it.
+fn split<O, A, B, T>(
+    joined: &DataStream<JoinOutput<O, A, B>>,
+    name: &str,
+    parallelism: Option<u32>,
+    pick: fn(JoinOutput<O, A, B>) -> Option<T>,
+) -> DataStream<T>
+where
+    O: Clone + Send + 'static,
+    A: Clone + Send + 'static,
+    B: Clone + Send + 'static,
+    T: Clone + Send + 'static,
+{
+    with_parallelism(joined.clone().flat_map(pick).name(name), parallelism)
 }
 
 /// Lookup and async enrichment of rows (JSON objects) in the builder API; see

@@ -390,6 +390,16 @@ impl Partition {
         &self.topic
     }
 
+    /// What an append of no records reports: the end offset, and nothing written.
+    fn nothing_appended(&self) -> AppendInfo {
+        let end = self.log_end_offset();
+        AppendInfo {
+            partition: self.id,
+            base_offset: end,
+            last_offset: end.wrapping_sub(1),
+        }
+    }
+
     /// Appends `records` as one batch and returns their offsets. Records without a
     /// timestamp get the clock's time. The batch is durable according to the fsync
     /// policy when this returns.
@@ -398,12 +408,7 @@ impl Partition {
     /// [`LogError::RecordTooLarge`] (nothing is written), I/O errors, [`LogError::Closed`].
     pub fn append(&self, records: &[ProducerRecord]) -> Result<AppendInfo> {
         if records.is_empty() {
-            let end = self.log_end_offset();
-            return Ok(AppendInfo {
-                partition: self.id,
-                base_offset: end,
-                last_offset: end.wrapping_sub(1),
-            });
+            return Ok(self.nothing_appended());
         }
         let total = self.check_sizes(records, format::BATCH_HEADER_LEN)?;
         let now = self.clock.now_ms();
@@ -565,12 +570,7 @@ impl Partition {
         mark: TxnMark,
     ) -> Result<AppendInfo> {
         if records.is_empty() {
-            let end = self.log_end_offset();
-            return Ok(AppendInfo {
-                partition: self.id,
-                base_offset: end,
-                last_offset: end.wrapping_sub(1),
-            });
+            return Ok(self.nothing_appended());
         }
         let total = self.check_sizes(records, format::TXN_BATCH_HEADER_LEN)?;
         let now = self.clock.now_ms();

@@ -108,13 +108,13 @@ impl LookupEnrich {
     }
 
     fn upsert(&mut self, row: Row) -> OpResult {
+        let key = row_key(&row, &self.table_key);
         let Value::Object(mut m) = row else {
             return Err(OperatorError::failed(format!(
                 "{}: a lookup table row is not a JSON object: {row}",
                 self.name
             )));
         };
-        let key = row_key(&Value::Object(m.clone()), &self.table_key);
         m.retain(|k, _| {
             !self.table_key.contains(k) && self.fields.as_ref().is_none_or(|f| f.contains(k))
         });

@@ -77,6 +77,33 @@ pub enum JoinConfigError {
     Windows(&'static str),
 }
 
+/// Checks interval bounds (ms): `lower <= upper`.
+///
+/// # Errors
+/// [`JoinConfigError::EmptyInterval`] when `lower > upper`.
+pub fn check_interval(lower: Millis, upper: Millis) -> Result<(), JoinConfigError> {
+    if lower > upper {
+        return Err(JoinConfigError::EmptyInterval { lower, upper });
+    }
+    Ok(())
+}
+
+/// Checks that windows can be joined: not merging (sessions), event time.
+///
+/// # Errors
+/// [`JoinConfigError::Windows`] for session or processing-time windows.
+pub fn check_join_windows(windows: &WindowAssigner) -> Result<(), JoinConfigError> {
+    if windows.is_merging() {
+        return Err(JoinConfigError::Windows("session windows cannot be joined"));
+    }
+    if !windows.is_event_time() {
+        return Err(JoinConfigError::Windows(
+            "processing-time windows cannot be joined",
+        ));
+    }
+    Ok(())
+}
+
 fn state_err(e: brook_state::StateError) -> OperatorError {
     OperatorError::other(e)
 }
@@ -155,9 +182,7 @@ where
         join_type: JoinType,
         f: F,
     ) -> Result<Self, JoinConfigError> {
-        if lower > upper {
-            return Err(JoinConfigError::EmptyInterval { lower, upper });
-        }
+        check_interval(lower, upper)?;
         Ok(IntervalJoin {
             lower,
             upper,
@@ -326,14 +351,7 @@ where
         join_type: JoinType,
         f: F,
     ) -> Result<Self, JoinConfigError> {
-        if assigner.is_merging() {
-            return Err(JoinConfigError::Windows("session windows cannot be joined"));
-        }
-        if !assigner.is_event_time() {
-            return Err(JoinConfigError::Windows(
-                "processing-time windows cannot be joined",
-            ));
-        }
+        check_join_windows(&assigner)?;
         Ok(WindowJoin {
             assigner,
             join_type,

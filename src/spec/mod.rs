@@ -751,12 +751,8 @@ fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
             };
             let lower = lower.signed_ms(&format!("{field}.between[0]"))?;
             let upper = upper.signed_ms(&format!("{field}.between[1]"))?;
-            if lower > upper {
-                return Err(SpecError::new(
-                    format!("{field}.between"),
-                    format!("lower bound {lower} ms is above upper bound {upper} ms"),
-                ));
-            }
+            brook_operators::join::check_interval(lower, upper)
+                .map_err(|e| SpecError::new(format!("{field}.between"), e.to_string()))?;
             ResolvedJoin::Interval { lower, upper }
         }
         JoinKind::Window => {
@@ -768,12 +764,8 @@ fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
                 )
             })?;
             let assigner = w.resolve(&format!("{field}.window"))?;
-            if assigner.is_merging() || !assigner.is_event_time() {
-                return Err(SpecError::new(
-                    format!("{field}.window"),
-                    "a window join needs tumbling or hopping event-time windows",
-                ));
-            }
+            brook_operators::join::check_join_windows(&assigner)
+                .map_err(|e| SpecError::new(format!("{field}.window"), e.to_string()))?;
             ResolvedJoin::Window(assigner)
         }
         JoinKind::Temporal => {

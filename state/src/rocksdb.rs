@@ -774,8 +774,9 @@ impl RocksDbStateBackend {
     }
 
     /// Records a write (`None`: a delete) in the cache and keeps `len`; writes the
-    /// cache back when full.
-    fn write(&mut self, state: &str, key: &[u8], value: Option<Vec<u8>>) {
+    /// cache back when full. `in_db`: whether RocksDB holds the key, when the caller
+    /// knows (spares the lookup); only used for a key not in the cache.
+    fn write(&mut self, state: &str, key: &[u8], value: Option<Vec<u8>>, in_db: Option<bool>) {
         let is_put = value.is_some();
         let new_bytes = value.as_ref().map_or(0, Vec::len);
         if let Some(p) = self.pending.get_mut(state).and_then(|m| m.get_mut(key)) {
@@ -789,7 +790,7 @@ impl RocksDbStateBackend {
                 _ => {}
             }
         } else {
-            let in_db = self.in_db(state, key);
+            let in_db = in_db.unwrap_or_else(|| self.in_db(state, key));
             if !in_db && !is_put {
                 return; // deleting what is not there
             }
@@ -908,51 +909,19 @@ impl KeyedStateBackend for RocksDbStateBackend {
     }
 
     fn put(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
-        self.write(state, key, Some(value));
+        self.write(state, key, Some(value), None);
     }
 
     fn insert_new(&mut self, state: &str, key: &[u8], value: Vec<u8>) {
-        if self.pending.get(state).is_some_and(|m| m.contains_key(key)) {
-            return self.write(state, key, Some(value));
-        }
-        self.pending_bytes += key.len() + value.len() + PENDING_OVERHEAD;
-        let entries = match self.pending.get_mut(state) {
-            Some(m) => m,
-            None => self.pending.entry(state.to_string()).or_default(),
-        };
-        entries.insert(
-            key.to_vec(),
-            Pending {
-                value: Some(value),
-                in_db: false,
-            },
-        );
-        self.len += 1;
-        self.write_back_if_full();
+        self.write(state, key, Some(value), Some(false));
     }
 
     fn delete(&mut self, state: &str, key: &[u8]) {
-        self.write(state, key, None);
+        self.write(state, key, None, None);
     }
 
     fn delete_existing(&mut self, state: &str, key: &[u8]) {
-        if self.pending.get(state).is_some_and(|m| m.contains_key(key)) {
-            return self.write(state, key, None);
-        }
-        self.pending_bytes += key.len() + PENDING_OVERHEAD;
-        let entries = match self.pending.get_mut(state) {
-            Some(m) => m,
-            None => self.pending.entry(state.to_string()).or_default(),
-        };
-        entries.insert(
-            key.to_vec(),
-            Pending {
-                value: None,
-                in_db: true,
-            },
-        );
-        self.len -= 1;
-        self.write_back_if_full();
+        self.write(state, key, None, Some(true));
     }
 
     fn scan_prefix(&self, state: &str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
