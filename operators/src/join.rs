@@ -494,6 +494,8 @@ where
 
 const TJ_LEFT: &str = "temporal-join-left";
 const TJ_VERSIONS: &str = "temporal-join-versions";
+/// The watermark up to which a key's records and versions have been handled.
+const TJ_DONE: &str = "temporal-join-done";
 
 impl<K, A, B, O, F> TemporalJoin<K, A, B, O, F>
 where
@@ -564,6 +566,11 @@ where
         Ok(())
     }
 
+    /// Brings the key up to the watermark in one pass: emits every left record at or
+    /// before it and drops the versions no later record can need. One timer does the
+    /// work of all of the key's timers that fire in the same watermark advance (the
+    /// others find the key done), so a key with many buffered versions and records
+    /// costs one scan per advance, not one per timer.
     fn on_timer(
         &mut self,
         time: Millis,
@@ -571,29 +578,40 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Output<Self::Out>,
     ) -> OpResult {
+        let wm = ctx.current_watermark().millis().max(time);
+        let dd = StateDescriptor::<Millis>::new(TJ_DONE);
+        if ctx.state().value(&dd).get().map_err(state_err)? >= Some(wm) {
+            return Ok(());
+        }
         let vd = StateDescriptor::<(Millis, B)>::new(TJ_VERSIONS);
         let ld = StateDescriptor::<(Millis, Vec<A>)>::new(TJ_LEFT);
+        let mut lefts = ctx.state().map(&ld).entries().map_err(state_err)?;
+        let waiting = lefts.iter().filter(|(t, _)| *t > wm).count();
+        lefts.retain(|(t, _)| *t <= wm);
+        lefts.sort_by_key(|(t, _)| *t);
         let mut versions = ctx.state().map(&vd).entries().map_err(state_err)?;
         versions.sort_by_key(|(t, _)| *t);
-        let mut lefts = ctx.state().map(&ld).entries().map_err(state_err)?;
-        lefts.sort_by_key(|(t, _)| *t);
-        for (ta, as_) in lefts.into_iter().filter(|(t, _)| *t <= time) {
+        for (ta, as_) in lefts {
             for a in &as_ {
                 self.emit(a, ta, &versions, out);
             }
             ctx.state().map(&ld).remove(&ta).map_err(state_err)?;
         }
-        // Versions before the one valid at `time` can never be looked up again: later
-        // left records have timestamps above the watermark (>= time).
-        if let Some(keep_from) = versions
+        // Versions before the one valid at the watermark can never be looked up again:
+        // later left records have timestamps above it.
+        let keep_from = versions
             .iter()
             .rev()
-            .find(|(tv, _)| *tv <= time)
-            .map(|(tv, _)| *tv)
-        {
-            for (tv, _) in versions.iter().filter(|(tv, _)| *tv < keep_from) {
-                ctx.state().map(&vd).remove(tv).map_err(state_err)?;
-            }
+            .find(|(tv, _)| *tv <= wm)
+            .map_or(Millis::MIN, |(tv, _)| *tv);
+        for (tv, _) in versions.iter().filter(|(tv, _)| *tv < keep_from) {
+            ctx.state().map(&vd).remove(tv).map_err(state_err)?;
+        }
+        let kept = versions.iter().filter(|(tv, _)| *tv >= keep_from).count();
+        if kept == 0 && waiting == 0 {
+            ctx.state().value(&dd).clear().map_err(state_err)?;
+        } else {
+            ctx.state().value(&dd).set(&wm).map_err(state_err)?;
         }
         Ok(())
     }

@@ -181,10 +181,17 @@ where
             self.state.set_current_key(t.key_group, &t.key);
             self.state.set_current_time(ctx.processing_time());
             self.state.set_namespace(&t.namespace);
+            // An event-time timer fires during a watermark advance: the function sees
+            // the watermark being advanced to (as Flink's `currentWatermark()` in
+            // `onTimer`).
+            let watermark = match domain {
+                TimeDomain::EventTime => Watermark(time).max(ctx.current_watermark()),
+                TimeDomain::ProcessingTime => ctx.current_watermark(),
+            };
             let mut kctx = KeyedContext {
                 key: &key,
                 timestamp: Some(t.timestamp),
-                watermark: ctx.current_watermark(),
+                watermark,
                 processing_time: ctx.processing_time(),
                 state: &mut self.state,
                 timers: &mut self.timers,
