@@ -123,6 +123,31 @@ fn snack_sales_groups_shows_windows_and_each_groups_lag() {
     assert_eq!(lag("analytics"), (5, 25), "{out}");
 }
 
+/// Example 2: only the chocolate-milk sales, in dollars.
+#[test]
+fn chocolate_milk_keeps_only_chocolate_milk() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let o = run_job(dir.path(), "chocolate_milk.yaml", &[]);
+    let mut rows: Vec<(String, String, f64)> = json_lines(&text(&o.stdout))
+        .iter()
+        .map(|r| {
+            (
+                r["student"].as_str().expect("student").to_string(),
+                r["item"].as_str().expect("item").to_string(),
+                r["dollars"].as_f64().expect("dollars"),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        rows,
+        vec![
+            ("ivy".to_string(), "chocolate milk".to_string(), 1.2),
+            ("theo".to_string(), "chocolate milk".to_string(), 1.2),
+        ]
+    );
+}
+
 /// Example 5: sessions per student with a 10-minute gap; kai's late game joins two of
 /// his sessions.
 #[test]
