@@ -111,7 +111,8 @@ enum Msg {
 }
 
 impl Msg {
-    /// The key of the process function the message goes to next.
+    /// The key of `users` and `feeds`: who follows, reads or receives (the author for
+    /// posts and pulls, which go to `authors` only).
     fn reader(&self) -> String {
         match self {
             Msg::Await { reader, .. } | Msg::Push { reader, .. } | Msg::Pulled { reader, .. } => {
@@ -122,6 +123,7 @@ impl Msg {
         }
     }
 
+    /// The key of `authors`: whose followers, posts or stored posts.
     fn author(&self) -> String {
         match self {
             Msg::In(Event::Follow { author, .. } | Event::Post { author, .. })
@@ -671,6 +673,12 @@ fn compare(args: &Args) -> anyhow::Result<Vec<Outcome>> {
     Ok(outcomes)
 }
 
+/// `HH:MM` (UTC) of a time in ms since the epoch.
+fn clock(ts: i64) -> String {
+    let minutes = ts.div_euclid(60_000).rem_euclid(24 * 60);
+    format!("{:02}:{:02}", minutes / 60, minutes % 60)
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let outcomes = compare(&args)?;
@@ -690,12 +698,13 @@ fn main() -> anyhow::Result<()> {
     };
     for r in shown {
         println!(
-            "feed of {} at {} (same under all three strategies):",
-            r.user, r.ts
+            "feed of {} at {} (the same under all three strategies):",
+            r.user,
+            clock(r.ts)
         );
         for id in &r.posts {
             let (author, ts) = posts.get(id).cloned().unwrap_or_default();
-            println!("  post {id:>3} by {author:<10} at {ts}");
+            println!("  post {id:>3} by {author:<10} at {}", clock(ts));
         }
     }
     let reads = hybrid.reads.len().max(1) as f64;

@@ -92,7 +92,12 @@ fn snack_sales_groups_shows_windows_and_each_groups_lag() {
             .filter(|r| r.get("window_start").is_some())
             .collect(),
     );
-    let file_job = run_job(dir.path(), "sales_per_minute.yaml", &[]);
+    let late = dir.path().join("late.jsonl");
+    let file_job = run_job(
+        dir.path(),
+        "sales_per_minute.yaml",
+        &[format!("sinks.late.path={}", late.display())],
+    );
     let from_file = sorted(json_lines(&text(&file_job.stdout)));
     assert_eq!(from_log.len(), 25, "{out}");
     assert_eq!(from_log, from_file);
