@@ -3,10 +3,11 @@
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use brook::engine::metrics::JobMetrics;
+use brook::engine::metrics::{JobMetrics, OperatorMetrics, VertexMetrics};
 use brook::engine::{
     latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint,
     StateBackendFactory,
@@ -271,6 +272,61 @@ pub(crate) fn run(
                 n, t.records_in, t.records_out, t.busy_ms, t.backpressure_ms
             );
         }
+        let parallel: Vec<_> = metrics
+            .vertices()
+            .into_iter()
+            .filter(|v| v.subtasks.len() > 1)
+            .collect();
+        if !parallel.is_empty() {
+            eprintln!(
+                "  records in per subtask, out for sources (skew = max / mean; 1.00 is even)"
+            );
+            let load = |counter: fn(&OperatorMetrics) -> &AtomicU64, v: &VertexMetrics| {
+                v.subtasks
+                    .iter()
+                    .map(|m| counter(m).load(Ordering::Relaxed))
+                    .collect::<Vec<u64>>()
+            };
+            for v in parallel {
+                let mut counts = load(|m| &m.records_in, &v);
+                if counts.iter().all(|&n| n == 0) {
+                    // A source: what each subtask read (its splits' records).
+                    counts = load(|m| &m.records_out, &v);
+                }
+                let shown: Vec<String> = counts.iter().map(u64::to_string).collect();
+                eprintln!(
+                    "  {:<24} {:<40} skew {}",
+                    v.name,
+                    shown.join(" / "),
+                    skew(&counts).map_or_else(|| "-".to_string(), |s| format!("{s:.2}"))
+                );
+            }
+        }
     }
     Ok(())
+}
+
+/// The largest count over the mean count (1.0 when the load is even, `n` when one of
+/// `n` subtasks gets everything); `None` when there is nothing to compare.
+fn skew(counts: &[u64]) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    let max = counts.iter().copied().max()?;
+    if total == 0 {
+        return None;
+    }
+    Some(max as f64 * counts.len() as f64 / total as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skew;
+
+    #[test]
+    fn skew_is_max_over_mean() {
+        assert_eq!(skew(&[5, 5, 5, 5]), Some(1.0));
+        assert_eq!(skew(&[8, 0, 0, 0]), Some(4.0));
+        assert_eq!(skew(&[3, 1]), Some(1.5));
+        assert_eq!(skew(&[0, 0]), None);
+        assert_eq!(skew(&[]), None);
+    }
 }
