@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use brook::core::time::Stopwatch;
 
 use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
 use brook::runner::api::{JobDetail, JobState};
@@ -295,12 +297,13 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
+    let start = Stopwatch::start();
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        let elapsed = Duration::from_nanos(start.elapsed_nanos());
+        assert!(elapsed < timeout, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -329,7 +332,7 @@ fn a_killed_job_process_restarts_from_its_checkpoint_with_exactly_once_output() 
     let runner = Runner::start(&data, None);
     let job_path = job.to_string_lossy().into_owned();
     let id = runner.submit(&[&job_path, "--restart", "fixed:attempts=5,delay=100ms"]);
-    let started = Instant::now();
+    let started = Stopwatch::start();
     for attempt in 1..=2 {
         let pid = runner.wait_for_checkpoint(&id, attempt);
         sigkill(pid);
@@ -337,7 +340,7 @@ fn a_killed_job_process_restarts_from_its_checkpoint_with_exactly_once_output() 
     let d = runner.wait_for_state(&id, JobState::Finished);
     eprintln!(
         "finished after 2 kills in {:.1} s",
-        started.elapsed().as_secs_f64()
+        started.elapsed_nanos() as f64 / 1e9
     );
     assert_eq!(d.summary.attempts, 3, "{d:?}");
     let h = &d.attempt_history;

@@ -44,7 +44,7 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use brook_engine::metrics::JobMetrics;
 use brook_engine::{
@@ -52,7 +52,7 @@ use brook_engine::{
     StreamEnvironment,
 };
 
-use super::status::{JobStatus, ProcessState, SavepointOutcome};
+use super::status::{now_ms, JobStatus, ProcessState, SavepointOutcome};
 use super::RunnerError;
 
 /// `BROOK_JOB_ID`.
@@ -76,7 +76,7 @@ pub const ENV_CHECKPOINT_INTERVAL: &str = "BROOK_CHECKPOINT_INTERVAL";
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: i64 = 10_000;
 
 /// How often the status file is rewritten (ms).
-const STATUS_EVERY_MS: u64 = 500;
+const STATUS_EVERY_MS: i64 = 500;
 
 /// What the runner handed a job process (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,7 +276,7 @@ impl ChildContext {
         };
         let mut canceled = false;
         let mut savepoint = None;
-        let mut next_status = Instant::now();
+        let mut next_status = now_ms();
         while !job.is_finished() {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Command::Cancel) if !canceled => {
@@ -296,7 +296,7 @@ impl ChildContext {
                         Err(e) => SavepointOutcome::Failed(e.to_string()),
                     };
                     savepoint = Some(outcome);
-                    next_status = Instant::now();
+                    next_status = now_ms();
                 }
                 Ok(Command::Unknown(line)) => {
                     eprintln!("runner command not understood: {line:?}");
@@ -304,9 +304,9 @@ impl ChildContext {
                 Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
-            if Instant::now() >= next_status {
+            if now_ms() >= next_status {
                 status(ProcessState::Running, &savepoint, None);
-                next_status = Instant::now() + Duration::from_millis(STATUS_EVERY_MS);
+                next_status = now_ms() + STATUS_EVERY_MS;
             }
         }
         match job.join() {

@@ -118,9 +118,8 @@ pub enum SavepointOutcome {
 
 /// Milliseconds since the epoch.
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    use brook_core::time::Clock;
+    brook_core::time::SystemClock.now_ms()
 }
 
 impl JobStatus {

@@ -63,12 +63,15 @@ impl JobRecord {
     }
 }
 
+/// Where the answer to a request goes.
+pub(crate) type Reply = oneshot::Sender<Result<(), RunnerError>>;
+
 /// Messages to a job's supervising task.
 #[derive(Debug)]
 pub(crate) enum Control {
     Cancel {
         savepoint: bool,
-        reply: oneshot::Sender<Result<(), RunnerError>>,
+        reply: Reply,
     },
 }
 
@@ -656,7 +659,8 @@ impl Supervisor {
         control: &mut mpsc::Receiver<Control>,
     ) -> (Option<ExitStatus>, Option<Option<PathBuf>>) {
         let mut stdin = child.stdin.take();
-        let mut pending: Option<(bool, oneshot::Sender<Result<(), RunnerError>>, i64)> = None;
+        // (with a savepoint, where to reply, when asked)
+        let mut pending: Option<(bool, Reply, i64)> = None;
         let mut control_open = true;
         loop {
             tokio::select! {
