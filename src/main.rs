@@ -217,6 +217,16 @@ fn main() {
             return;
         }
         eprintln!("error: {}", render(&e));
+        // Under a runner, a log held by another process is worth waiting for.
+        let busy = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<brook::log::LogError>(),
+                Some(brook::log::LogError::Locked { .. })
+            )
+        });
+        if busy && std::env::var_os(brook::runner::child::ENV_JOB_ID).is_some() {
+            std::process::exit(brook::runner::child::EXIT_DATA_DIR_BUSY);
+        }
         std::process::exit(1);
     }
 }

@@ -626,42 +626,93 @@ fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
                 Some(b) => req.json(&b),
                 None => req,
             };
-            req.send().await.map(|r| r.status().as_u16())
+            let r = req.send().await?;
+            let status = r.status().as_u16();
+            Ok::<_, reqwest::Error>((status, r.text().await?))
         })
         .expect("request")
     };
     for id in ["..%2Fx", "a%2Fb", "A", "x%00", "a.b"] {
-        assert_eq!(code("GET", &format!("/jobs/{id}"), None), 400, "GET {id}");
-        assert_eq!(
-            code("POST", &format!("/jobs/{id}/cancel"), None),
-            400,
-            "cancel {id}"
-        );
+        let (status, body) = code("GET", &format!("/jobs/{id}"), None);
+        assert_eq!(status, 400, "GET {id}");
+        assert!(body.contains("job id"), "{body}");
+        let (status, _) = code("POST", &format!("/jobs/{id}/cancel"), None);
+        assert_eq!(status, 400, "cancel {id}");
     }
-    assert_eq!(code("GET", "/jobs/no-such-job", None), 404);
+    assert_eq!(code("GET", "/jobs/no-such-job", None).0, 404);
+    let spec = "name: x\nsources: [{name: g, connector: generator, count: 10}]\nsinks: [{name: o, connector: file, path: o.jsonl}]\n";
     let spec_dir = dir.path().to_string_lossy().into_owned();
     for name in ["../x", "a/b", "..", ""] {
         let body = serde_json::json!({
             "name": name,
-            "job": { "kind": "yaml", "spec": "name: x\nsources: []\nsinks: []\n", "base_dir": spec_dir },
+            "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
         });
-        assert_eq!(code("POST", "/jobs", Some(body)), 400, "name {name:?}");
+        let (status, text) = code("POST", "/jobs", Some(body));
+        assert_eq!(status, 400, "name {name:?}");
+        assert!(text.contains("job"), "{text}");
     }
     // A spec whose own name would escape.
     let body = serde_json::json!({
-        "job": { "kind": "yaml", "spec": "name: ../x\nsources: []\nsinks: []\n", "base_dir": spec_dir },
+        "job": { "kind": "yaml", "spec": spec.replace("name: x", "name: ../x"), "base_dir": spec_dir },
     });
-    assert_eq!(code("POST", "/jobs", Some(body)), 400);
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("path separator"), "{text}");
     // A savepoint outside the data directory.
     let body = serde_json::json!({
-        "job": { "kind": "yaml", "spec": "name: x\nsources: []\nsinks: []\n", "base_dir": spec_dir },
+        "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
         "from_savepoint": "/etc",
     });
-    assert_eq!(code("POST", "/jobs", Some(body)), 400);
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("inside the runner's data directory"),
+        "{text}"
+    );
+    // The same spec is fine otherwise: the refusals above were about the names.
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 201, "{text}");
     assert!(
         !dir.path().join("x").exists() && !dir.path().join("data/runner/x").exists(),
         "nothing was written outside the jobs' directories"
     );
     let jobs = rt().block_on(runner.client().list()).expect("GET /jobs");
-    assert!(jobs.is_empty(), "{jobs:?}");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].id, "x-1");
+}
+
+#[test]
+fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let copy = dir.path().join("copy.yaml");
+    std::fs::write(
+        &copy,
+        "name: copy\nsources:\n  - {name: events, connector: log, topic: events}\nsinks:\n  - {name: o, connector: file, path: copy/events.jsonl}\n",
+    )
+    .expect("write the copy spec");
+    let runner = Runner::start(&data, None);
+    let first = runner.submit(&[&job.to_string_lossy()]);
+    runner.wait_for_checkpoint(&first, 1);
+    let second = runner.submit(&[&copy.to_string_lossy(), "--restart", "none"]);
+    // The log is one process's at a time: the second job waits, without failing.
+    let d = wait_for("the second job to wait", Duration::from_secs(30), || {
+        let d = runner.job(&second);
+        d.attempt_history
+            .first()
+            .and_then(|a| a.outcome.as_deref())
+            .is_some_and(|o| o.starts_with("waiting"))
+            .then_some(d)
+    });
+    assert_eq!(d.summary.state, JobState::Restarting, "{d:?}");
+    runner.wait_for_state(&first, JobState::Finished);
+    let d = runner.wait_for_state(&second, JobState::Finished);
+    assert_eq!(d.summary.attempts, 1, "waiting is no attempt: {d:?}");
+    let copied = std::fs::read_to_string(dir.path().join("copy/events.jsonl")).expect("copy");
+    assert_eq!(copied.lines().count(), EVENTS as usize);
+    drop(runner);
+    assert_same_output(&outputs(dir.path(), &data), "beside another job");
 }

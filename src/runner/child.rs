@@ -23,8 +23,11 @@
 //! While it runs the child holds an exclusive lock on `<BROOK_STATUS_FILE>.lock`, so
 //! a runner never starts a second copy of a job while an old one is still stopping.
 //!
-//! Exit status: 0 when the job finished or was canceled (the status file says which),
-//! anything else is a failure the runner may restart the job after.
+//! Exit status: 0 when the job finished or was canceled (the status file says which);
+//! [`EXIT_DATA_DIR_BUSY`] (75) when the embedded log could not be opened because
+//! another process holds it (the log is one process's at a time: the runner tries
+//! again every second without counting a failure); anything else is a failure the
+//! runner may restart the job after.
 //!
 //! A job binary needs two calls to be supervised, and still runs on its own:
 //!
@@ -71,6 +74,10 @@ pub const ENV_RESTORE: &str = "BROOK_RESTORE";
 pub const ENV_PARALLELISM: &str = "BROOK_PARALLELISM";
 /// `BROOK_CHECKPOINT_INTERVAL`.
 pub const ENV_CHECKPOINT_INTERVAL: &str = "BROOK_CHECKPOINT_INTERVAL";
+
+/// The exit status of a job process that could not open the data directory's log
+/// because another process holds it (`EX_TEMPFAIL`).
+pub const EXIT_DATA_DIR_BUSY: i32 = 75;
 
 /// Checkpoint interval of a supervised job that sets none (ms).
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: i64 = 10_000;

@@ -69,10 +69,7 @@ pub(crate) type Reply = oneshot::Sender<Result<(), RunnerError>>;
 /// Messages to a job's supervising task.
 #[derive(Debug)]
 pub(crate) enum Control {
-    Cancel {
-        savepoint: bool,
-        reply: Reply,
-    },
+    Cancel { savepoint: bool, reply: Reply },
 }
 
 /// The runner's jobs and their supervising tasks.
@@ -114,6 +111,13 @@ fn id_stem(name: &str) -> String {
 }
 
 const STDERR_TAIL: u64 = 2_000;
+
+/// The outcome of a process that could not open the data directory's log because
+/// another process holds it (exit status [`super::child::EXIT_DATA_DIR_BUSY`]).
+const BUSY: &str = "waiting: another process holds the data directory's log";
+
+/// How often such a job tries again (ms).
+const BUSY_RETRY_MS: u64 = 1_000;
 
 impl Supervisor {
     /// Loads the jobs under `<data_dir>/runner/jobs`.
@@ -278,12 +282,15 @@ impl Supervisor {
             .transpose()?;
         match &req.job {
             JobKind::Yaml { spec, base_dir } => {
-                // The spec must parse; the job process checks the rest.
-                crate::spec::parse(spec)
-                    .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?;
                 if !base_dir.is_absolute() {
                     return Err(RunnerError::Invalid("base_dir must be absolute".into()));
                 }
+                // Checked as `brook run` checks it (fields, expressions, files), so a
+                // bad spec is refused now rather than failing its restarts.
+                let parsed = crate::spec::parse(spec)
+                    .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?;
+                crate::spec::validate(crate::spec::resolve_paths(parsed, base_dir))
+                    .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?;
             }
             JobKind::Bin { path, .. } => {
                 if !path.is_absolute() || !path.is_file() {
@@ -544,7 +551,8 @@ impl Supervisor {
             let restore = self.restore_point(&r);
             let dir = self.job_dir(id);
             let started = now_ms();
-            let number = u32::try_from(r.attempts.len() + 1).unwrap_or(u32::MAX);
+            let waited = r.attempts.last().and_then(|a| a.outcome.as_deref()) == Some(BUSY);
+            let number = u32::try_from(r.attempts.len() + usize::from(!waited)).unwrap_or(u32::MAX);
             let _ = std::fs::remove_file(self.status_file(id));
             let spawned = (|| {
                 let (out, _) = Self::open_log(&dir.join("stdout.log"))?;
@@ -572,6 +580,10 @@ impl Supervisor {
                 stderr_tail: None,
             };
             let _ = self.update(id, |r| {
+                // Waiting for the data directory is one entry, however long it takes.
+                if r.attempts.last().and_then(|a| a.outcome.as_deref()) == Some(BUSY) {
+                    r.attempts.pop();
+                }
                 r.attempts.push(attempt);
                 r.state = JobState::Running;
             });
@@ -591,6 +603,7 @@ impl Supervisor {
             let ended = now_ms();
             let finished = outcome == "finished";
             let was_canceled = outcome == "canceled";
+            let busy = outcome == BUSY;
             let ran_ms = u64::try_from(ended - started).unwrap_or(0);
             let mut delay = None;
             let saved = self.update(id, |r| {
@@ -607,6 +620,10 @@ impl Supervisor {
                     r.state = JobState::Finished;
                 } else if was_canceled {
                     r.state = JobState::Canceled;
+                } else if busy {
+                    // Not the job's failure: try again soon, without using up restarts.
+                    r.state = JobState::Restarting;
+                    delay = Some(BUSY_RETRY_MS);
                 } else {
                     if let RestartStrategy::ExponentialDelay { reset_ms, .. } = r.restart {
                         if ran_ms >= reset_ms {
@@ -749,6 +766,9 @@ fn describe_exit(
     }
     if canceled {
         return ("canceled".into(), false);
+    }
+    if status.code() == Some(super::child::EXIT_DATA_DIR_BUSY) {
+        return (BUSY.into(), false);
     }
     let mut what = match (status.code(), status.signal()) {
         (Some(c), _) => format!("exit code {c}"),
