@@ -534,10 +534,17 @@ fn a_builder_api_binary_is_supervised_and_restarted_with_exactly_once_output() {
     let pid = runner.wait_for_checkpoint(&id, 1);
     let d = runner.job(&id);
     assert_eq!(d.summary.kind, "bin");
-    assert!(d
-        .status
-        .as_ref()
-        .is_some_and(|s| s.operators.iter().any(|o| o.records_out > 0)));
+    let st = d.status.as_ref().expect("a status");
+    assert!(st.operators.iter().any(|o| o.records_out > 0), "{st:?}");
+    // Generator splits report their next event number and what is left of them.
+    assert!(
+        st.splits.len() == 16
+            && st
+                .splits
+                .iter()
+                .all(|s| s.offset.is_some() && s.lag.is_some()),
+        "{st:?}"
+    );
     sigkill(pid);
     let d = runner.wait_for_state(&id, JobState::Finished);
     assert_eq!(d.summary.attempts, 2, "{d:?}");
@@ -715,4 +722,41 @@ fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
     assert_eq!(copied.lines().count(), EVENTS as usize);
     drop(runner);
     assert_same_output(&outputs(dir.path(), &data), "beside another job");
+}
+
+#[test]
+fn a_failing_job_is_restarted_by_its_strategy_then_failed_with_its_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = Runner::start(&dir.path().join("data"), None);
+    let id = runner.submit(&[
+        "--bin",
+        "/bin/sh",
+        "--name",
+        "boom",
+        "--restart",
+        "exponential:initial=50ms,max=200ms,multiplier=2,attempts=2",
+        "--",
+        "-c",
+        "echo \"boom in $BROOK_JOB_ID\" >&2; exit 3",
+    ]);
+    let d = runner.wait_for_state(&id, JobState::Failed);
+    assert_eq!(d.summary.attempts, 3, "the first run and 2 restarts: {d:?}");
+    for a in &d.attempt_history {
+        assert_eq!(a.outcome.as_deref(), Some("exit code 3"), "{a:?}");
+        let tail = a.stderr_tail.as_deref().unwrap_or("");
+        assert_eq!(tail, format!("boom in {id}"), "each attempt's own stderr");
+    }
+    // The delays grew: 50 ms, then 100 ms.
+    let h = &d.attempt_history;
+    let gap = |i: usize| h[i].started_ms - h[i - 1].ended_ms.expect("ended");
+    assert!(gap(1) >= 50 && gap(2) >= 100, "{} {}", gap(1), gap(2));
+    let out = runner.cli(&["jobs"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&id) && table.contains("FAILED") && table.contains("exit code 3"),
+        "{table}"
+    );
+    let out = runner.cli(&["job", &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("boom in"), "{text}");
 }
