@@ -612,7 +612,7 @@ impl Supervisor {
                     a.outcome = Some(outcome.clone());
                     a.stderr_tail = tail.clone();
                 }
-                if let Some(Some(p)) = &canceled {
+                if let Some((Some(p), _)) = &canceled {
                     r.savepoints.push(p.clone());
                     r.restore_from = Some(p.clone());
                 }
@@ -639,6 +639,14 @@ impl Supervisor {
                     };
                 }
             });
+            // The canceler hears back once the job's record says so.
+            if let Some((_, reply)) = canceled {
+                let _ = reply.send(saved.as_ref().map(|_| ()).map_err(|e| {
+                    RunnerError::Conflict(format!(
+                        "the job stopped, but its record was not saved: {e}"
+                    ))
+                }));
+            }
             let Ok(saved) = saved else { return };
             tracing::info!(job = %id, attempt = number, outcome = %outcome, state = %saved.state, "job process ended");
             let Some(delay) = delay else { return };
@@ -668,13 +676,14 @@ impl Supervisor {
     }
 
     /// Waits for the process to end, obeying cancel requests. Returns its exit status
-    /// and, when it was canceled, the savepoint taken (if one was asked for).
+    /// and, when it was canceled, the savepoint taken (if one was asked for) and where
+    /// to confirm the cancel.
     async fn watch(
         &self,
         id: &str,
         child: &mut tokio::process::Child,
         control: &mut mpsc::Receiver<Control>,
-    ) -> (Option<ExitStatus>, Option<Option<PathBuf>>) {
+    ) -> (Option<ExitStatus>, Option<(Option<PathBuf>, Reply)>) {
         let mut stdin = child.stdin.take();
         // (with a savepoint, where to reply, when asked)
         let mut pending: Option<(bool, Reply, i64)> = None;
@@ -697,8 +706,7 @@ impl Supervisor {
                         )));
                         return (status, None);
                     }
-                    let _ = reply.send(Ok(()));
-                    return (status, Some(path));
+                    return (status, Some((path, reply)));
                 }
                 msg = control.recv(), if control_open && pending.is_none() => {
                     let Some(Control::Cancel { savepoint, reply }) = msg else {
