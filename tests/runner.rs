@@ -704,6 +704,11 @@ fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
     let runner = Runner::start(&data, None);
     let first = runner.submit(&[&job.to_string_lossy()]);
     runner.wait_for_checkpoint(&first, 1);
+    // Another live job of the same name would share its log sink's transactional ids.
+    let out = runner.cli(&["submit", &job.to_string_lossy()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("same name"), "{err}");
     let second = runner.submit(&[&copy.to_string_lossy(), "--restart", "none"]);
     // The log is one process's at a time: the second job waits, without failing.
     let d = wait_for("the second job to wait", Duration::from_secs(30), || {

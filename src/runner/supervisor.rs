@@ -308,6 +308,7 @@ impl Supervisor {
             .transpose()?;
         let id = {
             let jobs = self.jobs();
+            self.check_name_free(&jobs, &name, None)?;
             let stem = id_stem(&name);
             let n = jobs.len() + 1;
             let mut id = format!("{stem}-{n}");
@@ -342,6 +343,26 @@ impl Supervisor {
         self.jobs().insert(id.clone(), record);
         self.start_supervising(&id);
         self.detail(&id)
+    }
+
+    /// Two live jobs of one name would share transactional ids of their log sinks
+    /// (`<job>.<sink>.<subtask>`) and fence each other's commits: one at a time.
+    fn check_name_free(
+        &self,
+        jobs: &BTreeMap<String, JobRecord>,
+        name: &str,
+        except: Option<&str>,
+    ) -> Result<(), RunnerError> {
+        match jobs
+            .values()
+            .find(|r| r.name == name && !r.state.is_terminal() && Some(r.id.as_str()) != except)
+        {
+            Some(other) => Err(RunnerError::Conflict(format!(
+                "job {} of the same name {name:?} is {}: cancel it or choose another --name",
+                other.id, other.state
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Starts the jobs a previous runner left running.
@@ -421,6 +442,7 @@ impl Supervisor {
                 r.state
             )));
         }
+        self.check_name_free(&self.jobs(), &r.name, Some(id))?;
         let explicit = savepoint.map(|p| self.checked_savepoint(p)).transpose()?;
         if explicit.is_some() {
             // Checkpoints of the run after that savepoint must not win over it.
