@@ -183,11 +183,12 @@ impl Supervisor {
         let r = jobs
             .get_mut(id)
             .ok_or_else(|| RunnerError::NotFound(id.to_string()))?;
-        f(r);
-        let r = r.clone();
-        drop(jobs);
-        self.save(&r)?;
-        Ok(r)
+        let mut next = r.clone();
+        f(&mut next);
+        // On disk first, under the lock: no one sees a state the file does not have.
+        self.save(&next)?;
+        *r = next.clone();
+        Ok(next)
     }
 
     fn save(&self, r: &JobRecord) -> Result<(), RunnerError> {
