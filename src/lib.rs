@@ -8,7 +8,9 @@
 //! - [`engine`]: the runtime and builder API ([`engine::StreamEnvironment`]);
 //! - [`operators`], [`state`], [`connectors`]: operators, keyed state, sources and sinks;
 //! - [`log`]: the embedded, Kafka-like partitioned log with consumer groups;
-//! - [`spec`]: YAML job specs, as run by `brook run`.
+//! - [`spec`]: YAML job specs, as run by `brook run`;
+//! - [`runner`]: the runner service (`brook runner`), its clients, and the contract
+//!   with the job processes it supervises.
 //!
 //! # Example
 //! ```
@@ -86,6 +88,7 @@ pub use brook_log as log;
 pub use brook_operators as operators;
 pub use brook_state as state;
 
+pub mod runner;
 pub mod spec;
 
 /// The names a job written in Rust uses most.

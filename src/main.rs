@@ -2,6 +2,7 @@
 
 mod metrics_http;
 mod run;
+mod runner_cli;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
@@ -50,6 +51,19 @@ enum Command {
     Group(GroupCommand),
     /// Run a YAML job spec in the foreground.
     Run(run::RunArgs),
+    /// Run the runner service: jobs submitted to it run supervised and restart from
+    /// their checkpoints.
+    Runner(runner_cli::RunnerArgs),
+    /// Submit a YAML job spec or a job binary (--bin) to the runner.
+    Submit(runner_cli::SubmitArgs),
+    /// List the runner's jobs.
+    Jobs(runner_cli::JobsArgs),
+    /// Show a job of the runner: operators, source splits, checkpoints, attempts.
+    Job(runner_cli::JobArgs),
+    /// Cancel a job of the runner, optionally with a savepoint.
+    Cancel(runner_cli::CancelArgs),
+    /// Resume a canceled or failed job of the runner.
+    Resume(runner_cli::ResumeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -203,6 +217,16 @@ fn main() {
             return;
         }
         eprintln!("error: {}", render(&e));
+        // Under a runner, a log held by another process is worth waiting for.
+        let busy = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<brook::log::LogError>(),
+                Some(brook::log::LogError::Locked { .. })
+            )
+        });
+        if busy && std::env::var_os(brook::runner::child::ENV_JOB_ID).is_some() {
+            std::process::exit(brook::runner::child::EXIT_DATA_DIR_BUSY);
+        }
         std::process::exit(1);
     }
 }
@@ -226,6 +250,13 @@ fn run(cli: Cli) -> Result<()> {
     let command = match command {
         // The log is opened only if the job reads or writes it.
         Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
+        // The runner and its clients never open the log: job processes do.
+        Command::Runner(args) => return runner_cli::runner(args, &data_dir),
+        Command::Submit(args) => return runner_cli::submit(args),
+        Command::Jobs(args) => return runner_cli::jobs(args),
+        Command::Job(args) => return runner_cli::job(args),
+        Command::Cancel(args) => return runner_cli::cancel(args),
+        Command::Resume(args) => return runner_cli::resume(args),
         other => other,
     };
     let log = open_log(&data_dir, &fsync)?;
@@ -233,7 +264,13 @@ fn run(cli: Cli) -> Result<()> {
     // background maintenance first runs.
     log.run_maintenance().context("applying retention")?;
     match command {
-        Command::Run(_) => Ok(()),
+        Command::Run(_)
+        | Command::Runner(_)
+        | Command::Submit(_)
+        | Command::Jobs(_)
+        | Command::Job(_)
+        | Command::Cancel(_)
+        | Command::Resume(_) => Ok(()),
         Command::Topic(cmd) => topic_command(&log, cmd),
         Command::Produce(args) => produce(&log, args),
         Command::Consume(args) => {

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brook::engine::metrics::{JobMetrics, OperatorMetrics, VertexMetrics};
+use brook::engine::JobResult;
 use brook::engine::{
     latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint,
     StateBackendFactory,
 };
 use brook::log::Log;
+use brook::runner::ChildContext;
 use brook::spec::{self, SinkSpec, SourceSpec};
 use brook::state::RocksDbOptions;
 use clap::Args;
@@ -55,6 +57,9 @@ pub(crate) struct RunArgs {
     /// (Flink's stop-with-savepoint); resume later with `--restore DIR/savepoint-<id>`.
     #[arg(long, value_name = "DIR")]
     savepoint_dir: Option<PathBuf>,
+    /// Relative paths in the spec are relative to DIR (default: the spec's directory).
+    #[arg(long, value_name = "DIR")]
+    base_dir: Option<PathBuf>,
 }
 
 /// Checkpointing and restore settings from the command line and the spec.
@@ -62,11 +67,16 @@ fn checkpoint_config(
     args: &RunArgs,
     spec: &spec::JobSpec,
     data_dir: &std::path::Path,
+    runner: Option<&ChildContext>,
 ) -> Result<JobConfig> {
     let state_backend = match args.state_backend.or(spec.state_backend) {
         Some(spec::StateBackendKind::Memory) => StateBackendFactory::memory(),
         Some(spec::StateBackendKind::Rocksdb) | None => StateBackendFactory::rocksdb(
-            data_dir.join("state").join(&spec.name),
+            // Under a runner each job has its own state directory, whatever its name.
+            runner.map_or_else(
+                || data_dir.join("state").join(&spec.name),
+                |r| r.state_dir.clone(),
+            ),
             RocksDbOptions::default(),
         ),
     };
@@ -105,6 +115,10 @@ fn checkpoint_config(
         .with_context(|| format!("--restore {r}"))?;
         eprintln!("restoring checkpoint {} from {}", cp.id, cp.path.display());
         config.restore = Some(std::sync::Arc::new(cp));
+    }
+    if let Some(r) = runner {
+        // The runner's checkpoint directory and restore point win over the flags'.
+        r.configure(&mut config)?;
     }
     Ok(config)
 }
@@ -145,6 +159,11 @@ pub(crate) fn run(
     data_dir: &std::path::Path,
     open_log: impl FnOnce() -> Result<Log>,
 ) -> Result<()> {
+    let runner = ChildContext::from_env()?;
+    if let Some(r) = &runner {
+        // Before the log is opened: an earlier process of the job may still hold it.
+        r.hold_lock()?;
+    }
     let text = std::fs::read_to_string(&args.spec)
         .with_context(|| format!("reading {}", args.spec.display()))?;
     let mut parsed: spec::JobSpec = if args.set.is_empty() {
@@ -163,11 +182,14 @@ pub(crate) fn run(
         parsed.parallelism = Some(p);
     }
     // Relative paths in the spec are relative to the spec's directory.
-    let base = args
-        .spec
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
+    let base = match &args.base_dir {
+        Some(d) => d.clone(),
+        None => args
+            .spec
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default(),
+    };
     let valid = spec::validate(spec::resolve_paths(parsed, &base))
         .with_context(|| format!("{}: invalid job spec", args.spec.display()))?;
     let log = if uses_log(&valid.spec) {
@@ -176,7 +198,7 @@ pub(crate) fn run(
         None
     };
     let name = valid.spec.name.clone();
-    let config = checkpoint_config(&args, &valid.spec, data_dir)?;
+    let config = checkpoint_config(&args, &valid.spec, data_dir, runner.as_ref())?;
     let built = spec::build(&valid, config, log.as_ref())
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
@@ -186,6 +208,21 @@ pub(crate) fn run(
         None => None,
     };
     let job = built.env.start_with_metrics(&name, metrics.clone())?;
+    if let Some(r) = &runner {
+        // Supervised: status reports and the runner's commands instead of a terminal.
+        let result = match r.supervise(job, &metrics) {
+            Ok(Some(result)) => result,
+            Ok(None) => {
+                eprintln!("job {name} canceled");
+                return Ok(());
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),
+        };
+        if !args.quiet {
+            summary(&name, &built, &metrics, &result);
+        }
+        return Ok(());
+    }
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new_spinner();
         b.set_style(
@@ -245,8 +282,15 @@ pub(crate) fn run(
         Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),
     };
     if !args.quiet {
-        let read = totals(&metrics, &built.sources, false);
-        let written = totals(&metrics, &built.sinks, true);
+        summary(&name, &built, &metrics, &result);
+    }
+    Ok(())
+}
+
+fn summary(name: &str, built: &spec::BuiltJob, metrics: &JobMetrics, result: &JobResult) {
+    {
+        let read = totals(metrics, &built.sources, false);
+        let written = totals(metrics, &built.sinks, true);
         let secs = (result.elapsed_ms as f64 / 1000.0).max(0.001);
         let skipped = built.bad_records.skipped();
         let dead = built.bad_records.dead_lettered();
@@ -303,7 +347,6 @@ pub(crate) fn run(
             }
         }
     }
-    Ok(())
 }
 
 /// The largest count over the mean count (1.0 when the load is even, `n` when one of

@@ -49,7 +49,7 @@
 use std::time::Duration;
 
 use brook_core::operator::{OpResult, Output, SubtaskInfo};
-use brook_core::source::{InputStatus, Source, SourceReader, Split};
+use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
 use brook_core::time::{Millis, Stopwatch};
 use serde::{Deserialize, Serialize};
 
@@ -490,6 +490,20 @@ impl SourceReader for GeneratorReader {
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
+    }
+
+    fn split_progress(&self) -> Vec<(String, SplitProgress)> {
+        let n = self.cfg.events;
+        self.cursors
+            .iter()
+            .map(|c| {
+                let progress = SplitProgress {
+                    offset: c.next.min(n),
+                    lag: Some(remaining(&c.split, c.next, n)),
+                };
+                (c.split.split_id(), progress)
+            })
+            .collect()
     }
 
     fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {

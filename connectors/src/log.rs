@@ -109,7 +109,7 @@ use brook_core::element::Batch;
 use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
-use brook_core::source::{InputStatus, Source, SourceReader, Split};
+use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
 use brook_log::{
     IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
     TransactionHandle, TransactionalProducer,
@@ -587,6 +587,24 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                 })
                 .collect(),
         )
+    }
+
+    fn split_progress(&self) -> Vec<(String, SplitProgress)> {
+        self.cursors
+            .iter()
+            .map(|c| {
+                // A bounded reader's end is where it stops; a following one's is what
+                // it could read now.
+                let end = c
+                    .end
+                    .unwrap_or_else(|| c.partition.end_offset(self.isolation));
+                let progress = SplitProgress {
+                    offset: c.position,
+                    lag: Some(end.saturating_sub(c.position)),
+                };
+                (format!("{}/{}", self.topic, c.id), progress)
+            })
+            .collect()
     }
 
     fn wait_for_data(&mut self, timeout_ms: u64) {

@@ -92,6 +92,24 @@ pub trait SourceReader: Send {
         None
     }
 
+    /// How far the reader is in each of its splits, as `(split id, progress)`, for
+    /// metrics (called every 200 ms or so while the job runs; keep it cheap). The
+    /// default reports nothing.
+    fn split_progress(&self) -> Vec<(String, SplitProgress)> {
+        Vec::new()
+    }
+
     /// Always called last: release resources.
     fn close(&mut self) {}
+}
+
+/// A reader's position in one split, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitProgress {
+    /// The next offset (or record number) to read.
+    pub offset: u64,
+    /// Records left to read up to the split's current end, when the reader knows it
+    /// (a log partition: its end offset, or last stable offset read committed, minus
+    /// `offset`).
+    pub lag: Option<u64>,
 }

@@ -510,6 +510,7 @@ pub(crate) fn run_coordinator(
     max_parallelism: u32,
     clock: SharedClock,
     stop: Arc<AtomicBool>,
+    stats: Arc<crate::metrics::CheckpointStats>,
 ) {
     let mut id = first_id;
     let stopped = || stop.load(Ordering::SeqCst) || control.task_ended.load(Ordering::SeqCst);
@@ -565,6 +566,7 @@ pub(crate) fn run_coordinator(
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
+        let size: u64 = files.iter().map(|f| f.size).sum();
         let done = failure.is_none() && {
             let meta = Metadata {
                 format_version: FORMAT_VERSION,
@@ -591,11 +593,16 @@ pub(crate) fn run_coordinator(
         }
         if done {
             control.completed.store(id, Ordering::SeqCst);
-            info!(
-                checkpoint = id,
-                ms = clock.now_ms() - started,
-                "checkpoint complete"
-            );
+            let now = clock.now_ms();
+            let ms = now - started;
+            stats.completed.fetch_add(1, Ordering::Relaxed);
+            stats.last_id.store(id, Ordering::Relaxed);
+            stats
+                .last_duration_ms
+                .store(u64::try_from(ms).unwrap_or(0), Ordering::Relaxed);
+            stats.last_size_bytes.store(size, Ordering::Relaxed);
+            stats.last_completed_ms.store(now, Ordering::Relaxed);
+            info!(checkpoint = id, ms, "checkpoint complete");
             for (old, path) in checkpoint_dirs(&control.dir)
                 .into_iter()
                 .skip(config.retain)
@@ -606,6 +613,7 @@ pub(crate) fn run_coordinator(
             }
             remove_unreferenced_shared_files(&control.dir);
         } else {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
             warn!(
                 checkpoint = id,
                 reason = failure.as_deref().unwrap_or("?"),

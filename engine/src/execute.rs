@@ -380,6 +380,7 @@ pub(crate) fn start(
             let first_id = crate::checkpoint::newest_id(&config.dir).max(restored) + 1;
             let stop = Arc::new(AtomicBool::new(false));
             let (s, job, clock) = (Arc::clone(&stop), name.to_string(), g.config.clock.clone());
+            let stats = Arc::clone(metrics.checkpoints());
             let h = std::thread::Builder::new()
                 .name("checkpoints".into())
                 .spawn(move || {
@@ -394,6 +395,7 @@ pub(crate) fn start(
                         max,
                         clock,
                         s,
+                        stats,
                     )
                 })
                 .map_err(|source| EngineError::Spawn {

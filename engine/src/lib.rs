@@ -50,6 +50,6 @@ pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvi
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
 pub use join::JoinedStreams;
-pub use metrics::SplitMetrics;
+pub use metrics::{CheckpointStats, SplitMetrics};
 pub use state_backend::{StateBackendContext, StateBackendFactory};
 pub use window::{OutputTag, WindowedStream};

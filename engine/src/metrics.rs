@@ -40,6 +40,30 @@ pub struct SplitMetrics {
     pub watermark: i64,
     /// Whether it is idle (no records for the idle timeout).
     pub idle: bool,
+    /// The next offset the reader reads, when the source tells
+    /// ([`SourceReader::split_progress`](brook_core::source::SourceReader::split_progress)).
+    pub offset: Option<u64>,
+    /// Records left up to the split's current end, when the source tells.
+    pub lag: Option<u64>,
+}
+
+/// Checkpoint statistics of a job, recorded by the checkpoint coordinator.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    /// Checkpoints completed (savepoints included).
+    pub completed: AtomicU64,
+    /// Checkpoints aborted (timed out, declined, failed to write).
+    pub failed: AtomicU64,
+    /// Id of the last completed checkpoint, 0 before the first.
+    pub last_id: AtomicU64,
+    /// How long the last completed checkpoint took, from its start to its metadata
+    /// (ms).
+    pub last_duration_ms: AtomicU64,
+    /// Bytes of the last completed checkpoint's task files (state shared with earlier
+    /// checkpoints not counted).
+    pub last_size_bytes: AtomicU64,
+    /// When the last checkpoint completed (ms since the epoch, by the job's clock).
+    pub last_completed_ms: std::sync::atomic::AtomicI64,
 }
 
 impl OperatorMetrics {
@@ -100,6 +124,7 @@ impl VertexMetrics {
 #[derive(Debug, Default, Clone)]
 pub struct JobMetrics {
     vertices: Arc<Mutex<Vec<VertexMetrics>>>,
+    checkpoints: Arc<CheckpointStats>,
 }
 
 impl JobMetrics {
@@ -111,6 +136,11 @@ impl JobMetrics {
             subtasks: subtasks.clone(),
         });
         subtasks
+    }
+
+    /// The job's checkpoint statistics (live).
+    pub fn checkpoints(&self) -> &Arc<CheckpointStats> {
+        &self.checkpoints
     }
 
     /// A snapshot of the vertices' metrics (the counters stay live).
@@ -166,6 +196,73 @@ impl JobMetrics {
                     );
                 }
             }
+        }
+        for (name, help, get) in [
+            (
+                "brook_split_offset",
+                "Next offset a source reads in a split",
+                (|sp: &SplitMetrics| sp.offset) as fn(&SplitMetrics) -> Option<u64>,
+            ),
+            (
+                "brook_split_lag",
+                "Records left to read in a split",
+                |sp: &SplitMetrics| sp.lag,
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for v in &vertices {
+                for (i, m) in v.subtasks.iter().enumerate() {
+                    let splits = m.splits.lock().unwrap_or_else(|e| e.into_inner());
+                    for sp in splits.iter() {
+                        if let Some(x) = get(sp) {
+                            let _ = writeln!(
+                                s,
+                                "{name}{{operator=\"{}\",subtask=\"{i}\",split=\"{}\"}} {x}",
+                                escape(&v.name),
+                                escape(&sp.split),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let c = &self.checkpoints;
+        for (name, help, kind, value) in [
+            (
+                "brook_checkpoints_completed_total",
+                "Checkpoints completed",
+                "counter",
+                c.completed.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "brook_checkpoints_failed_total",
+                "Checkpoints aborted",
+                "counter",
+                c.failed.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "brook_last_checkpoint_id",
+                "Id of the last completed checkpoint",
+                "gauge",
+                c.last_id.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "brook_last_checkpoint_duration_seconds",
+                "Duration of the last completed checkpoint",
+                "gauge",
+                c.last_duration_ms.load(Ordering::Relaxed) as f64 / 1e3,
+            ),
+            (
+                "brook_last_checkpoint_size_bytes",
+                "Size of the last completed checkpoint's task files",
+                "gauge",
+                c.last_size_bytes.load(Ordering::Relaxed) as f64,
+            ),
+        ] {
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         }
         s
     }

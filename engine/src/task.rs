@@ -174,10 +174,10 @@ impl<T: Send + 'static> SourceTask<T> {
                 let u = wms.update(now);
                 self.apply(u)?;
                 next_emit = now.saturating_add(interval.max(1));
-                if now >= next_metrics {
-                    self.split_metrics(&wms);
-                    next_metrics = now + SPLIT_METRICS_MS;
-                }
+            }
+            if now >= next_metrics {
+                self.split_metrics(&wms);
+                next_metrics = now + SPLIT_METRICS_MS;
             }
             fire_callbacks(self.head.as_mut(), &self.env.clock)?;
             match status {
@@ -247,14 +247,20 @@ impl<T: Send + 'static> SourceTask<T> {
     }
 
     fn split_metrics(&self, wms: &SplitWatermarks) {
+        let progress = self.reader.split_progress();
         let splits = self
             .split_ids
             .iter()
             .enumerate()
-            .map(|(i, id)| SplitMetrics {
-                split: id.clone(),
-                watermark: wms.split_watermark(i).map_or(i64::MIN, |w| w.millis()),
-                idle: wms.split_idle(i),
+            .map(|(i, id)| {
+                let p = progress.iter().find(|(s, _)| s == id).map(|(_, p)| *p);
+                SplitMetrics {
+                    split: id.clone(),
+                    watermark: wms.split_watermark(i).map_or(i64::MIN, |w| w.millis()),
+                    idle: wms.split_idle(i),
+                    offset: p.map(|p| p.offset),
+                    lag: p.and_then(|p| p.lag),
+                }
             })
             .collect();
         *self

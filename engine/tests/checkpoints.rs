@@ -241,6 +241,27 @@ fn a_savepoint_taken_while_running_restores_at_another_parallelism() {
     std::thread::sleep(Duration::from_millis(150));
     let path = handle.savepoint(&saves).unwrap();
     assert!(path.starts_with(&saves), "{}", path.display());
+    // The coordinator's statistics cover the savepoint (a checkpoint too).
+    let stats = Arc::clone(handle.metrics().checkpoints());
+    let (completed, last) = (
+        stats.completed.load(Ordering::Relaxed),
+        stats.last_id.load(Ordering::Relaxed),
+    );
+    assert!(completed >= 1 && last >= 1, "{stats:?}");
+    assert!(
+        stats.last_size_bytes.load(Ordering::Relaxed) > 0,
+        "{stats:?}"
+    );
+    let sp_id: u64 = path
+        .file_name()
+        .and_then(|n| n.to_str()?.strip_prefix("savepoint-")?.parse().ok())
+        .unwrap();
+    assert!(last >= sp_id, "the savepoint {sp_id} counts: {stats:?}");
+    let prom = handle.metrics().prometheus();
+    assert!(
+        prom.contains("brook_checkpoints_completed_total "),
+        "{prom}"
+    );
     handle.join().unwrap();
     assert_eq!(
         out.values().into_iter().collect::<BTreeMap<_, _>>(),

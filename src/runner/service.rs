@@ -1,0 +1,372 @@
+//! `brook runner`: the HTTP service (axum) over the supervisor.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::api::{validate_job_id, CancelRequest, ErrorBody, ResumeRequest, SubmitRequest};
+use super::supervisor::Supervisor;
+use super::RunnerError;
+
+/// The environment variable holding the runner's token (for the service and its
+/// clients).
+pub const ENV_TOKEN: &str = "BROOK_RUNNER_TOKEN";
+
+/// Settings of `brook runner`.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Where to listen; port 0 picks a free port (written to
+    /// `<data-dir>/runner/address`).
+    pub listen: SocketAddr,
+    /// The data directory: the embedded log's, and the runner's state under
+    /// `runner/`.
+    pub data_dir: PathBuf,
+    /// Required on every request as `Authorization: Bearer <token>` when set; must be
+    /// set to listen on an address other than loopback.
+    pub token: Option<String>,
+    /// The `brook` executable that runs YAML jobs (`brook run`).
+    pub exe: PathBuf,
+}
+
+impl IntoResponse for RunnerError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            RunnerError::Invalid(_) | RunnerError::Restore { .. } | RunnerError::Json(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            RunnerError::NotFound(_) => StatusCode::NOT_FOUND,
+            RunnerError::Conflict(_) => StatusCode::CONFLICT,
+            RunnerError::Unauthorized => StatusCode::UNAUTHORIZED,
+            RunnerError::Io { .. } | RunnerError::Engine(_) | RunnerError::Http(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        (
+            status,
+            Json(ErrorBody {
+                error: self.to_string(),
+            }),
+        )
+            .into_response()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct AppState {
+    supervisor: Arc<Supervisor>,
+    token: Option<Arc<str>>,
+}
+
+/// Compares in time independent of where the texts differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn check_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &app.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+            return RunnerError::Unauthorized.into_response();
+        }
+    }
+    next.run(req).await
+}
+
+type ApiResult<T> = Result<T, RunnerError>;
+
+/// A JSON body, with a 400 naming the problem when it does not parse.
+fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| RunnerError::Invalid(format!("bad request body: {e}")))
+}
+
+async fn submit(State(app): State<AppState>, bytes: axum::body::Bytes) -> ApiResult<Response> {
+    let req: SubmitRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| RunnerError::Invalid(format!("bad request body: {e}")))?;
+    let detail = app.supervisor.submit(req)?;
+    Ok((StatusCode::CREATED, Json(detail)).into_response())
+}
+
+async fn list(State(app): State<AppState>) -> Response {
+    Json(app.supervisor.list()).into_response()
+}
+
+async fn detail(State(app): State<AppState>, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    validate_job_id(&id)?;
+    Ok(Json(app.supervisor.detail(&id)?).into_response())
+}
+
+async fn cancel(
+    State(app): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    bytes: axum::body::Bytes,
+) -> ApiResult<Response> {
+    validate_job_id(&id)?;
+    let req: CancelRequest = body(&bytes)?;
+    Ok(Json(app.supervisor.cancel(&id, req.savepoint).await?).into_response())
+}
+
+async fn resume(
+    State(app): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    bytes: axum::body::Bytes,
+) -> ApiResult<Response> {
+    validate_job_id(&id)?;
+    let req: ResumeRequest = body(&bytes)?;
+    Ok(Json(app.supervisor.resume(&id, req.from_savepoint.as_deref())?).into_response())
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text: per job its state and attempts, and from its process's report
+/// the operators' and splits' metrics and checkpoint statistics, labelled `job`.
+async fn metrics(State(app): State<AppState>) -> Response {
+    let mut s = String::new();
+    let jobs = app.supervisor.statuses();
+    let mut series = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in rows {
+            let _ = writeln!(s, "{name}{{{labels}}} {v}");
+        }
+    };
+    let job_label = |id: &str| format!("job=\"{}\"", escape(id));
+    series(
+        "brook_job_up",
+        "gauge",
+        "1 when a process of the job runs",
+        jobs.iter()
+            .map(|(j, _)| {
+                (
+                    format!(
+                        "{},name=\"{}\",state=\"{}\"",
+                        job_label(&j.id),
+                        escape(&j.name),
+                        j.state
+                    ),
+                    f64::from(u8::from(j.state == super::api::JobState::Running)),
+                )
+            })
+            .collect(),
+    );
+    series(
+        "brook_job_attempts_total",
+        "counter",
+        "Processes started for the job",
+        jobs.iter()
+            .map(|(j, _)| (job_label(&j.id), f64::from(j.attempts)))
+            .collect(),
+    );
+    let live: Vec<_> = jobs
+        .iter()
+        .filter_map(|(j, st)| st.as_ref().map(|st| (j, st)))
+        .collect();
+    type OpGet = fn(&super::status::OperatorStatus) -> Option<f64>;
+    let ops: [(&str, &str, &str, OpGet); 5] = [
+        (
+            "brook_records_in_total",
+            "counter",
+            "Records received",
+            |o| Some(o.records_in as f64),
+        ),
+        (
+            "brook_records_out_total",
+            "counter",
+            "Records emitted",
+            |o| Some(o.records_out as f64),
+        ),
+        (
+            "brook_backpressure_seconds_total",
+            "counter",
+            "Time blocked sending downstream",
+            |o| Some(o.backpressure_ms as f64 / 1e3),
+        ),
+        (
+            "brook_busy_seconds_total",
+            "counter",
+            "Time spent processing",
+            |o| Some(o.busy_ms as f64 / 1e3),
+        ),
+        (
+            "brook_watermark_ms",
+            "gauge",
+            "Smallest watermark of the operator's subtasks (ms)",
+            |o| o.watermark_ms.map(|w| w as f64),
+        ),
+    ];
+    for (name, kind, help, get) in ops {
+        let mut rows = Vec::new();
+        for (j, st) in &live {
+            for o in &st.operators {
+                if let Some(v) = get(o) {
+                    rows.push((
+                        format!("{},operator=\"{}\"", job_label(&j.id), escape(&o.name)),
+                        v,
+                    ));
+                }
+            }
+        }
+        series(name, kind, help, rows);
+    }
+    type SplitGet = fn(&super::status::SplitStatus) -> Option<f64>;
+    let splits: [(&str, &str, SplitGet); 2] = [
+        (
+            "brook_split_offset",
+            "Next offset the source reads in the split",
+            |sp| sp.offset.map(|o| o as f64),
+        ),
+        (
+            "brook_split_lag",
+            "Records left to read in the split",
+            |sp| sp.lag.map(|l| l as f64),
+        ),
+    ];
+    for (name, help, get) in splits {
+        let mut rows = Vec::new();
+        for (j, st) in &live {
+            for sp in &st.splits {
+                if let Some(v) = get(sp) {
+                    rows.push((
+                        format!(
+                            "{},operator=\"{}\",split=\"{}\"",
+                            job_label(&j.id),
+                            escape(&sp.operator),
+                            escape(&sp.split)
+                        ),
+                        v,
+                    ));
+                }
+            }
+        }
+        series(name, "gauge", help, rows);
+    }
+    type CpGet = fn(&super::status::CheckpointStatus) -> Option<f64>;
+    let cps: [(&str, &str, &str, CpGet); 4] = [
+        (
+            "brook_checkpoints_completed_total",
+            "counter",
+            "Checkpoints completed by the job's current process",
+            |c| Some(c.completed as f64),
+        ),
+        (
+            "brook_last_checkpoint_id",
+            "gauge",
+            "Id of the last completed checkpoint",
+            |c| c.last_id.map(|v| v as f64),
+        ),
+        (
+            "brook_last_checkpoint_duration_seconds",
+            "gauge",
+            "Duration of the last completed checkpoint",
+            |c| c.last_duration_ms.map(|v| v as f64 / 1e3),
+        ),
+        (
+            "brook_last_checkpoint_size_bytes",
+            "gauge",
+            "Size of the last completed checkpoint",
+            |c| c.last_size_bytes.map(|v| v as f64),
+        ),
+    ];
+    for (name, kind, help, get) in cps {
+        let rows = live
+            .iter()
+            .filter_map(|(j, st)| get(&st.checkpoints).map(|v| (job_label(&j.id), v)))
+            .collect();
+        series(name, kind, help, rows);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s).into_response()
+}
+
+/// Runs the runner until the process is stopped: takes the data directory's runner
+/// lock, restarts the jobs a previous runner left running, and serves the API.
+///
+/// # Errors
+/// [`RunnerError::Invalid`] for a non-loopback address without a token or an empty
+/// token; [`RunnerError::Conflict`] when another runner uses the data directory;
+/// [`RunnerError::Io`] when the directory or the address cannot be used.
+pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
+    if config.token.as_deref().is_some_and(str::is_empty) {
+        return Err(RunnerError::Invalid("the token is empty".into()));
+    }
+    if !config.listen.ip().is_loopback() && config.token.is_none() {
+        return Err(RunnerError::Invalid(format!(
+            "listening on {} (not loopback) needs a token: set --token or {ENV_TOKEN}",
+            config.listen
+        )));
+    }
+    let root = config.data_dir.join("runner");
+    std::fs::create_dir_all(&root).map_err(|source| RunnerError::Io {
+        path: root.clone(),
+        source,
+    })?;
+    let lock_path = root.join("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| RunnerError::Io {
+            path: lock_path.clone(),
+            source,
+        })?;
+    if lock.try_lock().is_err() {
+        return Err(RunnerError::Conflict(format!(
+            "another runner uses {} (it holds {})",
+            config.data_dir.display(),
+            lock_path.display()
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| RunnerError::Io {
+            path: PathBuf::from(config.listen.to_string()),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| RunnerError::Io {
+        path: PathBuf::from(config.listen.to_string()),
+        source,
+    })?;
+    let supervisor = Supervisor::load(config.data_dir.clone(), config.exe.clone())?;
+    supervisor.recover();
+    let app = AppState {
+        supervisor,
+        token: config.token.map(Arc::from),
+    };
+    let router = Router::new()
+        .route("/jobs", post(submit).get(list))
+        .route("/jobs/{id}", get(detail))
+        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/resume", post(resume))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(app.clone(), check_token))
+        .with_state(app);
+    super::status::write_atomic(&root.join("address"), addr.to_string().as_bytes())?;
+    eprintln!("brook runner listening on http://{addr}");
+    axum::serve(listener, router)
+        .await
+        .map_err(|source| RunnerError::Io {
+            path: PathBuf::from(addr.to_string()),
+            source,
+        })?;
+    drop(lock);
+    Ok(())
+}

@@ -1,0 +1,423 @@
+//! `brook runner` and its clients: `brook submit`, `jobs`, `job`, `cancel`, `resume`.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use brook::runner::api::{
+    JobDetail, JobKind, JobSummary, RestartStrategy, ResumeRequest, SubmitRequest,
+};
+use brook::runner::client::Client;
+use brook::runner::{RunnerConfig, ENV_TOKEN};
+use clap::Args;
+
+/// Arguments of `brook runner`.
+#[derive(Debug, Args)]
+pub(crate) struct RunnerArgs {
+    /// Where to listen (port 0: any free port, written to
+    /// `<data-dir>/runner/address`). An address other than loopback needs a token.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// Token every request must carry (`Authorization: Bearer <token>`).
+    #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// How a client reaches the runner.
+#[derive(Debug, Args)]
+pub(crate) struct ClientArgs {
+    /// The runner's URL.
+    #[arg(long, env = "BROOK_RUNNER", default_value = "http://127.0.0.1:7070")]
+    runner: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `brook submit`.
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    /// The job spec (YAML); or use --bin.
+    #[arg(required_unless_present = "bin", conflicts_with = "bin")]
+    spec: Option<PathBuf>,
+    /// A job binary written with the builder API (see `brook::runner::execute`).
+    #[arg(long, value_name = "PATH")]
+    bin: Option<PathBuf>,
+    /// Arguments of the binary (after `--`).
+    #[arg(last = true, requires = "bin")]
+    args: Vec<String>,
+    /// The job's name (default: the spec's name or the binary's file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Default parallelism.
+    #[arg(long)]
+    parallelism: Option<u32>,
+    /// `fixed:attempts=3,delay=1s` (the default), `exponential:initial=1s,max=5m,multiplier=2`
+    /// (also `reset=1h`, `attempts=N`) or `none`.
+    #[arg(long, value_name = "STRATEGY")]
+    restart: Option<String>,
+    /// Checkpoint interval when the job sets none (default 10s).
+    #[arg(long, value_name = "DURATION")]
+    checkpoint_interval: Option<String>,
+    /// Start from this savepoint (a directory inside the runner's data directory).
+    #[arg(long, value_name = "PATH")]
+    from_savepoint: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Arguments of `brook jobs`.
+#[derive(Debug, Args)]
+pub(crate) struct JobsArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Arguments of `brook job`.
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    /// The job's id.
+    id: String,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Arguments of `brook cancel`.
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The job's id.
+    id: String,
+    /// Take a savepoint first (stop with savepoint); resume later with `brook resume`.
+    #[arg(long)]
+    savepoint: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Arguments of `brook resume`.
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The job's id (default: the job the savepoint belongs to).
+    #[arg(required_unless_present = "from_savepoint")]
+    id: Option<String>,
+    /// Resume from this savepoint (default: the job's newest savepoint or checkpoint).
+    #[arg(long, value_name = "PATH")]
+    from_savepoint: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(io::stdout(), $($arg)*).context("writing to stdout")?
+    };
+}
+
+fn client(args: &ClientArgs) -> Client {
+    let token = std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty());
+    Client::new(&args.runner, token)
+}
+
+fn rt() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// `brook runner`.
+pub(crate) fn runner(args: RunnerArgs, data_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    // Job processes run in their own directories: they get absolute paths.
+    let data_dir = data_dir
+        .canonicalize()
+        .with_context(|| format!("{}", data_dir.display()))?;
+    let exe = std::env::current_exe().context("finding the brook executable")?;
+    let config = RunnerConfig {
+        listen: args.listen,
+        data_dir,
+        token: args.token,
+        exe,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        tokio::select! {
+            r = brook::runner::serve(config) => r.context("runner"),
+            // Jobs notice the runner is gone (their stdin closes) and stop; the next
+            // runner on this data directory restarts them from their checkpoints.
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    outln!("{}", serde_json::to_string_pretty(v).context("JSON")?);
+    Ok(())
+}
+
+/// `brook submit`.
+pub(crate) fn submit(args: SubmitArgs) -> Result<()> {
+    let job = match (&args.spec, &args.bin) {
+        (Some(spec), None) => {
+            let text = std::fs::read_to_string(spec)
+                .with_context(|| format!("reading {}", spec.display()))?;
+            let abs = std::path::absolute(spec).with_context(|| format!("{}", spec.display()))?;
+            JobKind::Yaml {
+                spec: text,
+                base_dir: abs.parent().map(Path::to_path_buf).unwrap_or_default(),
+            }
+        }
+        (None, Some(bin)) => JobKind::Bin {
+            path: bin
+                .canonicalize()
+                .with_context(|| format!("--bin {}", bin.display()))?,
+            args: args.args.clone(),
+        },
+        _ => bail!("give a spec or --bin PATH"),
+    };
+    let restart = args
+        .restart
+        .as_deref()
+        .map(RestartStrategy::parse)
+        .transpose()
+        .context("--restart")?;
+    let from_savepoint = args
+        .from_savepoint
+        .as_ref()
+        .map(|p| std::path::absolute(p).with_context(|| format!("{}", p.display())))
+        .transpose()?;
+    let req = SubmitRequest {
+        name: args.name.clone(),
+        job,
+        parallelism: args.parallelism,
+        restart,
+        checkpoint_interval: args.checkpoint_interval.clone(),
+        from_savepoint,
+    };
+    let c = client(&args.client);
+    let detail = rt()?.block_on(c.submit(&req))?;
+    if args.client.json {
+        return print_json(&detail);
+    }
+    outln!(
+        "submitted job {} ({}) as {}",
+        detail.summary.name,
+        detail.summary.kind,
+        detail.summary.id
+    );
+    Ok(())
+}
+
+fn when(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (h, m, s) = (secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    format!("{h:02}:{m:02}:{s:02}Z")
+}
+
+fn table_of_jobs(jobs: &[JobSummary]) -> Result<()> {
+    outln!(
+        "{:<28} {:<20} {:<5} {:<10} {:>8} {:>9}  LAST FAILURE",
+        "ID",
+        "NAME",
+        "KIND",
+        "STATE",
+        "ATTEMPTS",
+        "SUBMITTED"
+    );
+    for j in jobs {
+        outln!(
+            "{:<28} {:<20} {:<5} {:<10} {:>8} {:>9}  {}",
+            j.id,
+            j.name,
+            j.kind,
+            j.state.to_string(),
+            j.attempts,
+            when(j.submitted_ms),
+            j.last_failure.as_deref().map_or("-".to_string(), |f| f
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string())
+        );
+    }
+    Ok(())
+}
+
+/// `brook jobs`.
+pub(crate) fn jobs(args: JobsArgs) -> Result<()> {
+    let jobs = rt()?.block_on(client(&args.client).list())?;
+    if args.client.json {
+        return print_json(&jobs);
+    }
+    table_of_jobs(&jobs)
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+fn show_job(d: &JobDetail) -> Result<()> {
+    let s = &d.summary;
+    outln!(
+        "job {}  name {}  kind {}  state {}",
+        s.id,
+        s.name,
+        s.kind,
+        s.state
+    );
+    outln!(
+        "parallelism {}  restart {}  attempts {}",
+        opt(d.parallelism),
+        d.restart.describe(),
+        s.attempts
+    );
+    if let Some(st) = &d.status {
+        outln!("\nprocess {} ({:?})", st.pid, st.state);
+        outln!(
+            "{:<24} {:>12} {:>12} {:>15} {:>15}",
+            "OPERATOR",
+            "RECORDS IN",
+            "RECORDS OUT",
+            "WATERMARK",
+            "BACKPRESSURE MS"
+        );
+        for o in &st.operators {
+            outln!(
+                "{:<24} {:>12} {:>12} {:>15} {:>15}",
+                o.name,
+                o.records_in,
+                o.records_out,
+                opt(o.watermark_ms),
+                o.backpressure_ms
+            );
+        }
+        if !st.splits.is_empty() {
+            outln!(
+                "\n{:<24} {:<20} {:>12} {:>10} {:>15}",
+                "SOURCE",
+                "SPLIT",
+                "OFFSET",
+                "LAG",
+                "WATERMARK"
+            );
+            for sp in &st.splits {
+                outln!(
+                    "{:<24} {:<20} {:>12} {:>10} {:>15}",
+                    sp.operator,
+                    sp.split,
+                    opt(sp.offset),
+                    opt(sp.lag),
+                    opt(sp.watermark_ms)
+                );
+            }
+        }
+        let c = &st.checkpoints;
+        outln!(
+            "\ncheckpoints: {} completed, {} failed; last {} ({} ms, {} bytes)",
+            c.completed,
+            c.failed,
+            opt(c.last_id),
+            opt(c.last_duration_ms),
+            opt(c.last_size_bytes)
+        );
+    }
+    for sp in &d.savepoints {
+        outln!("savepoint {}", sp.display());
+    }
+    outln!(
+        "\n{:>7} {:>9} {:>9} {:>8}  {:<30} RESTORED FROM",
+        "ATTEMPT",
+        "STARTED",
+        "ENDED",
+        "PID",
+        "OUTCOME"
+    );
+    for a in &d.attempt_history {
+        outln!(
+            "{:>7} {:>9} {:>9} {:>8}  {:<30} {}",
+            a.number,
+            when(a.started_ms),
+            a.ended_ms.map_or("-".to_string(), when),
+            opt(a.pid),
+            a.outcome.as_deref().unwrap_or("running"),
+            a.restored_from
+                .as_ref()
+                .map_or("-".to_string(), |p| p.display().to_string())
+        );
+    }
+    if let Some(tail) = d
+        .attempt_history
+        .iter()
+        .rev()
+        .find_map(|a| a.stderr_tail.as_ref())
+    {
+        outln!("\nlast failure's stderr:\n{tail}");
+    }
+    Ok(())
+}
+
+/// `brook job`.
+pub(crate) fn job(args: JobArgs) -> Result<()> {
+    let d = rt()?.block_on(client(&args.client).job(&args.id))?;
+    if args.client.json {
+        return print_json(&d);
+    }
+    show_job(&d)
+}
+
+/// `brook cancel`.
+pub(crate) fn cancel(args: CancelArgs) -> Result<()> {
+    let d = rt()?.block_on(client(&args.client).cancel(&args.id, args.savepoint))?;
+    if args.client.json {
+        return print_json(&d);
+    }
+    outln!("job {} {}", d.summary.id, d.summary.state);
+    if args.savepoint {
+        if let Some(p) = d.savepoints.last() {
+            outln!("savepoint {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// `brook resume`.
+pub(crate) fn resume(args: ResumeArgs) -> Result<()> {
+    let c = client(&args.client);
+    let rt = rt()?;
+    let from_savepoint = args
+        .from_savepoint
+        .as_ref()
+        .map(|p| std::path::absolute(p).with_context(|| format!("{}", p.display())))
+        .transpose()?;
+    let id = match (&args.id, &from_savepoint) {
+        (Some(id), _) => id.clone(),
+        (None, Some(sp)) => {
+            // The job whose savepoint it is.
+            let canon = sp.canonicalize().unwrap_or_else(|_| sp.clone());
+            let mut owner = None;
+            for j in rt.block_on(c.list())? {
+                let d = rt.block_on(c.job(&j.id))?;
+                if d.savepoints.iter().any(|p| *p == canon || p == sp) {
+                    owner = Some(j.id);
+                    break;
+                }
+            }
+            owner.with_context(|| {
+                format!("no job of the runner took the savepoint {}", sp.display())
+            })?
+        }
+        (None, None) => bail!("give a job id or --from-savepoint PATH"),
+    };
+    let d = rt.block_on(c.resume(&id, &ResumeRequest { from_savepoint }))?;
+    if args.client.json {
+        return print_json(&d);
+    }
+    outln!("job {} {}", d.summary.id, d.summary.state);
+    Ok(())
+}

@@ -1,0 +1,767 @@
+//! The runner (`brook runner`) with real processes: a windowed job over a log topic
+//! is submitted, its process is SIGKILLed (and the runner itself), and the committed
+//! output still equals a failure-free `brook run` of the same spec exactly; stop with
+//! savepoint and resume; a builder-API binary (`examples/runner_job.rs`) supervised
+//! the same way; the token; ids and names that would leave the data directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use brook::core::time::Stopwatch;
+
+use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
+use brook::runner::api::{JobDetail, JobState};
+use brook::runner::client::Client;
+use brook::runner::status::ProcessState;
+
+/// About 3-4 s of work for a debug build on one core (per-record watermarks).
+const EVENTS: i64 = 30_000;
+
+const BROOK: &str = env!("CARGO_BIN_EXE_brook");
+
+/// Events of 50 keys over 2 partitions, event time mostly increasing by 1 ms, with
+/// some disorder and every 997th event an hour late (as tests/kill_restore.rs).
+fn produce(data: &Path) {
+    let log = Log::open(data, LogOptions::default()).expect("open the log");
+    log.create_topic("events", 2, TopicConfig::default())
+        .expect("create events");
+    log.create_topic("out", 3, TopicConfig::default())
+        .expect("create out");
+    let t = log.topic("events").expect("events");
+    let mut batch: [Vec<ProducerRecord>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..EVENTS {
+        let key = (i * 7919) % 50;
+        let mut ts = 1_000_000 + i - (i % 13) * 7;
+        if i % 997 == 0 {
+            ts -= 3_600_000;
+        }
+        let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
+        let p = (key % 2) as usize;
+        let bytes = serde_json::to_vec(&v).expect("JSON");
+        batch[p].push(ProducerRecord::new(bytes).with_timestamp(ts));
+        if batch[p].len() == 500 {
+            let part = t.partition(p as u32).expect("partition");
+            part.append(&batch[p]).expect("append");
+            batch[p].clear();
+        }
+    }
+    for (p, b) in batch.iter().enumerate() {
+        if !b.is_empty() {
+            let part = t.partition(p as u32).expect("partition");
+            part.append(b).expect("append");
+        }
+    }
+}
+
+/// The windowed job: one source subtask (a deterministic order of records), tumbling
+/// windows with late rows to a file, session windows, 2PC file sinks and a
+/// transactional log sink.
+fn spec(dir: &Path) -> PathBuf {
+    let yaml = r#"
+name: windows
+checkpoint_interval: 200ms
+state_backend: memory
+sources:
+  - name: events
+    connector: log
+    parallelism: 1
+    topic: events
+    event_time: ts
+    watermark: { out_of_orderness: 100ms, interval: 0 }
+steps:
+  - key_by: [key]
+  - name: per-second
+    window: { kind: tumbling, size: 1s }
+    aggregate: { n: count(), total: sum(value) }
+    late_output: late
+  - name: sessions
+    input: events
+    key_by: [key]
+  - name: session-windows
+    window: { kind: session, gap: 30ms }
+    aggregate: { n: count(), first: first(value), last: last(value) }
+sinks:
+  - { name: out, connector: file, path: out/per_second.jsonl, input: per-second }
+  - { name: late, connector: file, path: out/late.jsonl }
+  - { name: sess, connector: file, path: out/sessions.jsonl, input: session-windows }
+  - { name: logout, connector: log, topic: out, input: per-second }
+"#;
+    let path = dir.join("job.yaml");
+    std::fs::write(&path, yaml).expect("write the spec");
+    path
+}
+
+/// The rows of the log topic `out`, read committed, sorted.
+fn topic_rows(data: &Path) -> Vec<String> {
+    let options = LogOptions {
+        maintenance_interval_ms: None,
+        ..LogOptions::default()
+    };
+    let log = Log::open(data, options).expect("open the log");
+    let mut rows = Vec::new();
+    let isolation = IsolationLevel::ReadCommitted;
+    for p in log.topic("out").expect("out").partitions() {
+        let mut recs = Vec::new();
+        let mut at = p.log_start_offset();
+        while at < p.end_offset(isolation) {
+            at = p
+                .read_into_isolated(at, ReadLimit::default(), isolation, &mut recs)
+                .expect("read")
+                .next_offset;
+        }
+        rows.extend(
+            recs.iter()
+                .map(|r| String::from_utf8_lossy(&r.value).into_owned()),
+        );
+    }
+    rows.sort();
+    rows
+}
+
+/// Sorted rows of each output: the three files, then the log topic.
+fn outputs(dir: &Path, data: &Path) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = ["per_second", "late", "sessions"]
+        .iter()
+        .map(|stem| {
+            let mut rows = Vec::new();
+            for e in std::fs::read_dir(dir.join("out"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
+                    let text = std::fs::read_to_string(e.path()).expect("read an output");
+                    rows.extend(text.lines().map(str::to_string));
+                }
+            }
+            rows.sort();
+            rows
+        })
+        .collect();
+    all.push(topic_rows(data));
+    all
+}
+
+/// The output of a run without failures (computed once).
+fn reference() -> &'static Vec<Vec<String>> {
+    static REF: OnceLock<Vec<Vec<String>>> = OnceLock::new();
+    REF.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        produce(&data);
+        let job = spec(dir.path());
+        let out = Command::new(BROOK)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["run", "--quiet"])
+            .arg(&job)
+            .output()
+            .expect("run brook");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = outputs(dir.path(), &data);
+        assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
+        assert_eq!(want[3], want[0], "the log sink writes the per-second rows");
+        want
+    })
+}
+
+fn assert_same_output(got: &[Vec<String>], what: &str) {
+    let want = reference();
+    for (name, (g, w)) in ["per_second", "late", "sessions", "log topic out"]
+        .iter()
+        .zip(got.iter().zip(want))
+    {
+        assert_eq!(g.len(), w.len(), "{what}: {name}: row count");
+        assert!(g == w, "{what}: {name}: rows differ from the clean run");
+    }
+}
+
+/// A `brook runner` process on an ephemeral port; SIGKILLed when dropped.
+struct Runner {
+    child: Child,
+    url: String,
+    data: PathBuf,
+}
+
+impl Runner {
+    fn start(data: &Path, token: Option<&str>) -> Runner {
+        std::fs::create_dir_all(data).expect("data dir");
+        let address = data.join("runner/address");
+        let _ = std::fs::remove_file(&address);
+        let mut c = Command::new(BROOK);
+        c.arg("--data-dir")
+            .arg(data)
+            .args(["runner", "--listen", "127.0.0.1:0"])
+            .env_remove("BROOK_RUNNER_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(t) = token {
+            c.args(["--token", t]);
+        }
+        let child = c.spawn().expect("start the runner");
+        let addr = wait_for("the runner's address", Duration::from_secs(20), || {
+            std::fs::read_to_string(&address)
+                .ok()
+                .filter(|a| !a.is_empty())
+        });
+        Runner {
+            child,
+            url: format!("http://{addr}"),
+            data: data.to_path_buf(),
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.url, None)
+    }
+
+    fn job(&self, id: &str) -> JobDetail {
+        rt().block_on(self.client().job(id))
+            .expect("GET /jobs/{id}")
+    }
+
+    /// `brook ARGS --runner URL`.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BROOK)
+            .args(args)
+            .env("BROOK_RUNNER", &self.url)
+            .env_remove("BROOK_RUNNER_TOKEN")
+            .output()
+            .expect("run brook")
+    }
+
+    fn submit(&self, args: &[&str]) -> String {
+        let mut all = vec!["submit", "--json"];
+        all.extend_from_slice(args);
+        let out = self.cli(&all);
+        assert!(
+            out.status.success(),
+            "submit: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let d: JobDetail = serde_json::from_slice(&out.stdout).expect("submit's JSON");
+        d.summary.id
+    }
+
+    /// Waits for a process of the job with at least one complete checkpoint; returns
+    /// its pid.
+    fn wait_for_checkpoint(&self, id: &str, attempt: u32) -> u32 {
+        wait_for("a checkpoint of the job", Duration::from_secs(60), || {
+            let d = self.job(id);
+            assert!(
+                !d.summary.state.is_terminal(),
+                "the job ended before it could be killed: {d:?}"
+            );
+            let st = d.status?;
+            (d.summary.attempts == attempt
+                && st.state == ProcessState::Running
+                && st.checkpoints.completed >= 1)
+                .then_some(st.pid)
+        })
+    }
+
+    fn wait_for_state(&self, id: &str, state: JobState) -> JobDetail {
+        wait_for("the job's state", Duration::from_secs(120), || {
+            let d = self.job(id);
+            (d.summary.state == state).then_some(d)
+        })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.kill();
+        // Its job processes see their stdin close and stop.
+        let _ = &self.data;
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Stopwatch::start();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        let elapsed = Duration::from_nanos(start.elapsed_nanos());
+        assert!(elapsed < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sigkill(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -9 {pid}");
+}
+
+/// A directory with the topic and the spec, and its data directory.
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    produce(&data);
+    let job = spec(dir.path());
+    (dir, data, job)
+}
+
+#[test]
+fn a_killed_job_process_restarts_from_its_checkpoint_with_exactly_once_output() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let runner = Runner::start(&data, None);
+    let job_path = job.to_string_lossy().into_owned();
+    let id = runner.submit(&[&job_path, "--restart", "fixed:attempts=5,delay=100ms"]);
+    let started = Stopwatch::start();
+    for attempt in 1..=2 {
+        let pid = runner.wait_for_checkpoint(&id, attempt);
+        sigkill(pid);
+    }
+    let d = runner.wait_for_state(&id, JobState::Finished);
+    eprintln!(
+        "finished after 2 kills in {:.1} s",
+        started.elapsed_nanos() as f64 / 1e9
+    );
+    assert_eq!(d.summary.attempts, 3, "{d:?}");
+    let h = &d.attempt_history;
+    for a in &h[..2] {
+        assert_eq!(a.outcome.as_deref(), Some("killed by signal 9"), "{a:?}");
+    }
+    assert_eq!(h[2].outcome.as_deref(), Some("finished"));
+    assert!(h[0].restored_from.is_none());
+    for a in &h[1..] {
+        let from = a
+            .restored_from
+            .as_ref()
+            .expect("restored from a checkpoint");
+        assert!(
+            from.starts_with(&d.checkpoint_dir),
+            "{} is a checkpoint of the job",
+            from.display()
+        );
+    }
+    assert_eq!(
+        d.summary.last_failure.as_deref(),
+        Some("killed by signal 9")
+    );
+    // The job's state is on disk, for the next runner.
+    let text =
+        std::fs::read_to_string(data.join(format!("runner/jobs/{id}/job.json"))).expect("job.json");
+    assert!(text.contains("killed by signal 9") && text.contains("FINISHED"));
+    drop(runner);
+    assert_same_output(&outputs(dir.path(), &data), "after 2 kills");
+}
+
+#[test]
+fn a_killed_runner_is_restarted_and_its_jobs_resume_with_exactly_once_output() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let mut runner = Runner::start(&data, None);
+    let job_path = job.to_string_lossy().into_owned();
+    let id = runner.submit(&[&job_path]);
+    let pid = runner.wait_for_checkpoint(&id, 1);
+    runner.kill();
+    // The job process notices (its stdin closes) and stops.
+    wait_for(
+        "the orphaned job process to stop",
+        Duration::from_secs(30),
+        || (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()),
+    );
+    let runner = Runner::start(&data, None);
+    let d = runner.wait_for_state(&id, JobState::Finished);
+    assert_eq!(d.summary.attempts, 2, "{d:?}");
+    assert_eq!(d.attempt_history[0].outcome.as_deref(), Some("lost"));
+    assert!(d.attempt_history[1].restored_from.is_some(), "{d:?}");
+    drop(runner);
+    assert_same_output(&outputs(dir.path(), &data), "after a runner crash");
+}
+
+#[test]
+fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let runner = Runner::start(&data, None);
+    let job_path = job.to_string_lossy().into_owned();
+    let id = runner.submit(&[&job_path]);
+    runner.wait_for_checkpoint(&id, 1);
+
+    let metrics = rt()
+        .block_on(async {
+            reqwest::get(format!("{}/metrics", runner.url))
+                .await?
+                .text()
+                .await
+        })
+        .expect("GET /metrics");
+    for series in [
+        format!("brook_job_up{{job=\"{id}\",name=\"windows\",state=\"RUNNING\"}} 1"),
+        format!("brook_records_in_total{{job=\"{id}\",operator=\"per-second\"}}"),
+        format!("brook_split_lag{{job=\"{id}\",operator=\"events\",split=\"events/0\"}}"),
+        format!("brook_last_checkpoint_size_bytes{{job=\"{id}\"}}"),
+    ] {
+        assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+    }
+    let d = runner.job(&id);
+    let st = d.status.expect("a status");
+    let split = st
+        .splits
+        .iter()
+        .find(|s| s.split == "events/0")
+        .expect("split events/0");
+    assert!(split.offset.is_some() && split.lag.is_some(), "{split:?}");
+    assert!(st.checkpoints.last_size_bytes.is_some_and(|b| b > 0));
+
+    let out = runner.cli(&["cancel", &id, "--savepoint", "--json"]);
+    assert!(
+        out.status.success(),
+        "cancel: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: JobDetail = serde_json::from_slice(&out.stdout).expect("cancel's JSON");
+    assert_eq!(d.summary.state, JobState::Canceled);
+    let savepoint = d.savepoints.last().expect("a savepoint").clone();
+    assert!(savepoint.join("_metadata").is_file());
+    // The job stopped before its end: a resume has something left to do.
+    assert!(runner
+        .job(&id)
+        .status
+        .is_some_and(|s| s.state == ProcessState::Canceled));
+
+    let sp = savepoint.to_string_lossy().into_owned();
+    let out = runner.cli(&["resume", "--from-savepoint", &sp]);
+    assert!(
+        out.status.success(),
+        "resume: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = runner.wait_for_state(&id, JobState::Finished);
+    assert_eq!(d.summary.attempts, 2);
+    assert_eq!(d.attempt_history[0].outcome.as_deref(), Some("canceled"));
+    assert_eq!(
+        d.attempt_history[1].restored_from.as_deref(),
+        Some(savepoint.as_path())
+    );
+    drop(runner);
+    assert_same_output(
+        &outputs(dir.path(), &data),
+        "after stop with savepoint and resume",
+    );
+}
+
+/// Where cargo put `examples/runner_job.rs` (built by `cargo test --all-targets`).
+fn runner_job_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let bin = debug.join("examples").join("runner_job");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p brook --example runner_job` (cargo test --all-targets does)",
+        bin.display()
+    );
+    bin
+}
+
+fn sorted_lines(path: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(path)
+        .expect("read output")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_builder_api_binary_is_supervised_and_restarted_with_exactly_once_output() {
+    let bin = runner_job_binary();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The binary on its own, without a runner.
+    let clean = dir.path().join("clean.jsonl");
+    let out = Command::new(&bin)
+        .arg(&clean)
+        .arg("8000")
+        .env_remove("BROOK_JOB_ID")
+        .output()
+        .expect("run the example");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = sorted_lines(&clean);
+    assert!(want.len() > 20, "{} rows", want.len());
+
+    let runner = Runner::start(&dir.path().join("data"), None);
+    let supervised = dir.path().join("supervised.jsonl");
+    let (b, o) = (
+        bin.to_string_lossy().into_owned(),
+        supervised.to_string_lossy().into_owned(),
+    );
+    let id = runner.submit(&[
+        "--bin",
+        &b,
+        "--name",
+        "runner-job",
+        "--checkpoint-interval",
+        "200ms",
+        "--",
+        &o,
+        "8000",
+    ]);
+    let pid = runner.wait_for_checkpoint(&id, 1);
+    let d = runner.job(&id);
+    assert_eq!(d.summary.kind, "bin");
+    let st = d.status.as_ref().expect("a status");
+    assert!(st.operators.iter().any(|o| o.records_out > 0), "{st:?}");
+    // Generator splits report their next event number and what is left of them.
+    assert!(
+        st.splits.len() == 16
+            && st
+                .splits
+                .iter()
+                .all(|s| s.offset.is_some() && s.lag.is_some()),
+        "{st:?}"
+    );
+    sigkill(pid);
+    let d = runner.wait_for_state(&id, JobState::Finished);
+    assert_eq!(d.summary.attempts, 2, "{d:?}");
+    assert_eq!(
+        d.attempt_history[0].outcome.as_deref(),
+        Some("killed by signal 9")
+    );
+    assert!(d.attempt_history[1].restored_from.is_some());
+    assert_eq!(sorted_lines(&supervised), want, "exactly once after a kill");
+}
+
+fn status_of(url: &str, token: Option<&str>) -> u16 {
+    rt().block_on(async {
+        let mut req = reqwest::Client::new().get(format!("{url}/jobs"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send().await.map(|r| r.status().as_u16())
+    })
+    .expect("GET /jobs")
+}
+
+#[test]
+fn with_a_token_requests_without_it_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = Runner::start(&dir.path().join("data"), Some("s3cret"));
+    assert_eq!(status_of(&runner.url, None), 401);
+    assert_eq!(status_of(&runner.url, Some("wrong")), 401);
+    assert_eq!(status_of(&runner.url, Some("s3cret")), 200);
+    let metrics = rt()
+        .block_on(async {
+            reqwest::get(format!("{}/metrics", runner.url))
+                .await
+                .map(|r| r.status().as_u16())
+        })
+        .expect("GET /metrics");
+    assert_eq!(metrics, 401, "every endpoint checks the token");
+    // The CLI takes it from the environment.
+    let out = runner.cli(&["jobs"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+    let out = Command::new(BROOK)
+        .args(["jobs", "--json"])
+        .env("BROOK_RUNNER", &runner.url)
+        .env("BROOK_RUNNER_TOKEN", "s3cret")
+        .output()
+        .expect("brook jobs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+#[test]
+fn a_runner_on_a_non_loopback_address_needs_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BROOK)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["runner", "--listen", "0.0.0.0:0"])
+        .env_remove("BROOK_RUNNER_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("brook runner");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a token"), "{err}");
+}
+
+#[test]
+fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = Runner::start(&dir.path().join("data"), None);
+    let code = |method: &str, path: &str, body: Option<serde_json::Value>| {
+        rt().block_on(async {
+            let c = reqwest::Client::new();
+            let url = format!("{}{path}", runner.url);
+            let req = if method == "GET" {
+                c.get(url)
+            } else {
+                c.post(url)
+            };
+            let req = match body {
+                Some(b) => req.json(&b),
+                None => req,
+            };
+            let r = req.send().await?;
+            let status = r.status().as_u16();
+            Ok::<_, reqwest::Error>((status, r.text().await?))
+        })
+        .expect("request")
+    };
+    for id in ["..%2Fx", "a%2Fb", "A", "x%00", "a.b"] {
+        let (status, body) = code("GET", &format!("/jobs/{id}"), None);
+        assert_eq!(status, 400, "GET {id}");
+        assert!(body.contains("job id"), "{body}");
+        let (status, _) = code("POST", &format!("/jobs/{id}/cancel"), None);
+        assert_eq!(status, 400, "cancel {id}");
+    }
+    assert_eq!(code("GET", "/jobs/no-such-job", None).0, 404);
+    let spec = "name: x\nsources: [{name: g, connector: generator, count: 10}]\nsinks: [{name: o, connector: file, path: o.jsonl}]\n";
+    let spec_dir = dir.path().to_string_lossy().into_owned();
+    for name in ["../x", "a/b", "..", ""] {
+        let body = serde_json::json!({
+            "name": name,
+            "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
+        });
+        let (status, text) = code("POST", "/jobs", Some(body));
+        assert_eq!(status, 400, "name {name:?}");
+        assert!(text.contains("job"), "{text}");
+    }
+    // A spec whose own name would escape.
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": spec.replace("name: x", "name: ../x"), "base_dir": spec_dir },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("path separator"), "{text}");
+    // A savepoint outside the data directory.
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
+        "from_savepoint": "/etc",
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("inside the runner's data directory"),
+        "{text}"
+    );
+    // The same spec is fine otherwise: the refusals above were about the names.
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 201, "{text}");
+    assert!(
+        !dir.path().join("x").exists() && !dir.path().join("data/runner/x").exists(),
+        "nothing was written outside the jobs' directories"
+    );
+    let jobs = rt().block_on(runner.client().list()).expect("GET /jobs");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].id, "x-1");
+}
+
+#[test]
+fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let copy = dir.path().join("copy.yaml");
+    std::fs::write(
+        &copy,
+        "name: copy\nsources:\n  - {name: events, connector: log, topic: events}\nsinks:\n  - {name: o, connector: file, path: copy/events.jsonl}\n",
+    )
+    .expect("write the copy spec");
+    let runner = Runner::start(&data, None);
+    let first = runner.submit(&[&job.to_string_lossy()]);
+    runner.wait_for_checkpoint(&first, 1);
+    // Another live job of the same name would share its log sink's transactional ids.
+    let out = runner.cli(&["submit", &job.to_string_lossy()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("same name"), "{err}");
+    let second = runner.submit(&[&copy.to_string_lossy(), "--restart", "none"]);
+    // The log is one process's at a time: the second job waits, without failing.
+    let d = wait_for("the second job to wait", Duration::from_secs(30), || {
+        let d = runner.job(&second);
+        d.attempt_history
+            .first()
+            .and_then(|a| a.outcome.as_deref())
+            .is_some_and(|o| o.starts_with("waiting"))
+            .then_some(d)
+    });
+    assert_eq!(d.summary.state, JobState::Restarting, "{d:?}");
+    runner.wait_for_state(&first, JobState::Finished);
+    let d = runner.wait_for_state(&second, JobState::Finished);
+    assert_eq!(d.summary.attempts, 1, "waiting is no attempt: {d:?}");
+    let copied = std::fs::read_to_string(dir.path().join("copy/events.jsonl")).expect("copy");
+    assert_eq!(copied.lines().count(), EVENTS as usize);
+    drop(runner);
+    assert_same_output(&outputs(dir.path(), &data), "beside another job");
+}
+
+#[test]
+fn a_failing_job_is_restarted_by_its_strategy_then_failed_with_its_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = Runner::start(&dir.path().join("data"), None);
+    let id = runner.submit(&[
+        "--bin",
+        "/bin/sh",
+        "--name",
+        "boom",
+        "--restart",
+        "exponential:initial=50ms,max=200ms,multiplier=2,attempts=2",
+        "--",
+        "-c",
+        "echo \"boom in $BROOK_JOB_ID\" >&2; exit 3",
+    ]);
+    let d = runner.wait_for_state(&id, JobState::Failed);
+    assert_eq!(d.summary.attempts, 3, "the first run and 2 restarts: {d:?}");
+    for a in &d.attempt_history {
+        assert_eq!(a.outcome.as_deref(), Some("exit code 3"), "{a:?}");
+        let tail = a.stderr_tail.as_deref().unwrap_or("");
+        assert_eq!(tail, format!("boom in {id}"), "each attempt's own stderr");
+    }
+    // The delays grew: 50 ms, then 100 ms.
+    let h = &d.attempt_history;
+    let gap = |i: usize| h[i].started_ms - h[i - 1].ended_ms.expect("ended");
+    assert!(gap(1) >= 50 && gap(2) >= 100, "{} {}", gap(1), gap(2));
+    let out = runner.cli(&["jobs"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&id) && table.contains("FAILED") && table.contains("exit code 3"),
+        "{table}"
+    );
+    let out = runner.cli(&["job", &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("boom in"), "{text}");
+}
