@@ -9,15 +9,16 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 DATA=${BROOK_DATA_DIR:-./brook-data/nycflights13}
 RESULTS=results/nycflights13
+BIN=${CARGO_TARGET_DIR:-target}/release
 
 echo "brook demo: building (the first build compiles RocksDB's C++ library: 15-40 min on 2 cores)" >&2
 cargo build --release --quiet --bin brook --example nycflights13
-./target/release/examples/nycflights13 --data-dir "$DATA" --results "$RESULTS" "$@"
+"$BIN/examples/nycflights13" --data-dir "$DATA" --results "$RESULTS" "$@"
 
 echo
 echo "The topics the job read (partitions, offsets):"
-./target/release/brook --data-dir "$DATA" topic describe flights
-./target/release/brook --data-dir "$DATA" topic describe weather
+"$BIN/brook" --data-dir "$DATA" topic describe flights
+"$BIN/brook" --data-dir "$DATA" topic describe weather
 for f in hourly_delays duty_periods cancelled late; do
   echo
   echo "$RESULTS/$f.jsonl ($(wc -l < "$RESULTS/$f.jsonl") rows), first 2:"
