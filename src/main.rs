@@ -210,6 +210,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        // Colours only for a person at a terminal, not in log files.
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {

@@ -788,3 +788,61 @@ fn log_sink_closed_without_finishing_aborts_only_its_open_transaction() {
     assert!(stable_is_end(), "closing aborted the open transaction");
     assert_eq!(committed(), strs(0..3));
 }
+
+/// Stop with a savepoint (savepoint, then cancel) commits the sink's output up to the
+/// savepoint at once, as Flink's stop-with-savepoint; the resumed job writes the rest,
+/// exactly once.
+#[test]
+fn stop_with_savepoint_commits_the_output_before_the_job_ends() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (out, chk, saves) = (
+        dir.path().join("out.jsonl"),
+        dir.path().join("chk"),
+        dir.path().join("savepoints"),
+    );
+    let job = |restore: Option<brook_engine::RestoredCheckpoint>| {
+        let env = StreamEnvironment::new(JobConfig {
+            // No periodic checkpoint before the savepoint: only it can commit.
+            checkpoint: Some(CheckpointConfig::new(&chk, 3_600_000)),
+            restore: restore.map(Arc::new),
+            ..JobConfig::with_parallelism(1)
+        });
+        env.source(VecSource::new((0..2_000u64).collect()).poll_size(10))
+            .map(|i: u64| {
+                std::thread::sleep(Duration::from_micros(500));
+                OutRow { i, key: i % KEYS }
+            })
+            .sink(FileSink::jsonl(&out));
+        env
+    };
+    let handle = job(None).start("stop").expect("start");
+    std::thread::sleep(Duration::from_millis(300));
+    let savepoint = handle.savepoint(&saves).expect("a savepoint");
+    handle.cancel();
+    let _ = handle.join();
+    let before = std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(
+        before > 0,
+        "the savepoint's output is committed when the job stops"
+    );
+    assert!(before < 2_000, "{before}: the job was stopped early");
+    let sp = brook_engine::RestoredCheckpoint::load(&savepoint).expect("load the savepoint");
+    job(Some(sp)).execute("stop").expect("resume");
+    let rows: Vec<u64> = std::fs::read_to_string(&out)
+        .expect("output")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("JSON")["i"]
+                .as_u64()
+                .expect("i")
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        (0..2_000).collect::<Vec<_>>(),
+        "exactly once, in order"
+    );
+}
