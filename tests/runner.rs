@@ -665,6 +665,25 @@ fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
     let (status, text) = code("POST", "/jobs", Some(body));
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("path separator"), "{text}");
+    // A broken spec gets `brook run`'s message, not a complaint about its name.
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": "name: x\nsources: [\n", "base_dir": spec_dir },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("invalid job spec") && !text.contains("no name"),
+        "{text}"
+    );
+    // A binary that cannot be executed is refused at once.
+    let not_exe = dir.path().join("job.yaml");
+    std::fs::write(&not_exe, spec).expect("write a file");
+    let body = serde_json::json!({
+        "job": { "kind": "bin", "path": not_exe, "args": [] },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("not executable"), "{text}");
     // A savepoint outside the data directory.
     let body = serde_json::json!({
         "job": { "kind": "yaml", "spec": spec, "base_dir": spec_dir },

@@ -245,13 +245,10 @@ impl Supervisor {
     pub(crate) fn submit(self: &Arc<Self>, req: SubmitRequest) -> Result<JobDetail, RunnerError> {
         let name = match (&req.name, &req.job) {
             (Some(n), _) => n.clone(),
+            // Parsed as `brook run` parses it, so a broken spec gets the same message.
             (None, JobKind::Yaml { spec, .. }) => {
-                #[derive(Deserialize)]
-                struct Named {
-                    name: String,
-                }
-                serde_norway::from_str::<Named>(spec)
-                    .map_err(|e| RunnerError::Invalid(format!("the spec has no name: {e}")))?
+                crate::spec::parse(spec)
+                    .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?
                     .name
             }
             (None, JobKind::Bin { path, .. }) => path
@@ -297,6 +294,15 @@ impl Supervisor {
                 if !path.is_absolute() || !path.is_file() {
                     return Err(RunnerError::Invalid(format!(
                         "binary {}: not an absolute path of a file",
+                        path.display()
+                    )));
+                }
+                let mode = std::fs::metadata(path).map_or(0, |m| {
+                    std::os::unix::fs::PermissionsExt::mode(&m.permissions())
+                });
+                if mode & 0o111 == 0 {
+                    return Err(RunnerError::Invalid(format!(
+                        "binary {}: not executable",
                         path.display()
                     )));
                 }
