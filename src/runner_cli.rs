@@ -275,6 +275,19 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
+/// A watermark for people: `-` before the first, `end` once the input ended
+/// (`i64::MAX`), else the UTC time (ms precision; the JSON output keeps ms).
+fn watermark(ms: Option<i64>) -> String {
+    match ms {
+        None => "-".into(),
+        Some(i64::MAX) => "end".into(),
+        Some(ms) => chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+            || ms.to_string(),
+            |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        ),
+    }
+}
+
 fn show_job(d: &JobDetail) -> Result<()> {
     let s = &d.summary;
     outln!(
@@ -293,7 +306,7 @@ fn show_job(d: &JobDetail) -> Result<()> {
     if let Some(st) = &d.status {
         outln!("\nprocess {} ({:?})", st.pid, st.state);
         outln!(
-            "{:<24} {:>12} {:>12} {:>15} {:>15}",
+            "{:<24} {:>12} {:>12} {:>24} {:>15}",
             "OPERATOR",
             "RECORDS IN",
             "RECORDS OUT",
@@ -302,17 +315,17 @@ fn show_job(d: &JobDetail) -> Result<()> {
         );
         for o in &st.operators {
             outln!(
-                "{:<24} {:>12} {:>12} {:>15} {:>15}",
+                "{:<24} {:>12} {:>12} {:>24} {:>15}",
                 o.name,
                 o.records_in,
                 o.records_out,
-                opt(o.watermark_ms),
+                watermark(o.watermark_ms),
                 o.backpressure_ms
             );
         }
         if !st.splits.is_empty() {
             outln!(
-                "\n{:<24} {:<20} {:>12} {:>10} {:>15}",
+                "\n{:<24} {:<20} {:>12} {:>10} {:>24}",
                 "SOURCE",
                 "SPLIT",
                 "OFFSET",
@@ -321,12 +334,12 @@ fn show_job(d: &JobDetail) -> Result<()> {
             );
             for sp in &st.splits {
                 outln!(
-                    "{:<24} {:<20} {:>12} {:>10} {:>15}",
+                    "{:<24} {:<20} {:>12} {:>10} {:>24}",
                     sp.operator,
                     sp.split,
                     opt(sp.offset),
                     opt(sp.lag),
-                    opt(sp.watermark_ms)
+                    watermark(sp.watermark_ms)
                 );
             }
         }
