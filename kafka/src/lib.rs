@@ -392,6 +392,8 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
                 position,
                 finished: false,
                 high,
+                end: high,
+                read_any: false,
             });
         }
         consumer.assign(&tpl).map_err(|e| {
@@ -492,6 +494,10 @@ struct Part {
     finished: bool,
     /// The partition's high watermark when last seen, for lag.
     high: u64,
+    /// The high watermark when the reader started (where a bounded reader may end).
+    end: u64,
+    /// A record was read since the reader started.
+    read_any: bool,
 }
 
 /// What a wait for data received.
@@ -546,6 +552,7 @@ impl<T> KafkaReader<T> {
             return Ok(());
         };
         p.position = m.offset() as u64 + 1;
+        p.read_any = true;
         p.high = p.high.max(p.position);
         out.set_split(p.split);
         let value = m.payload().unwrap_or_default();
@@ -560,7 +567,10 @@ impl<T> KafkaReader<T> {
     fn eof(&mut self, partition: i32, out: &mut Output<T>) {
         let bounded = self.bounded;
         if let Some(p) = self.part(partition) {
-            if bounded && !p.finished {
+            // An end reached before the start's end offset (a fetch that raced the
+            // broker's high watermark) is not the end: only after a record was read,
+            // or at the end offset captured when the reader started.
+            if bounded && !p.finished && (p.read_any || p.position >= p.end) {
                 p.finished = true;
                 out.finish_split(p.split);
             }

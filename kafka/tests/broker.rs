@@ -129,10 +129,16 @@ fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
     };
     let topic = unique("in");
     create_topic(&b, &topic, 4).expect("create the topic");
+    // Timestamps of today: brokers delete older records (retention, 7 days).
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_millis() as i64;
+    let t0 = now - 3_600_000;
     produce(
         &b,
         &topic,
-        (0..400i64).map(|i| ((i % 4) as i32, None, i.to_string(), Some(1_000 + i))),
+        (0..400i64).map(|i| ((i % 4) as i32, None, i.to_string(), Some(t0 + i))),
     )
     .expect("produce");
 
@@ -148,7 +154,7 @@ fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
     assert!(out
         .records()
         .iter()
-        .all(|r| r.timestamp == Some(1_000 + r.value)));
+        .all(|r| r.timestamp == Some(t0 + r.value)));
 
     // Resuming partition 1 at offset 90 (its 90th record is 361): 10 records left.
     use brook_core::source::Source;
@@ -180,13 +186,13 @@ fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
     assert_eq!(values, (90..100).map(|k| 1 + 4 * k).collect::<Vec<i64>>());
     assert_eq!(reader.positions().get(&1), Some(&100));
 
-    // Starting at a timestamp: records at or after 1_396 (i >= 396).
+    // Starting at a timestamp: records at or after t0 + 396.
     let env = StreamEnvironment::new(JobConfig::default());
     let out = CollectSink::new();
     env.source(
         KafkaSource::json::<i64>(b.clone(), topic.clone())
             .bounded(true)
-            .start(KafkaStart::Timestamp(1_396)),
+            .start(KafkaStart::Timestamp(t0 + 396)),
     )
     .sink(out.clone());
     env.execute("from a time").expect("the job runs");
