@@ -62,6 +62,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use brook_core::bad_record::BadRecords;
 use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
@@ -164,6 +165,7 @@ pub struct KafkaSource<T> {
     group: Option<String>,
     start: KafkaStart,
     bounded: bool,
+    bad: BadRecords,
     _out: PhantomData<fn() -> T>,
 }
 
@@ -186,6 +188,7 @@ impl<T> Clone for KafkaSource<T> {
             group: self.group.clone(),
             start: self.start,
             bounded: self.bounded,
+            bad: self.bad.clone(),
             _out: PhantomData,
         }
     }
@@ -208,6 +211,7 @@ impl KafkaSource<()> {
             group: None,
             start: KafkaStart::default(),
             bounded: false,
+            bad: BadRecords::fail(),
             _out: PhantomData,
         }
     }
@@ -237,6 +241,13 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     /// A librdkafka property (security settings, tuning), passed as it is.
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.conn.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// What to do with a value that does not decode (semantics.md §5); its position
+    /// is `topic/partition@offset`. Default: fail.
+    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
+        self.bad = bad;
         self
     }
 
@@ -405,6 +416,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
             parts,
             bounded: self.bounded,
             commit_offsets: self.group.is_some(),
+            bad: self.bad.clone(),
             pending: None,
             snapshots: VecDeque::new(),
             _out: PhantomData,
@@ -514,6 +526,7 @@ pub struct KafkaReader<T> {
     parts: Vec<Part>,
     bounded: bool,
     commit_offsets: bool,
+    bad: BadRecords,
     /// What a wait for data received, handed out by the next poll.
     pending: Option<Polled>,
     /// Positions snapshotted per checkpoint, committed to the group on completion.
@@ -556,11 +569,14 @@ impl<T> KafkaReader<T> {
         p.high = p.high.max(p.position);
         out.set_split(p.split);
         let value = m.payload().unwrap_or_default();
-        let v: T = serde_json::from_slice(value).map_err(|e| OperatorError::BadRecord {
-            position: Some(format!("{topic}/{}@{}", m.partition(), m.offset())),
-            reason: format!("invalid JSON: {e}"),
-        })?;
-        out.collect(v, m.timestamp().to_millis());
+        match serde_json::from_slice::<T>(value) {
+            Ok(v) => out.collect(v, m.timestamp().to_millis()),
+            Err(e) => self.bad.handle(
+                &String::from_utf8_lossy(value),
+                &format!("{topic}/{}@{}", m.partition(), m.offset()),
+                &format!("invalid JSON: {e}"),
+            )?,
+        }
         Ok(())
     }
 

@@ -233,6 +233,7 @@ pub fn build(
                 start_timestamp_ms,
                 bounded,
                 properties,
+                on_bad_record,
                 parallelism,
                 ..
             } => {
@@ -246,7 +247,8 @@ pub fn build(
                 };
                 let mut src = KafkaSource::json::<Row>(bootstrap.clone(), topic.clone())
                     .start(start)
-                    .bounded(bounded.unwrap_or(false));
+                    .bounded(bounded.unwrap_or(false))
+                    .on_bad_record(bad(*on_bad_record));
                 if let Some(g) = group {
                     src = src.group(g.clone());
                 }
@@ -254,7 +256,7 @@ pub fn build(
                     src = src.property(k.clone(), v.clone());
                 }
                 let strategy = match time {
-                    Some((ts, wm)) => row_strategy(ts, &wm, bad(None)),
+                    Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
                 };
                 with_parallelism(env.from_source(src, strategy), *parallelism).name(name)

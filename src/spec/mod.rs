@@ -240,6 +240,9 @@ pub enum SourceSpec {
         /// librdkafka properties passed as they are (security settings, tuning).
         #[serde(default)]
         properties: BTreeMap<String, String>,
+        /// Bad-record policy for values that are not JSON objects.
+        #[serde(default)]
+        on_bad_record: Option<BadRecordPolicy>,
         /// Parallel readers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -1027,11 +1030,13 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 group,
                 start,
                 start_timestamp_ms,
+                on_bad_record,
                 parallelism,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
                 check_kafka(&field, bootstrap, topic)?;
+                uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
                 match (start, start_timestamp_ms) {
                     (Some(KafkaStartSpec::Timestamp), None) => {
                         return Err(SpecError::new(
