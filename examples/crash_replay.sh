@@ -28,7 +28,7 @@ echo "\$ brook run $JOB --set sinks.out.path=$OUT/restored.jsonl &"
 # be killed instead of the job).
 "$BROOK" --data-dir "$DATA" run "$JOB" --quiet --set "sinks.out.path=$OUT/restored.jsonl" &
 pid=$!
-for _ in $(seq 100); do
+for _ in $(seq 400); do
   if compgen -G "$CHECKPOINTS/chk-*/_metadata" >/dev/null; then break; fi
   sleep 0.05
 done

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use brook::core::time::Stopwatch;
 use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use brook::operators::enrich::{MissingKey, StaticTable};
 use brook::operators::row::Row;
@@ -447,9 +447,9 @@ pub fn run(cfg: &Config) -> Result<Summary> {
         .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
     let log = Log::open(&cfg.data_dir, LogOptions::default())
         .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
-    let started = Instant::now();
+    let started = Stopwatch::start();
     let (flights, weather_reports) = ingest(&log, cfg)?;
-    let ingest_ms = started.elapsed().as_millis() as u64;
+    let ingest_ms = started.elapsed_nanos() / 1_000_000;
 
     if cfg.results.exists() {
         fs::remove_dir_all(&cfg.results)
@@ -602,9 +602,9 @@ pub fn run(cfg: &Config) -> Result<Summary> {
         .sink(FileSink::jsonl(out(files::DUTY)))
         .set_parallelism(1);
 
-    let started = Instant::now();
+    let started = Stopwatch::start();
     env.execute("nycflights13")?;
-    let job_ms = started.elapsed().as_millis() as u64;
+    let job_ms = started.elapsed_nanos() / 1_000_000;
     log.close()?;
 
     let count = |name: &str| -> Result<u64> {
