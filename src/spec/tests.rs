@@ -68,7 +68,7 @@ fn broken_specs_are_rejected_naming_the_field() {
         ),
         (
             "name: x\nsources:\n  - {name: s, connector: kafka2, topic: t}\nsinks:\n  - {name: o, connector: stdout}\n",
-            "sources[0].connector: unknown variant `kafka2`, expected one of `file`, `log`, `generator`",
+            "sources[0].connector: unknown variant `kafka2`, expected one of `file`, `log`, `kafka`, `generator`",
         ),
         (
             "name: ../etc\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
