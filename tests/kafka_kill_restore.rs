@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use brook::kafka::admin::{create_topic, produce, read_to_end};
+use brook::kafka::admin::{committed_offsets, create_topic, produce, read_to_end};
 use rand::{Rng, SeedableRng};
 
 const EVENTS: i64 = 20_000;
@@ -159,6 +159,13 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("clean run: {} rows in {clean_ms} ms", want.len());
+    // Completed checkpoints committed the source's offsets to its group (monitoring).
+    let committed =
+        committed_offsets(&bootstrap, "brook-kill-test", &events).expect("the group's offsets");
+    assert!(
+        committed.values().any(|o| *o > 0),
+        "no offsets committed: {committed:?}"
+    );
 
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");

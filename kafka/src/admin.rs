@@ -194,3 +194,44 @@ pub fn read_to_end(
     }
     Ok(out)
 }
+
+/// The offsets `group` has committed for the partitions of `topic` (partitions without
+/// a committed offset are left out).
+///
+/// # Errors
+/// The broker cannot be reached, the topic does not exist.
+pub fn committed_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> Result<std::collections::BTreeMap<i32, i64>, KafkaConnectorError> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(err(format!("consumer of group {group:?}")))?;
+    let md = c
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(err(format!("metadata of {topic:?}")))?;
+    let n = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len() as i32);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..n {
+        tpl.add_partition(topic, p);
+    }
+    let got = c
+        .committed_offsets(tpl, TIMEOUT)
+        .map_err(err(format!("committed offsets of group {group:?}")))?;
+    Ok(got
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect())
+}

@@ -712,6 +712,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
                     format!("{}/{}", self.topic, p.partition),
                     SplitProgress {
                         offset: p.position,
+                        // The highest end seen (at the start, or read since).
                         lag: Some(p.high.saturating_sub(p.position)),
                     },
                 )

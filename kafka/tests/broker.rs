@@ -203,3 +203,17 @@ fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
     got.sort_unstable();
     assert_eq!(got, vec![396, 397, 398, 399]);
 }
+
+#[test]
+fn without_checkpoints_the_idempotent_producer_writes_everything() {
+    let Some(b) = bootstrap("idempotent") else {
+        return;
+    };
+    let topic = unique("plain");
+    create_topic(&b, &topic, 2).expect("create the topic");
+    let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
+    env.source(brook_engine::testing::VecSource::new((0..500i64).collect()))
+        .sink(KafkaSink::json(b.clone(), topic.clone()));
+    env.execute("write").expect("the job runs");
+    assert_eq!(committed_values(&b, &topic), (0..500).collect::<Vec<_>>());
+}
