@@ -20,7 +20,18 @@
 //!
 //! Records are read with `isolation.level=read_committed` unless the properties say
 //! otherwise. A [`bounded`](KafkaSource::bounded) source ends when it has reached the
-//! end of every partition (librdkafka's partition EOF); otherwise it follows the topic.
+//! end of every partition (librdkafka's partition EOF, once past the end offset seen
+//! when the reader started); otherwise it follows the topic. A value that is not JSON
+//! of `T` follows the [`BadRecords`] policy (default: fail, naming
+//! `topic/partition@offset`).
+//!
+//! Partitions are read in the order librdkafka delivers them, which differs from run
+//! to run: with event-time watermarks (the minimum over partitions) results are the
+//! same in every run, but which records count as late can differ when a partition's
+//! own disorder exceeds the watermark's bound.
+//!
+//! Not built yet: several brook processes sharing a topic through one consumer group
+//! (partitions handed over with their state). Scale with parallelism and savepoints.
 //!
 //! # Writing
 //!
@@ -744,7 +755,8 @@ impl ProducerContext for Deliveries {
     }
 }
 
-type Producer_ = BaseProducer<Deliveries>;
+/// A producer that keeps its first delivery error.
+type CheckedProducer = BaseProducer<Deliveries>;
 
 /// Computes a record's key.
 type KeyFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
@@ -829,7 +841,7 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
         format!("{prefix}.{sink}.{index}")
     }
 
-    fn producer(&self, txn_id: Option<&str>) -> OpResult<Producer_> {
+    fn producer(&self, txn_id: Option<&str>) -> OpResult<CheckedProducer> {
         let mut c = self.conn.client_config();
         c.set("enable.idempotence", "true");
         if !self.conn.properties.contains_key("partitioner") {
@@ -947,7 +959,7 @@ struct Committable {
 struct Session {
     id: String,
     topic: String,
-    producer: Producer_,
+    producer: CheckedProducer,
     marker: BaseConsumer,
 }
 
@@ -1030,7 +1042,10 @@ impl Session {
 }
 
 /// Sends one record, waiting while the producer's queue is full.
-fn send(producer: &Producer_, mut rec: BaseRecord<'_, String, String>) -> Result<(), KafkaError> {
+fn send(
+    producer: &CheckedProducer,
+    mut rec: BaseRecord<'_, String, String>,
+) -> Result<(), KafkaError> {
     loop {
         match producer.send(rec) {
             Ok(()) => {
@@ -1075,7 +1090,7 @@ impl<T: Serialize + Send + 'static> Sink for KafkaSink<T> {
 /// The at-least-once writer (idempotent producer) of jobs without checkpoints.
 struct PlainWriter<T> {
     sink: KafkaSink<T>,
-    producer: Producer_,
+    producer: CheckedProducer,
 }
 
 impl<T: Serialize + Send + 'static> SinkWriter for PlainWriter<T> {
