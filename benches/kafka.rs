@@ -4,7 +4,9 @@
 //!
 //! Run with `cargo bench --bench kafka` with `BROOK_KAFKA_BOOTSTRAP` set (e.g. after
 //! `source scripts/kafka-broker.sh`); without it the benchmark says so and exits.
-//! `BROOK_BENCH_SCALE` (default 1.0) multiplies the record count (200k).
+//! `BROOK_BENCH_SCALE` (default 1.0) multiplies the record count (200k);
+//! `BROOK_BENCH_REPS` (default 3) is how many times each measurement and its baseline
+//! run, interleaved; the table shows medians.
 //!
 //! Records: JSON objects of about 60 bytes, 4 partitions.
 //! - sink: a bounded in-memory source of N rows → `KafkaSink` (idempotent producer, no
@@ -118,69 +120,86 @@ fn main() {
         .unwrap()
         .as_millis() as i64;
     let data = events(n, now - 3_600_000);
-    println!("| measurement | records | brook rec/s | plain rdkafka rec/s | ratio |");
-    println!("|---|---|---|---|---|");
-
-    // Sink: the plain producer loop.
-    let plain_topic = unique("plain-out");
-    create_topic(&bootstrap, &plain_topic, PARTITIONS).unwrap();
-    let t = Instant::now();
-    produce(
-        &bootstrap,
-        &plain_topic,
-        data.iter().map(|e| {
-            let v = serde_json::to_string(e).unwrap();
-            ((e.value % PARTITIONS as i64) as i32, None, v, Some(e.ts))
-        }),
-    )
-    .unwrap();
-    let plain_sink = rate(n, t.elapsed());
-
-    for (name, checkpoints) in [
-        ("sink, idempotent producer", false),
-        ("sink, transactions (checkpoint 200 ms)", true),
-    ] {
-        let topic = unique("out");
-        create_topic(&bootstrap, &topic, PARTITIONS).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = JobConfig::default();
-        if checkpoints {
-            config.checkpoint = Some(CheckpointConfig::new(dir.path(), 200));
-        }
-        let env = StreamEnvironment::new(config);
-        env.source(VecSource::new(data.clone())).sink(
-            KafkaSink::json(bootstrap.clone(), topic.clone())
-                .transactional_id_prefix(unique("bench"))
-                .key_by(|e: &Event| e.key.clone()),
-        );
+    let reps: usize = std::env::var("BROOK_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    // Per measurement: (brook rec/s, plain rec/s) of each repetition.
+    let mut rows: Vec<(String, Vec<f64>, Vec<f64>)> = vec![
+        ("sink, idempotent producer".into(), vec![], vec![]),
+        (
+            "sink, transactions (checkpoint 200 ms)".into(),
+            vec![],
+            vec![],
+        ),
+        ("source, read_committed".into(), vec![], vec![]),
+    ];
+    for _ in 0..reps {
+        // Sink: the plain producer loop.
+        let plain_topic = unique("plain-out");
+        create_topic(&bootstrap, &plain_topic, PARTITIONS).unwrap();
         let t = Instant::now();
-        env.execute("kafka sink bench").unwrap();
-        let brook = rate(n, t.elapsed());
+        produce(
+            &bootstrap,
+            &plain_topic,
+            data.iter().map(|e| {
+                let v = serde_json::to_string(e).unwrap();
+                ((e.value % PARTITIONS as i64) as i32, None, v, Some(e.ts))
+            }),
+        )
+        .unwrap();
+        let plain_sink = rate(n, t.elapsed());
+        for (row, checkpoints) in [(0, false), (1, true)] {
+            let topic = unique("out");
+            create_topic(&bootstrap, &topic, PARTITIONS).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let mut config = JobConfig::default();
+            if checkpoints {
+                config.checkpoint = Some(CheckpointConfig::new(dir.path(), 200));
+            }
+            let env = StreamEnvironment::new(config);
+            env.source(VecSource::new(data.clone())).sink(
+                KafkaSink::json(bootstrap.clone(), topic.clone())
+                    .transactional_id_prefix(unique("bench"))
+                    .key_by(|e: &Event| e.key.clone()),
+            );
+            let t = Instant::now();
+            env.execute("kafka sink bench").unwrap();
+            rows[row].1.push(rate(n, t.elapsed()));
+            rows[row].2.push(plain_sink);
+        }
+        // Source: read the plain loop's topic both ways.
+        let t = Instant::now();
+        assert_eq!(plain_read(&bootstrap, &plain_topic), n);
+        rows[2].2.push(rate(n, t.elapsed()));
+        let env = StreamEnvironment::new(JobConfig::default());
+        let out = CollectSink::new();
+        env.source(
+            KafkaSource::json::<Event>(bootstrap.clone(), plain_topic.clone()).bounded(true),
+        )
+        .sink(out.clone());
+        let t = Instant::now();
+        env.execute("kafka source bench").unwrap();
+        rows[2].1.push(rate(n, t.elapsed()));
+        assert_eq!(out.values().len(), n);
+    }
+    println!(
+        "| measurement | records | brook rec/s | plain rdkafka rec/s | ratio (median of {reps}) |"
+    );
+    println!("|---|---|---|---|---|");
+    for (name, brook, plain) in rows {
+        let mut ratios: Vec<f64> = brook.iter().zip(&plain).map(|(b, p)| b / p).collect();
         println!(
             "| {name} | {n} | {} | {} | {:.2} |",
-            fmt(brook),
-            fmt(plain_sink),
-            brook / plain_sink
+            fmt(median(brook)),
+            fmt(median(plain)),
+            median(std::mem::take(&mut ratios))
         );
     }
+}
 
-    // Source: read the plain loop's topic both ways.
-    let t = Instant::now();
-    let got = plain_read(&bootstrap, &plain_topic);
-    assert_eq!(got, n);
-    let plain_source = rate(n, t.elapsed());
-    let env = StreamEnvironment::new(JobConfig::default());
-    let out = CollectSink::new();
-    env.source(KafkaSource::json::<Event>(bootstrap.clone(), plain_topic.clone()).bounded(true))
-        .sink(out.clone());
-    let t = Instant::now();
-    env.execute("kafka source bench").unwrap();
-    let brook_source = rate(n, t.elapsed());
-    assert_eq!(out.values().len(), n);
-    println!(
-        "| source, read_committed | {n} | {} | {} | {:.2} |",
-        fmt(brook_source),
-        fmt(plain_source),
-        brook_source / plain_source
-    );
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
