@@ -210,6 +210,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        // Colours only for a person at a terminal, not in log files.
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
@@ -252,11 +254,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
         // The runner and its clients never open the log: job processes do.
         Command::Runner(args) => return runner_cli::runner(args, &data_dir),
-        Command::Submit(args) => return runner_cli::submit(args),
-        Command::Jobs(args) => return runner_cli::jobs(args),
-        Command::Job(args) => return runner_cli::job(args),
-        Command::Cancel(args) => return runner_cli::cancel(args),
-        Command::Resume(args) => return runner_cli::resume(args),
+        Command::Submit(args) => return runner_cli::submit(args, &data_dir),
+        Command::Jobs(args) => return runner_cli::jobs(args, &data_dir),
+        Command::Job(args) => return runner_cli::job(args, &data_dir),
+        Command::Cancel(args) => return runner_cli::cancel(args, &data_dir),
+        Command::Resume(args) => return runner_cli::resume(args, &data_dir),
         other => other,
     };
     let log = open_log(&data_dir, &fsync)?;

@@ -239,13 +239,17 @@ pub(crate) fn run(
     let mut savepoint_failed = None;
     rt.block_on(async {
         let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+        // SIGTERM (a service manager, `kill`) stops the job as Ctrl-C does: cleanly,
+        // with a savepoint if asked, and the run's scratch state removed.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("listening for SIGTERM")?;
         loop {
             if job.is_finished() {
                 break;
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = &mut ctrl_c, if !interrupted => {
+                _ = async { tokio::select! { _ = &mut ctrl_c => {}, _ = term.recv() => {} } }, if !interrupted => {
                     interrupted = true;
                     if let Some(dir) = &args.savepoint_dir {
                         eprintln!("taking a savepoint before stopping (Ctrl-C again to stop at once)");
@@ -266,14 +270,15 @@ pub(crate) fn run(
                 b.tick();
             }
         }
-    });
+        Ok::<(), anyhow::Error>(())
+    })?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     let result = match job.join() {
         Ok(r) => r,
         Err(EngineError::Cancelled) if interrupted => {
-            eprintln!("job {name} cancelled");
+            eprintln!("job {name} canceled");
             if let Some(e) = savepoint_failed {
                 return Err(anyhow::Error::new(e).context(format!("job {name}: no savepoint")));
             }

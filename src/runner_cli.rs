@@ -27,9 +27,11 @@ pub(crate) struct RunnerArgs {
 /// How a client reaches the runner.
 #[derive(Debug, Args)]
 pub(crate) struct ClientArgs {
-    /// The runner's URL.
-    #[arg(long, env = "BROOK_RUNNER", default_value = "http://127.0.0.1:7070")]
-    runner: String,
+    /// The runner's URL (`http://host:port` or `host:port`). Default: the address a
+    /// runner on `--data-dir` wrote to `<data-dir>/runner/address`, else
+    /// http://127.0.0.1:7070.
+    #[arg(long, env = "BROOK_RUNNER")]
+    runner: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -114,9 +116,20 @@ macro_rules! outln {
     };
 }
 
-fn client(args: &ClientArgs) -> Client {
+fn client(args: &ClientArgs, data_dir: &Path) -> Client {
     let token = std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty());
-    Client::new(&args.runner, token)
+    let written = || {
+        std::fs::read_to_string(data_dir.join("runner").join("address"))
+            .ok()
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+    };
+    let base = args
+        .runner
+        .clone()
+        .or_else(written)
+        .unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    Client::new(&base, token)
 }
 
 fn rt() -> Result<tokio::runtime::Runtime> {
@@ -162,7 +175,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 }
 
 /// `brook submit`.
-pub(crate) fn submit(args: SubmitArgs) -> Result<()> {
+pub(crate) fn submit(args: SubmitArgs, data_dir: &Path) -> Result<()> {
     let job = match (&args.spec, &args.bin) {
         (Some(spec), None) => {
             let text = std::fs::read_to_string(spec)
@@ -200,7 +213,7 @@ pub(crate) fn submit(args: SubmitArgs) -> Result<()> {
         checkpoint_interval: args.checkpoint_interval.clone(),
         from_savepoint,
     };
-    let c = client(&args.client);
+    let c = client(&args.client, data_dir);
     let detail = rt()?.block_on(c.submit(&req))?;
     if args.client.json {
         return print_json(&detail);
@@ -250,8 +263,8 @@ fn table_of_jobs(jobs: &[JobSummary]) -> Result<()> {
 }
 
 /// `brook jobs`.
-pub(crate) fn jobs(args: JobsArgs) -> Result<()> {
-    let jobs = rt()?.block_on(client(&args.client).list())?;
+pub(crate) fn jobs(args: JobsArgs, data_dir: &Path) -> Result<()> {
+    let jobs = rt()?.block_on(client(&args.client, data_dir).list())?;
     if args.client.json {
         return print_json(&jobs);
     }
@@ -363,8 +376,8 @@ fn show_job(d: &JobDetail) -> Result<()> {
 }
 
 /// `brook job`.
-pub(crate) fn job(args: JobArgs) -> Result<()> {
-    let d = rt()?.block_on(client(&args.client).job(&args.id))?;
+pub(crate) fn job(args: JobArgs, data_dir: &Path) -> Result<()> {
+    let d = rt()?.block_on(client(&args.client, data_dir).job(&args.id))?;
     if args.client.json {
         return print_json(&d);
     }
@@ -372,8 +385,8 @@ pub(crate) fn job(args: JobArgs) -> Result<()> {
 }
 
 /// `brook cancel`.
-pub(crate) fn cancel(args: CancelArgs) -> Result<()> {
-    let d = rt()?.block_on(client(&args.client).cancel(&args.id, args.savepoint))?;
+pub(crate) fn cancel(args: CancelArgs, data_dir: &Path) -> Result<()> {
+    let d = rt()?.block_on(client(&args.client, data_dir).cancel(&args.id, args.savepoint))?;
     if args.client.json {
         return print_json(&d);
     }
@@ -387,8 +400,8 @@ pub(crate) fn cancel(args: CancelArgs) -> Result<()> {
 }
 
 /// `brook resume`.
-pub(crate) fn resume(args: ResumeArgs) -> Result<()> {
-    let c = client(&args.client);
+pub(crate) fn resume(args: ResumeArgs, data_dir: &Path) -> Result<()> {
+    let c = client(&args.client, data_dir);
     let rt = rt()?;
     let from_savepoint = args
         .from_savepoint

@@ -1031,4 +1031,22 @@ impl<T: Serialize + Send + 'static> SinkWriter for TxnLogWriter<T> {
         self.finished = true;
         Ok(())
     }
+
+    /// A job that stops without finishing (canceled, failed) aborts the transaction
+    /// it had open: no checkpoint holds it, so nothing could ever commit it, and left
+    /// open it would hold the topic's last stable offset, and every read-committed
+    /// reader, back. Prepared transactions stay for the restore that commits them.
+    fn close(&mut self) {
+        if self.finished || self.producer.current().is_none() {
+            return;
+        }
+        if let Err(e) = self.producer.abort_transaction() {
+            tracing::warn!(
+                topic = self.topic.name(),
+                transactional_id = self.producer.transactional_id(),
+                error = %e,
+                "cannot abort the open transaction"
+            );
+        }
+    }
 }

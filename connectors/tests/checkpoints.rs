@@ -747,3 +747,102 @@ fn log_sink_crash_between_prepare_and_commit_is_recovered_by_restore() {
     // Not a committable of this sink.
     assert!(sink.restore_writer(&info, vec![vec![9, 9]]).is_err());
 }
+
+/// A writer closed without finishing (a canceled job) aborts its open transaction, so
+/// the topic's last stable offset does not stay behind it, and keeps the prepared one
+/// for the restore that commits it.
+#[test]
+fn log_sink_closed_without_finishing_aborts_only_its_open_transaction() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = Log::open(dir.path(), LogOptions::default()).expect("open the log");
+    log.create_topic("n", 1, TopicConfig::default())
+        .expect("create the topic");
+    let sink = LogSink::<u64>::json(&log, "n").transactional_id_prefix("job");
+    let info = info(0, 1);
+    let committed = || topic_values(&log, "n", IsolationLevel::ReadCommitted).concat();
+    let strs = |r: std::ops::Range<u64>| r.map(|i| i.to_string()).collect::<Vec<_>>();
+    let stable_is_end = || {
+        let p = &log.describe_topic("n").expect("describe").partitions[0];
+        p.last_stable_offset == p.log_end_offset
+    };
+    let mut w = sink.create_committing_writer(&info).expect("a writer");
+    w.write_batch(batch(0..3)).expect("write");
+    let c1 = w
+        .prepare_commit(1)
+        .expect("prepare")
+        .expect("a committable");
+    w.write_batch(batch(3..5)).expect("write");
+    w.close();
+    // Open transaction aborted: nothing holds the last stable offset back but the
+    // prepared one.
+    assert_eq!(committed(), Vec::<String>::new());
+    assert!(!stable_is_end(), "the prepared transaction still holds it");
+    // The restore commits the prepared transaction; the aborted records never show.
+    let mut w = sink
+        .restore_writer(&info, vec![c1])
+        .expect("restore commits the prepared transaction");
+    assert_eq!(committed(), strs(0..3));
+    assert!(stable_is_end());
+    w.write_batch(batch(5..6)).expect("write");
+    w.close();
+    assert!(stable_is_end(), "closing aborted the open transaction");
+    assert_eq!(committed(), strs(0..3));
+}
+
+/// Stop with a savepoint (savepoint, then cancel) commits the sink's output up to the
+/// savepoint at once, as Flink's stop-with-savepoint; the resumed job writes the rest,
+/// exactly once.
+#[test]
+fn stop_with_savepoint_commits_the_output_before_the_job_ends() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (out, chk, saves) = (
+        dir.path().join("out.jsonl"),
+        dir.path().join("chk"),
+        dir.path().join("savepoints"),
+    );
+    let job = |restore: Option<brook_engine::RestoredCheckpoint>| {
+        let env = StreamEnvironment::new(JobConfig {
+            // No periodic checkpoint before the savepoint: only it can commit.
+            checkpoint: Some(CheckpointConfig::new(&chk, 3_600_000)),
+            restore: restore.map(Arc::new),
+            ..JobConfig::with_parallelism(1)
+        });
+        env.source(VecSource::new((0..2_000u64).collect()).poll_size(10))
+            .map(|i: u64| {
+                std::thread::sleep(Duration::from_micros(500));
+                OutRow { i, key: i % KEYS }
+            })
+            .sink(FileSink::jsonl(&out));
+        env
+    };
+    let handle = job(None).start("stop").expect("start");
+    std::thread::sleep(Duration::from_millis(300));
+    let savepoint = handle.savepoint(&saves).expect("a savepoint");
+    handle.cancel();
+    let _ = handle.join();
+    let before = std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(
+        before > 0,
+        "the savepoint's output is committed when the job stops"
+    );
+    assert!(before < 2_000, "{before}: the job was stopped early");
+    let sp = brook_engine::RestoredCheckpoint::load(&savepoint).expect("load the savepoint");
+    job(Some(sp)).execute("stop").expect("resume");
+    let rows: Vec<u64> = std::fs::read_to_string(&out)
+        .expect("output")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("JSON")["i"]
+                .as_u64()
+                .expect("i")
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        (0..2_000).collect::<Vec<_>>(),
+        "exactly once, in order"
+    );
+}

@@ -585,6 +585,11 @@ pub(crate) fn run_coordinator(
                 }
             }
         };
+        if done {
+            // Before the savepoint's waiter hears of it: a stop-with-savepoint cancels
+            // the job right after, and the tasks commit what they see completed.
+            control.completed.store(id, Ordering::SeqCst);
+        }
         if let Some(s) = savepoint {
             let _ = s.done.send(match &failure {
                 None => Ok(dir.clone()),
@@ -592,7 +597,6 @@ pub(crate) fn run_coordinator(
             });
         }
         if done {
-            control.completed.store(id, Ordering::SeqCst);
             let now = clock.now_ms();
             let ms = now - started;
             stats.completed.fetch_add(1, Ordering::Relaxed);

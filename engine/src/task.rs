@@ -44,8 +44,16 @@ pub(crate) struct TaskEnv {
 }
 
 impl TaskEnv {
-    fn check_cancelled(&self) -> TaskResult {
+    /// Fails when the job is cancelled, after committing a checkpoint that completed
+    /// since `last`: a stop-with-savepoint cancels right after its savepoint, whose
+    /// sink transactions must commit (as Flink's), not wait for a resume.
+    fn check_cancelled_committing<T>(
+        &self,
+        head: &mut dyn Link<T>,
+        last: &mut CheckpointId,
+    ) -> TaskResult {
         if self.cancelled.load(Ordering::Relaxed) {
+            self.notify_complete(head, last)?;
             return Err(TaskFailure::Disconnected);
         }
         Ok(())
@@ -150,7 +158,8 @@ impl<T: Send + 'static> SourceTask<T> {
         let mut runs: Vec<(usize, u32)> = Vec::new();
         let mut out = Output::with_capacity(self.env.batch_size);
         loop {
-            self.env.check_cancelled()?;
+            self.env
+                .check_cancelled_committing(self.head.as_mut(), &mut completed)?;
             if let Some(id) = self.env.requested_checkpoint(injected) {
                 injected = id;
                 self.checkpoint(id, &wms)?;
@@ -455,7 +464,8 @@ impl<T: Send + 'static> InputTask<T> {
                 Err(_) => {
                     // Nothing waiting: send on what is buffered before blocking.
                     self.head.flush()?;
-                    self.env.check_cancelled()?;
+                    self.env
+                        .check_cancelled_committing(self.head.as_mut(), &mut completed)?;
                     fire_callbacks(self.head.as_mut(), &self.env.clock)?;
                     // Under load the next batch is usually microseconds away: yield a
                     // few times before parking, which spares the producer a futex

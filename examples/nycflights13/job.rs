@@ -363,40 +363,45 @@ pub fn read_airlines(input: &Path) -> Result<Vec<Row>> {
 /// (the file itself is sorted by month as text), keyed by origin; weather reports
 /// in order of their hour, keyed by airport. Returns (flights, reports).
 pub fn ingest(log: &Log, cfg: &Config) -> Result<(u64, u64)> {
-    let mut flights = read_flights(&cfg.input)?;
-    let mut keyed = Vec::with_capacity(flights.len());
-    for (i, f) in flights.drain(..).enumerate() {
-        let sched = f
-            .scheduled_ms()
-            .map_err(|e| anyhow::anyhow!("flights.csv.gz record {}: {e}", i + 1))?;
-        keyed.push((sched, f));
-    }
-    // A stable sort keeps the file's order among flights of the same minute.
-    keyed.sort_by_key(|(s, _)| *s);
-    let n_flights = keyed.len() as u64;
+    let flights = by_time(
+        read_flights(&cfg.input)?,
+        "flights.csv.gz",
+        Flight::scheduled_ms,
+    )?;
     append_all(
         log,
         FLIGHTS_TOPIC,
         cfg.partitions,
-        keyed.iter().map(|(s, f)| (f.origin.as_str(), *s, f)),
+        flights.iter().map(|(s, f)| (f.origin.as_str(), *s, f)),
     )?;
-
-    let mut weather = Vec::new();
-    for (i, w) in read_weather(&cfg.input)?.into_iter().enumerate() {
-        let t = w
-            .hour_ms()
-            .map_err(|e| anyhow::anyhow!("weather.csv.gz record {}: {e}", i + 1))?;
-        weather.push((t, w));
-    }
-    weather.sort_by_key(|(t, _)| *t);
-    let n_weather = weather.len() as u64;
+    let weather = by_time(
+        read_weather(&cfg.input)?,
+        "weather.csv.gz",
+        Weather::hour_ms,
+    )?;
     append_all(
         log,
         WEATHER_TOPIC,
         cfg.partitions,
         weather.iter().map(|(t, w)| (w.origin.as_str(), *t, w)),
     )?;
-    Ok((n_flights, n_weather))
+    Ok((flights.len() as u64, weather.len() as u64))
+}
+
+/// The rows stamped with `time` and sorted by it; a stable sort keeps the file's
+/// order among rows of the same time. An error names the file and record.
+fn by_time<T>(
+    rows: Vec<T>,
+    file: &str,
+    time: impl Fn(&T) -> Result<Millis, String>,
+) -> Result<Vec<(Millis, T)>> {
+    let mut stamped = Vec::with_capacity(rows.len());
+    for (i, row) in rows.into_iter().enumerate() {
+        let t = time(&row).map_err(|e| anyhow::anyhow!("{file} record {}: {e}", i + 1))?;
+        stamped.push((t, row));
+    }
+    stamped.sort_by_key(|(t, _)| *t);
+    Ok(stamped)
 }
 
 /// (Re)creates `topic` and appends the records as JSON, in batches.

@@ -60,6 +60,10 @@ use super::RunnerError;
 
 /// `BROOK_JOB_ID`.
 pub const ENV_JOB_ID: &str = "BROOK_JOB_ID";
+/// `BROOK_JOB_NAME`: the job's name at the runner, which the job runs under (its
+/// log sinks' transactional ids are `<name>.<sink>.<subtask>`, so two jobs submitted
+/// from one spec under different names must not share them).
+pub const ENV_JOB_NAME: &str = "BROOK_JOB_NAME";
 /// `BROOK_DATA_DIR`.
 pub const ENV_DATA_DIR: &str = "BROOK_DATA_DIR";
 /// `BROOK_CHECKPOINT_DIR`.
@@ -90,6 +94,8 @@ const STATUS_EVERY_MS: i64 = 500;
 pub struct ChildContext {
     /// The runner's id of the job.
     pub job_id: String,
+    /// The job's name at the runner (`None`: the name the job gives itself).
+    pub job_name: Option<String>,
     /// The runner's data directory.
     pub data_dir: PathBuf,
     /// Where the job's checkpoints go.
@@ -156,6 +162,7 @@ impl ChildContext {
         };
         Ok(Some(ChildContext {
             job_id,
+            job_name: var(ENV_JOB_NAME)?,
             data_dir: required(ENV_DATA_DIR)?.into(),
             checkpoint_dir: required(ENV_CHECKPOINT_DIR)?.into(),
             state_dir: required(ENV_STATE_DIR)?.into(),
@@ -184,6 +191,9 @@ impl ChildContext {
         ];
         if let Some(r) = &self.restore {
             v.push((ENV_RESTORE, r.display().to_string()));
+        }
+        if let Some(n) = &self.job_name {
+            v.push((ENV_JOB_NAME, n.clone()));
         }
         if let Some(p) = self.parallelism {
             v.push((ENV_PARALLELISM, p.to_string()));
@@ -388,6 +398,7 @@ pub fn execute(env: &StreamEnvironment, name: &str) -> Result<Option<JobResult>,
     match ChildContext::from_env()? {
         Some(ctx) => {
             let metrics = JobMetrics::default();
+            let name = ctx.job_name.as_deref().unwrap_or(name);
             let job = env
                 .start_with_metrics(name, metrics.clone())
                 .map_err(RunnerError::Engine)?;

@@ -20,8 +20,15 @@ impl Client {
     /// A client of the runner at `base` (such as `http://127.0.0.1:7070`), sending
     /// `token` as `Authorization: Bearer` when given.
     pub fn new(base: &str, token: Option<String>) -> Self {
+        // `host:port` (as in `<data-dir>/runner/address`) means plain HTTP.
+        let base = base.trim_end_matches('/');
+        let base = if base.contains("://") {
+            base.to_string()
+        } else {
+            format!("http://{base}")
+        };
         Client {
-            base: base.trim_end_matches('/').to_string(),
+            base,
             token,
             http: reqwest::Client::new(),
         }
@@ -50,7 +57,13 @@ impl Client {
             return Err(match status.as_u16() {
                 400 => RunnerError::Invalid(message),
                 401 => RunnerError::Unauthorized,
-                404 => RunnerError::NotFound(message),
+                // The runner's own 404s name what is missing ("no job x"); anything
+                // else (a wrong path, another server) gets the URL.
+                404 if message.starts_with("no job ") => RunnerError::Http(message),
+                404 => RunnerError::Http(format!(
+                    "{} answered 404 Not Found: is it a brook runner?",
+                    self.base
+                )),
                 409 => RunnerError::Conflict(message),
                 _ => RunnerError::Http(format!("the runner answered {status}: {message}")),
             });

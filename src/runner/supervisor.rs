@@ -508,6 +508,7 @@ impl Supervisor {
         let dir = self.job_dir(&r.id);
         let ctx = ChildContext {
             job_id: r.id.clone(),
+            job_name: Some(r.name.clone()),
             data_dir: self.data_dir.clone(),
             checkpoint_dir: self.checkpoint_dir(&r.id),
             state_dir: dir.join("state"),
@@ -529,6 +530,9 @@ impl Supervisor {
                 if let Some(p) = r.parallelism {
                     c.arg("--parallelism").arg(p.to_string());
                 }
+                // The job runs under the runner's name for it (see ENV_JOB_NAME).
+                // Quoted: a name such as `123` or `true` stays a string.
+                c.arg("--set").arg(format!("name='{}'", r.name));
                 c.arg(dir.join("job.yaml"));
                 c
             }
@@ -620,6 +624,14 @@ impl Supervisor {
                     let tail = failed
                         .then(|| Self::stderr_tail(&dir.join("stderr.log"), err_from))
                         .flatten();
+                    // A job that failed before its first status report (a bad topic,
+                    // a failed restore) said why only on stderr.
+                    let outcome = match tail.as_deref().and_then(last_error_line) {
+                        Some(e) if report.as_ref().is_none_or(|r| r.error.is_none()) => {
+                            format!("{outcome}: {e}")
+                        }
+                        _ => outcome,
+                    };
                     (outcome, tail, canceled)
                 }
             };
@@ -780,6 +792,18 @@ impl Supervisor {
 }
 
 /// How a process ended, and whether that is a failure.
+/// The last `Error: ...` / `error: ...` line of a process's stderr (what `brook run`
+/// and anyhow-based binaries print when they fail), without the prefix.
+fn last_error_line(stderr: &str) -> Option<&str> {
+    stderr.lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix("Error: ")
+            .or_else(|| l.strip_prefix("error: "))
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+    })
+}
+
 fn describe_exit(
     status: Option<ExitStatus>,
     report: Option<&JobStatus>,
@@ -811,4 +835,20 @@ fn describe_exit(
         what.push_str(e);
     }
     (what, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_error_line;
+
+    #[test]
+    fn the_failure_reason_is_the_last_error_line_of_stderr() {
+        let stderr = "2026 WARN something\nError: unknown topic \"nope\"\n";
+        assert_eq!(last_error_line(stderr), Some("unknown topic \"nope\""));
+        assert_eq!(
+            last_error_line("error: bad spec\n\nCaused by: x"),
+            Some("bad spec")
+        );
+        assert_eq!(last_error_line("WARN only\n"), None);
+    }
 }
