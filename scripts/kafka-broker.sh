@@ -35,6 +35,12 @@ brook_kafka_pid=$!
 
 brook_kafka_stop() {
   kill "$brook_kafka_pid" 2>/dev/null || true
+  # It may linger on open connections: SIGKILL after 2 s.
+  for _ in $(seq 1 20); do
+    kill -0 "$brook_kafka_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$brook_kafka_pid" 2>/dev/null || true
   wait "$brook_kafka_pid" 2>/dev/null || true
   rm -rf "$brook_kafka_dir"
 }
