@@ -261,6 +261,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Resume(args) => return runner_cli::resume(args, &data_dir),
         other => other,
     };
+    // Only creating a topic makes a data directory: a command on a mistyped one fails
+    // instead of leaving an empty log behind.
+    if !data_dir.exists() && !matches!(command, Command::Topic(TopicCommand::Create { .. })) {
+        anyhow::bail!(
+            "no data directory at {} (brook topic create makes one; --data-dir or BROOK_DATA_DIR picks another)",
+            data_dir.display()
+        );
+    }
     let log = open_log(&data_dir, &fsync)?;
     // Apply retention now too: a short command would otherwise end before the
     // background maintenance first runs.

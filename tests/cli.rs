@@ -719,3 +719,19 @@ fn consume_reads_committed_records_by_default_and_all_with_read_uncommitted() {
     let err = b.fail(&["consume", "t", "--isolation", "sometimes"], "");
     assert!(err.contains("isolation"), "{err}");
 }
+
+#[test]
+fn a_read_command_on_a_missing_data_directory_fails_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let missing = dir.path().join("typo");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(&missing)
+        .args(["consume", "snack-sales", "--from-beginning"])
+        .output()
+        .expect("run brook");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no data directory at"), "{err}");
+    assert!(!missing.exists(), "nothing was created");
+}

@@ -29,6 +29,12 @@ enum Kind {
 /// Two keyed streams being joined; finish with [`JoinedStreams::apply`]. Made by
 /// [`KeyedStream::interval_join`], [`KeyedStream::window_join`] and
 /// [`KeyedStream::temporal_join`].
+///
+/// Both sides wait in keyed state, which encodes values with bincode: a type that
+/// needs a self-describing format (`serde_json::Value`, `#[serde(untagged)]` or
+/// `deserialize_any`-based fields) fails when read back ("Bincode does not support
+/// ... deserialize_any"). Join typed records, or wrap JSON rows in
+/// `brook_operators::row::StoredRow`.
 pub struct JoinedStreams<K, A, B> {
     left: KeyedStream<K, A>,
     right: KeyedStream<K, B>,
