@@ -12,76 +12,20 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
+use brook::log::{IsolationLevel, Log, LogOptions, TopicConfig};
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{outputs, topic_rows};
 
 const EVENTS: i64 = 20_000;
 
-/// Events of 50 keys over 2 partitions; event time mostly increasing by 1 ms per event
-/// with some disorder, and every 997th event an hour late.
 fn produce(data: &Path) {
-    let log = Log::open(data, LogOptions::default()).unwrap();
-    log.create_topic("events", 2, TopicConfig::default())
-        .unwrap();
-    log.create_topic("out", 3, TopicConfig::default()).unwrap();
-    let t = log.topic("events").unwrap();
-    let mut batch: [Vec<ProducerRecord>; 2] = [Vec::new(), Vec::new()];
-    for i in 0..EVENTS {
-        let key = (i * 7919) % 50;
-        let mut ts = 1_000_000 + i - (i % 13) * 7;
-        if i % 997 == 0 {
-            ts -= 3_600_000;
-        }
-        let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
-        let p = (key % 2) as usize;
-        batch[p].push(ProducerRecord::new(serde_json::to_vec(&v).unwrap()).with_timestamp(ts));
-        if batch[p].len() == 500 {
-            t.partition(p as u32).unwrap().append(&batch[p]).unwrap();
-            batch[p].clear();
-        }
-    }
-    for (p, b) in batch.iter().enumerate() {
-        if !b.is_empty() {
-            t.partition(p as u32).unwrap().append(b).unwrap();
-        }
-    }
+    common::produce(data, EVENTS);
 }
 
 fn spec(dir: &Path) -> std::path::PathBuf {
-    // One source subtask reads both partitions in an order fixed by their offsets, and
-    // each window subtask has that one input: the run is deterministic, so a restored
-    // run can be compared with a clean one row for row.
-    let yaml = r#"
-name: windows
-checkpoint_interval: 40ms
-sources:
-  - name: events
-    connector: log
-    parallelism: 1
-    topic: events
-    event_time: ts
-    watermark: { out_of_orderness: 100ms, interval: 0 }
-steps:
-  - key_by: [key]
-  - name: per-second
-    window: { kind: tumbling, size: 1s }
-    aggregate: { n: count(), total: sum(value) }
-    late_output: late
-  - name: sessions
-    input: events
-    key_by: [key]
-  - name: session-windows
-    window: { kind: session, gap: 30ms }
-    aggregate: { n: count(), first: first(value), last: last(value) }
-sinks:
-  - { name: out, connector: file, path: out/per_second.jsonl, input: per-second }
-  - { name: late, connector: file, path: out/late.jsonl }
-  - { name: sess, connector: file, path: out/sessions.jsonl, input: session-windows }
-  - { name: logout, connector: log, topic: out, input: per-second }
-"#;
-    let path = dir.join("job.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    path
+    common::spec(dir, "40ms", None)
 }
 
 fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
@@ -95,60 +39,6 @@ fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
     }
     c.stdout(Stdio::null()).stderr(Stdio::piped());
     c
-}
-
-/// The records of the log topic `out` as a reader of `isolation` sees them, sorted.
-fn topic_rows(data: &Path, isolation: IsolationLevel) -> Vec<String> {
-    let options = LogOptions {
-        maintenance_interval_ms: None,
-        ..LogOptions::default()
-    };
-    let log = Log::open(data, options).unwrap();
-    let mut rows = Vec::new();
-    for p in log.topic("out").unwrap().partitions() {
-        let mut recs = Vec::new();
-        let mut at = p.log_start_offset();
-        while at < p.end_offset(isolation) {
-            at = p
-                .read_into_isolated(at, ReadLimit::default(), isolation, &mut recs)
-                .unwrap()
-                .next_offset;
-        }
-        rows.extend(
-            recs.iter()
-                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
-        );
-    }
-    rows.sort();
-    rows
-}
-
-/// The rows of each output (over the files of all subtasks: `per_second.jsonl`, or
-/// `per_second-<i>.jsonl` at parallelism > 1, then the log topic read committed),
-/// sorted: rows fired by one watermark come in no particular order, so runs are
-/// compared as multisets.
-fn outputs(dir: &Path) -> Vec<Vec<String>> {
-    let mut all: Vec<Vec<String>> = ["per_second", "late", "sessions"]
-        .iter()
-        .map(|stem| {
-            let mut rows: Vec<String> = Vec::new();
-            for e in std::fs::read_dir(dir.join("out"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
-                    let text = std::fs::read_to_string(e.path()).unwrap();
-                    rows.extend(text.lines().map(str::to_string));
-                }
-            }
-            rows.sort();
-            rows
-        })
-        .collect();
-    all.push(topic_rows(&dir.join("data"), IsolationLevel::ReadCommitted));
-    all
 }
 
 fn has_checkpoint(data: &Path) -> bool {
@@ -179,7 +69,7 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let want = outputs(clean.path());
+    let want = outputs(clean.path(), &clean.path().join("data"));
     assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
     assert_eq!(want[3], want[0], "the log sink writes the per-second rows");
 
@@ -217,7 +107,7 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got = outputs(dir.path());
+    let got = outputs(dir.path(), &data);
     // The killed attempts left records of aborted transactions in the topic.
     let uncommitted = topic_rows(&data, IsolationLevel::ReadUncommitted);
     assert!(uncommitted.len() >= got[3].len());

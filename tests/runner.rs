@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use brook::core::time::Stopwatch;
 
-use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
 use brook::runner::api::{JobDetail, JobState};
 use brook::runner::client::Client;
 use brook::runner::status::ProcessState;
@@ -21,128 +20,17 @@ const EVENTS: i64 = 30_000;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook");
 
-/// Events of 50 keys over 2 partitions, event time mostly increasing by 1 ms, with
-/// some disorder and every 997th event an hour late (as tests/kill_restore.rs).
+mod common;
+use common::outputs;
+
 fn produce(data: &Path) {
-    let log = Log::open(data, LogOptions::default()).expect("open the log");
-    log.create_topic("events", 2, TopicConfig::default())
-        .expect("create events");
-    log.create_topic("out", 3, TopicConfig::default())
-        .expect("create out");
-    let t = log.topic("events").expect("events");
-    let mut batch: [Vec<ProducerRecord>; 2] = [Vec::new(), Vec::new()];
-    for i in 0..EVENTS {
-        let key = (i * 7919) % 50;
-        let mut ts = 1_000_000 + i - (i % 13) * 7;
-        if i % 997 == 0 {
-            ts -= 3_600_000;
-        }
-        let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
-        let p = (key % 2) as usize;
-        let bytes = serde_json::to_vec(&v).expect("JSON");
-        batch[p].push(ProducerRecord::new(bytes).with_timestamp(ts));
-        if batch[p].len() == 500 {
-            let part = t.partition(p as u32).expect("partition");
-            part.append(&batch[p]).expect("append");
-            batch[p].clear();
-        }
-    }
-    for (p, b) in batch.iter().enumerate() {
-        if !b.is_empty() {
-            let part = t.partition(p as u32).expect("partition");
-            part.append(b).expect("append");
-        }
-    }
+    common::produce(data, EVENTS);
 }
 
-/// The windowed job: one source subtask (a deterministic order of records), tumbling
-/// windows with late rows to a file, session windows, 2PC file sinks and a
-/// transactional log sink.
+/// The windowed job of tests/kill_restore.rs on memory state (sessions on RocksDB are
+/// slow in debug builds).
 fn spec(dir: &Path) -> PathBuf {
-    let yaml = r#"
-name: windows
-checkpoint_interval: 200ms
-state_backend: memory
-sources:
-  - name: events
-    connector: log
-    parallelism: 1
-    topic: events
-    event_time: ts
-    watermark: { out_of_orderness: 100ms, interval: 0 }
-steps:
-  - key_by: [key]
-  - name: per-second
-    window: { kind: tumbling, size: 1s }
-    aggregate: { n: count(), total: sum(value) }
-    late_output: late
-  - name: sessions
-    input: events
-    key_by: [key]
-  - name: session-windows
-    window: { kind: session, gap: 30ms }
-    aggregate: { n: count(), first: first(value), last: last(value) }
-sinks:
-  - { name: out, connector: file, path: out/per_second.jsonl, input: per-second }
-  - { name: late, connector: file, path: out/late.jsonl }
-  - { name: sess, connector: file, path: out/sessions.jsonl, input: session-windows }
-  - { name: logout, connector: log, topic: out, input: per-second }
-"#;
-    let path = dir.join("job.yaml");
-    std::fs::write(&path, yaml).expect("write the spec");
-    path
-}
-
-/// The rows of the log topic `out`, read committed, sorted.
-fn topic_rows(data: &Path) -> Vec<String> {
-    let options = LogOptions {
-        maintenance_interval_ms: None,
-        ..LogOptions::default()
-    };
-    let log = Log::open(data, options).expect("open the log");
-    let mut rows = Vec::new();
-    let isolation = IsolationLevel::ReadCommitted;
-    for p in log.topic("out").expect("out").partitions() {
-        let mut recs = Vec::new();
-        let mut at = p.log_start_offset();
-        while at < p.end_offset(isolation) {
-            at = p
-                .read_into_isolated(at, ReadLimit::default(), isolation, &mut recs)
-                .expect("read")
-                .next_offset;
-        }
-        rows.extend(
-            recs.iter()
-                .map(|r| String::from_utf8_lossy(&r.value).into_owned()),
-        );
-    }
-    rows.sort();
-    rows
-}
-
-/// Sorted rows of each output: the three files, then the log topic.
-fn outputs(dir: &Path, data: &Path) -> Vec<Vec<String>> {
-    let mut all: Vec<Vec<String>> = ["per_second", "late", "sessions"]
-        .iter()
-        .map(|stem| {
-            let mut rows = Vec::new();
-            for e in std::fs::read_dir(dir.join("out"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
-                    let text = std::fs::read_to_string(e.path()).expect("read an output");
-                    rows.extend(text.lines().map(str::to_string));
-                }
-            }
-            rows.sort();
-            rows
-        })
-        .collect();
-    all.push(topic_rows(data));
-    all
+    common::spec(dir, "200ms", Some("memory"))
 }
 
 /// The output of a run without failures (computed once).

@@ -321,18 +321,17 @@ fn open_gz(path: &Path) -> Result<impl Read> {
 
 /// Reads `flights.csv.gz`.
 pub fn read_flights(input: &Path) -> Result<Vec<Flight>> {
-    let path = input.join("flights.csv.gz");
-    let mut rdr = csv::Reader::from_reader(open_gz(&path)?);
-    rdr.deserialize()
-        .enumerate()
-        .map(|(i, r)| r.with_context(|| format!("{} record {}", path.display(), i + 1)))
-        .collect()
+    read_csv_gz(&input.join("flights.csv.gz"))
 }
 
 /// Reads `weather.csv.gz`.
 pub fn read_weather(input: &Path) -> Result<Vec<Weather>> {
-    let path = input.join("weather.csv.gz");
-    let mut rdr = csv::Reader::from_reader(open_gz(&path)?);
+    read_csv_gz(&input.join("weather.csv.gz"))
+}
+
+/// Every row of a gzipped CSV file; an error names the file and record.
+fn read_csv_gz<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let mut rdr = csv::Reader::from_reader(open_gz(path)?);
     rdr.deserialize()
         .enumerate()
         .map(|(i, r)| r.with_context(|| format!("{} record {}", path.display(), i + 1)))
@@ -478,10 +477,10 @@ pub fn run(cfg: &Config) -> Result<Summary> {
                 }),
         )
         .name("flights");
-    let departures = flights_in
-        .clone()
-        .flat_map(|f: Flight| match f.departure() {
-            Departure::At(t) => Some(Departed {
+    // Each flight's departure resolved once: departed, or a dead letter with the reason.
+    let classified = flights_in
+        .map(|f: Flight| match f.departure() {
+            Departure::At(t) => Ok(Departed {
                 dep_delay: f.dep_delay.unwrap_or(0),
                 carrier: f.carrier,
                 flight: f.flight,
@@ -490,13 +489,7 @@ pub fn run(cfg: &Config) -> Result<Summary> {
                 dest: f.dest,
                 departed_ms: t,
             }),
-            Departure::Cancelled(_) => None,
-        })
-        .name("departed");
-    flights_in
-        .flat_map(|f: Flight| match f.departure() {
-            Departure::At(_) => None,
-            Departure::Cancelled(reason) => Some(json!({
+            Departure::Cancelled(reason) => Err(json!({
                 "reason": reason,
                 "carrier": f.carrier,
                 "flight": f.flight,
@@ -506,6 +499,13 @@ pub fn run(cfg: &Config) -> Result<Summary> {
                 "scheduled": rfc3339(f.scheduled_ms().unwrap_or(0)),
             })),
         })
+        .name("departure");
+    let departures = classified
+        .clone()
+        .flat_map(|r: Result<Departed, Row>| r.ok())
+        .name("departed");
+    classified
+        .flat_map(|r: Result<Departed, Row>| r.err())
         .name("cancelled")
         .sink(FileSink::jsonl(out(files::CANCELLED)))
         .set_parallelism(1);
