@@ -20,6 +20,13 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
   need_apt+=(build-essential)
 fi
 
+# librdkafka (the Kafka connector, built from source by the rdkafka crate): cmake and
+# libcurl's headers.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+if ! [ -e /usr/include/curl/curl.h ] && ! ls /usr/include/*-linux-gnu/curl/curl.h >/dev/null 2>&1; then
+  need_apt+=(libcurl4-openssl-dev)
+fi
+
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "brook setup: installing ${need_apt[*]} (apt-get)" >&2
   sudo_cmd=""

@@ -84,6 +84,8 @@
 pub use brook_connectors as connectors;
 pub use brook_core as core;
 pub use brook_engine as engine;
+/// The Kafka connector (librdkafka).
+pub use brook_kafka as kafka;
 pub use brook_log as log;
 pub use brook_operators as operators;
 pub use brook_state as state;

@@ -99,6 +99,22 @@ pub trait SourceReader: Send {
         Vec::new()
     }
 
+    /// Checkpoint `checkpoint` starts: called right before
+    /// [`SourceReader::snapshot_positions`] for it. The default does nothing.
+    fn checkpoint_started(&mut self, _checkpoint: crate::checkpoint::CheckpointId) {}
+
+    /// Checkpoint `checkpoint` is complete (every task stored its part): a reader may
+    /// now tell an external system the positions it snapshotted for it (a Kafka
+    /// source commits them to its consumer group, for monitoring). Checkpoints
+    /// complete in order; one that completes may stand for earlier ones. The default
+    /// does nothing.
+    ///
+    /// # Errors
+    /// Only for failures that must fail the job; monitoring-only work should log.
+    fn checkpoint_complete(&mut self, _checkpoint: crate::checkpoint::CheckpointId) -> OpResult {
+        Ok(())
+    }
+
     /// Always called last: release resources.
     fn close(&mut self) {}
 }

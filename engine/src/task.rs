@@ -164,8 +164,13 @@ impl<T: Send + 'static> SourceTask<T> {
                 injected = id;
                 self.checkpoint(id, &wms)?;
             }
+            let before = completed;
             self.env
                 .notify_complete(self.head.as_mut(), &mut completed)?;
+            if completed > before {
+                let reader = &mut self.reader;
+                guarded(&self.info, || reader.checkpoint_complete(completed))?;
+            }
             let reader = &mut self.reader;
             let status = guarded(&self.info, || reader.poll_next(&mut out))?;
             now = clock.now_ms();
@@ -219,6 +224,7 @@ impl<T: Send + 'static> SourceTask<T> {
         };
         self.head.flush()?;
         let reader = &mut self.reader;
+        reader.checkpoint_started(id);
         let Some(positions) = reader.snapshot_positions() else {
             let _ = control.acks.send(crate::checkpoint::Ack {
                 id,

@@ -15,6 +15,7 @@ use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
+use brook_kafka::{KafkaSink, KafkaSource, KafkaStart};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
@@ -27,8 +28,9 @@ use serde_json::json;
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
 use super::{
-    file_format, late_input, FileFormat, Isolation, LookupErrorSpec, MissingSpec, ResolvedJoin,
-    SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
+    file_format, late_input, FileFormat, Isolation, KafkaStartSpec, LookupErrorSpec, MissingSpec,
+    ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec,
+    Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -216,6 +218,43 @@ pub fn build(
                     .isolation(isolation)
                     .bounded(bounded.unwrap_or(true))
                     .on_bad_record(bad(*on_bad_record));
+                let strategy = match time {
+                    Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
+                    None => WatermarkStrategy::no_watermarks(),
+                };
+                with_parallelism(env.from_source(src, strategy), *parallelism).name(name)
+            }
+            SourceSpec::Kafka {
+                name,
+                bootstrap,
+                topic,
+                group,
+                start,
+                start_timestamp_ms,
+                bounded,
+                properties,
+                on_bad_record,
+                parallelism,
+                ..
+            } => {
+                let start = match start.unwrap_or(KafkaStartSpec::Earliest) {
+                    KafkaStartSpec::Earliest => KafkaStart::Earliest,
+                    KafkaStartSpec::Latest => KafkaStart::Latest,
+                    KafkaStartSpec::Committed => KafkaStart::Committed,
+                    KafkaStartSpec::Timestamp => {
+                        KafkaStart::Timestamp(start_timestamp_ms.unwrap_or(0))
+                    }
+                };
+                let mut src = KafkaSource::json::<Row>(bootstrap.clone(), topic.clone())
+                    .start(start)
+                    .bounded(bounded.unwrap_or(false))
+                    .on_bad_record(bad(*on_bad_record));
+                if let Some(g) = group {
+                    src = src.group(g.clone());
+                }
+                for (k, v) in properties {
+                    src = src.property(k.clone(), v.clone());
+                }
                 let strategy = match time {
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
@@ -517,6 +556,29 @@ pub fn build(
                 // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
                 let mut sink =
                     LogSink::<Row>::json(log, topic.clone()).transactional_id_prefix(&spec.name);
+                if let Some(k) = key_field.clone() {
+                    sink = sink.key_by(move |r: &Row| match r.get(&k) {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    });
+                }
+                (stream.sink(sink), *parallelism)
+            }
+            SinkSpec::Kafka {
+                bootstrap,
+                topic,
+                key_field,
+                properties,
+                parallelism,
+                ..
+            } => {
+                // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+                let mut sink = KafkaSink::<Row>::json(bootstrap.clone(), topic.clone())
+                    .transactional_id_prefix(&spec.name);
+                for (k, v) in properties {
+                    sink = sink.property(k.clone(), v.clone());
+                }
                 if let Some(k) = key_field.clone() {
                     sink = sink.key_by(move |r: &Row| match r.get(&k) {
                         Some(serde_json::Value::String(s)) => s.clone(),

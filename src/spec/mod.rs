@@ -130,6 +130,20 @@ pub enum StartPosition {
     Latest,
 }
 
+/// Where a Kafka source starts a partition it has no checkpointed position for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaStartSpec {
+    /// The oldest stored record (the default).
+    Earliest,
+    /// Only records written after the job starts.
+    Latest,
+    /// The consumer group's committed offsets (needs `group`).
+    Committed,
+    /// The first record at or after `start_timestamp_ms`.
+    Timestamp,
+}
+
 /// Which records a log source reads (as Kafka's `isolation.level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -200,6 +214,45 @@ pub enum SourceSpec {
         #[serde(default)]
         watermark: Option<WatermarkSpec>,
     },
+    /// A topic of a Kafka-compatible broker (see the `brook-kafka` crate): brook assigns
+    /// the partitions to its readers and keeps their offsets in its checkpoints.
+    Kafka {
+        /// Name, referenced by `input`.
+        name: String,
+        /// Brokers, `host:port[,host:port...]`.
+        bootstrap: String,
+        /// The topic.
+        topic: String,
+        /// Consumer group: offsets of completed checkpoints are committed to it (for
+        /// monitoring and lag), and `start: committed` starts from its offsets.
+        #[serde(default)]
+        group: Option<String>,
+        /// `earliest` (default), `latest`, `committed`, or `timestamp` (with
+        /// `start_timestamp_ms`), for partitions without a checkpointed position.
+        #[serde(default)]
+        start: Option<KafkaStartSpec>,
+        /// With `start: timestamp`: the first record at or after this time (ms).
+        #[serde(default)]
+        start_timestamp_ms: Option<i64>,
+        /// End once the end of every partition is reached (default false: follow).
+        #[serde(default)]
+        bounded: Option<bool>,
+        /// librdkafka properties passed as they are (security settings, tuning).
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+        /// Bad-record policy for values that are not JSON objects.
+        #[serde(default)]
+        on_bad_record: Option<BadRecordPolicy>,
+        /// Parallel readers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+        /// The field holding each row's event time (default: the record's timestamp).
+        #[serde(default)]
+        event_time: Option<EventTimeSpec>,
+        /// Watermarks from the event times (semantics.md §2).
+        #[serde(default)]
+        watermark: Option<WatermarkSpec>,
+    },
     /// Synthetic events `{key, ts, value}`: for i in 0..count, key = (i * 2654435761)
     /// mod keys, ts = start_ms + i * step_ms, value = i mod 100.
     Generator {
@@ -246,6 +299,11 @@ impl SourceSpec {
                 watermark,
                 ..
             }
+            | SourceSpec::Kafka {
+                event_time,
+                watermark,
+                ..
+            }
             | SourceSpec::Generator {
                 event_time,
                 watermark,
@@ -259,6 +317,7 @@ impl SourceSpec {
         match self {
             SourceSpec::File { name, .. }
             | SourceSpec::Log { name, .. }
+            | SourceSpec::Kafka { name, .. }
             | SourceSpec::Generator { name, .. } => name,
         }
     }
@@ -575,6 +634,29 @@ pub enum SinkSpec {
         #[serde(default)]
         parallelism: Option<u32>,
     },
+    /// Write rows as JSON to a Kafka topic: exactly once with Kafka transactions in a
+    /// job that checkpoints, else an idempotent producer (at least once).
+    Kafka {
+        /// Name.
+        name: String,
+        /// Input; default the last step (or the only source).
+        #[serde(default)]
+        input: Option<String>,
+        /// Brokers, `host:port[,host:port...]`.
+        bootstrap: String,
+        /// The topic (must exist).
+        topic: String,
+        /// Field whose value is the record key (Kafka's default partitioner, murmur2,
+        /// picks the partition); keyless records are spread.
+        #[serde(default)]
+        key_field: Option<String>,
+        /// librdkafka properties passed as they are (security settings, tuning).
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+        /// Parallel writers.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
 }
 
 impl SinkSpec {
@@ -583,7 +665,8 @@ impl SinkSpec {
         match self {
             SinkSpec::File { name, .. }
             | SinkSpec::Stdout { name, .. }
-            | SinkSpec::Log { name, .. } => name,
+            | SinkSpec::Log { name, .. }
+            | SinkSpec::Kafka { name, .. } => name,
         }
     }
 
@@ -591,7 +674,8 @@ impl SinkSpec {
         match self {
             SinkSpec::File { input, .. }
             | SinkSpec::Stdout { input, .. }
-            | SinkSpec::Log { input, .. } => input.as_ref(),
+            | SinkSpec::Log { input, .. }
+            | SinkSpec::Kafka { input, .. } => input.as_ref(),
         }
     }
 }
@@ -940,6 +1024,41 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
                 uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
             }
+            SourceSpec::Kafka {
+                bootstrap,
+                topic,
+                group,
+                start,
+                start_timestamp_ms,
+                on_bad_record,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                check_kafka(&field, bootstrap, topic)?;
+                uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
+                match (start, start_timestamp_ms) {
+                    (Some(KafkaStartSpec::Timestamp), None) => {
+                        return Err(SpecError::new(
+                            format!("{field}.start_timestamp_ms"),
+                            "is needed with start: timestamp",
+                        ))
+                    }
+                    (Some(KafkaStartSpec::Timestamp), Some(_)) | (_, None) => {}
+                    (_, Some(_)) => {
+                        return Err(SpecError::new(
+                            format!("{field}.start_timestamp_ms"),
+                            "is only read with start: timestamp",
+                        ))
+                    }
+                }
+                if *start == Some(KafkaStartSpec::Committed) && group.is_none() {
+                    return Err(SpecError::new(
+                        format!("{field}.group"),
+                        "is needed with start: committed",
+                    ));
+                }
+            }
             SourceSpec::Generator {
                 keys,
                 step_ms,
@@ -1195,6 +1314,15 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 validate_name("topic", topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
             }
+            SinkSpec::Kafka {
+                bootstrap,
+                topic,
+                parallelism,
+                ..
+            } => {
+                check_parallelism(&field, *parallelism)?;
+                check_kafka(&field, bootstrap, topic)?;
+            }
             SinkSpec::Stdout { .. } => {}
         }
         sink_inputs.push(input);
@@ -1380,3 +1508,28 @@ pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
 
 #[cfg(test)]
 mod tests;
+
+/// A Kafka source's or sink's `bootstrap` and `topic` (Kafka's topic name rules:
+/// 1 to 249 characters of `[A-Za-z0-9._-]`, not `.` or `..`).
+fn check_kafka(field: &str, bootstrap: &str, topic: &str) -> Result<(), SpecError> {
+    if bootstrap.trim().is_empty() {
+        return Err(SpecError::new(
+            format!("{field}.bootstrap"),
+            "must name at least one broker (host:port)",
+        ));
+    }
+    let ok = !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !ok {
+        return Err(SpecError::new(
+            format!("{field}.topic"),
+            format!("{topic:?} is not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"),
+        ));
+    }
+    Ok(())
+}

@@ -68,7 +68,7 @@ fn broken_specs_are_rejected_naming_the_field() {
         ),
         (
             "name: x\nsources:\n  - {name: s, connector: kafka2, topic: t}\nsinks:\n  - {name: o, connector: stdout}\n",
-            "sources[0].connector: unknown variant `kafka2`, expected one of `file`, `log`, `generator`",
+            "sources[0].connector: unknown variant `kafka2`, expected one of `file`, `log`, `kafka`, `generator`",
         ),
         (
             "name: ../etc\nsources:\n  - {name: s, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
@@ -329,5 +329,41 @@ fn window_offsets_may_be_negative_as_in_flink() {
         let mut ws = Vec::new();
         w.assigner.assign_windows(0, 0, &mut ws);
         assert_eq!(ws[0].start, start, "{offset}");
+    }
+}
+
+#[test]
+fn kafka_sources_and_sinks_are_checked_naming_the_field() {
+    let ok = "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: '127.0.0.1:9092', topic: in, group: g, start: committed, properties: {security.protocol: plaintext}}\nsinks:\n  - {name: o, connector: kafka, bootstrap: '127.0.0.1:9092', topic: out, key_field: k}\n";
+    check(ok).expect("a good kafka spec");
+    let table: &[(&str, &str)] = &[
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: '', topic: in}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).bootstrap: must name at least one broker",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: '../in'}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).topic: \"../in\" is not a Kafka topic name",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, start: committed}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).group: is needed with start: committed",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, start: timestamp}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).start_timestamp_ms: is needed with start: timestamp",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, start_timestamp_ms: 5}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).start_timestamp_ms: is only read with start: timestamp",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: file, path: examples/data/snack_sales.jsonl}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: 'a b'}\n",
+            "sinks[0] (o).topic: \"a b\" is not a Kafka topic name",
+        ),
+    ];
+    for (yaml, want) in table {
+        let e = check(yaml).expect_err(yaml).to_string();
+        assert!(e.contains(want), "{yaml}\nwant: {want}\ngot: {e}");
     }
 }
