@@ -9,12 +9,21 @@
 //! (JSON: format version, job, id, vertices, and size and CRC-32C of every file). A
 //! directory without valid metadata, or whose files do not match it, is incomplete and
 //! never used: [`latest_complete`] skips it with a warning.
+//!
+//! Bounded input ends with a final checkpoint, as Flink's (FLIP-147): a source subtask
+//! at the end of its input fires its last windows and timers (watermark `MAX`), then
+//! keeps answering checkpoints without sending end of input; once every source subtask
+//! has, the coordinator triggers the final checkpoint at once, and the sources end when
+//! it completed. So everything the job wrote is committed by a completed checkpoint
+//! that records the sources at their end: a job killed after its sinks' last commit
+//! but before it exited restores at the end and writes nothing twice. After
+//! [`FINAL_ATTEMPTS`] aborted final checkpoints the sources end without one (warned).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +42,9 @@ pub const FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"BROOKCP1";
 const METADATA: &str = "_metadata";
+
+/// Final checkpoints tried before sources end without one.
+pub(crate) const FINAL_ATTEMPTS: u32 = 3;
 /// Files shared by successive checkpoints of a job (incremental native state).
 const SHARED: &str = "shared";
 
@@ -178,6 +190,15 @@ pub(crate) struct CheckpointControl {
     pub(crate) completed: AtomicU64,
     /// Set when a task ended: no further checkpoints can complete.
     pub(crate) task_ended: AtomicBool,
+    /// Source subtasks of the job, and how many have reached the end of their input
+    /// and wait for the final checkpoint.
+    pub(crate) sources_total: usize,
+    pub(crate) sources_ended: AtomicUsize,
+    /// The final checkpoint: the first triggered after every source subtask ended
+    /// (0: none yet). Sources send end of input once it completed.
+    pub(crate) final_id: AtomicU64,
+    /// Set when final checkpoints failed too often: sources end without one.
+    pub(crate) final_abandoned: AtomicBool,
     pub(crate) acks: Sender<Ack>,
     pub(crate) dir: PathBuf,
     /// A savepoint asked for: its parent directory and who waits for its path.
@@ -203,6 +224,17 @@ impl CheckpointControl {
             Some(d) => d.clone(),
             None => self.dir.join(format!("chk-{id}")),
         }
+    }
+
+    fn all_sources_ended(&self) -> bool {
+        self.sources_ended.load(Ordering::SeqCst) >= self.sources_total
+    }
+
+    /// A source subtask that reached the end of its input may end now: the final
+    /// checkpoint (taken after every source ended) completed, or was given up.
+    pub(crate) fn final_done(&self, completed: CheckpointId) -> bool {
+        let f = self.final_id.load(Ordering::SeqCst);
+        (f != 0 && completed >= f) || self.final_abandoned.load(Ordering::SeqCst)
     }
 
     fn take_savepoint_request(&self) -> Option<SavepointRequest> {
@@ -513,12 +545,17 @@ pub(crate) fn run_coordinator(
     stats: Arc<crate::metrics::CheckpointStats>,
 ) {
     let mut id = first_id;
+    let mut final_attempts = 0;
     let stopped = || stop.load(Ordering::SeqCst) || control.task_ended.load(Ordering::SeqCst);
     loop {
-        // Sleep in steps so a finished job is not kept waiting and a savepoint starts
-        // at once.
+        // Sleep in steps so a finished job is not kept waiting and a savepoint or the
+        // final checkpoint starts at once.
         let mut slept = 0;
-        while slept < config.interval_ms && !stopped() && !control.savepoint_requested() {
+        while slept < config.interval_ms
+            && !stopped()
+            && !control.savepoint_requested()
+            && !control.all_sources_ended()
+        {
             let step = (config.interval_ms - slept).min(20);
             std::thread::sleep(Duration::from_millis(step as u64));
             slept += step;
@@ -543,6 +580,11 @@ pub(crate) fn run_coordinator(
         if let Err(e) = fs::create_dir_all(&dir) {
             warn!(checkpoint = id, error = %e, "cannot create the checkpoint directory");
             return;
+        }
+        let is_final = control.all_sources_ended();
+        if is_final {
+            final_attempts += 1;
+            control.final_id.store(id, Ordering::SeqCst);
         }
         let started = clock.now_ms();
         control.requested.store(id, Ordering::SeqCst);
@@ -616,6 +658,18 @@ pub(crate) fn run_coordinator(
                 }
             }
             remove_unreferenced_shared_files(&control.dir);
+            if is_final {
+                // The sources end now; no later checkpoint could complete.
+                while !stopped() {
+                    if let Some(s) = control.take_savepoint_request() {
+                        let _ = s
+                            .done
+                            .send(Err("the job has reached the end of its input".into()));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                return;
+            }
         } else {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             warn!(
@@ -624,6 +678,14 @@ pub(crate) fn run_coordinator(
                 "checkpoint aborted"
             );
             let _ = fs::remove_dir_all(&dir);
+            if is_final && final_attempts >= FINAL_ATTEMPTS {
+                warn!(
+                    attempts = final_attempts,
+                    "the final checkpoint failed: the job ends without one (its last output is committed, but a restore of an earlier checkpoint would write it again)"
+                );
+                control.final_abandoned.store(true, Ordering::SeqCst);
+                return;
+            }
             if stopped() {
                 return;
             }

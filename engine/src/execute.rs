@@ -220,6 +220,16 @@ pub(crate) fn start(
                 requested: AtomicU64::new(0),
                 completed: AtomicU64::new(0),
                 task_ended: AtomicBool::new(false),
+                sources_total: g
+                    .vertices
+                    .iter()
+                    .zip(&par)
+                    .filter(|(v, _)| matches!(v.kind, VertexKind::Source(_)))
+                    .map(|(_, p)| *p as usize)
+                    .sum(),
+                sources_ended: Default::default(),
+                final_id: AtomicU64::new(0),
+                final_abandoned: AtomicBool::new(false),
                 acks: tx,
                 dir: c.dir.clone(),
                 savepoint: Default::default(),

@@ -205,14 +205,53 @@ impl<T: Send + 'static> SourceTask<T> {
                     self.reader.wait_for_data(wait.max(1) as u64);
                 }
                 InputStatus::End => {
-                    self.env.task_ended();
                     // Bounded input: the final watermark fires every window and timer.
                     self.head.watermark(Watermark::MAX)?;
                     self.metrics.watermark.store(i64::MAX, Ordering::Relaxed);
                     self.split_metrics(&wms);
+                    self.await_final_checkpoint(&wms, &mut injected, &mut completed)?;
+                    self.env.task_ended();
                     return self.head.end();
                 }
             }
+        }
+    }
+
+    /// At the end of the input, with checkpoints: keeps answering checkpoints (the
+    /// reader's positions are its end) until the job's final checkpoint completed and
+    /// was passed down the chain, so sinks commit everything before they finish
+    /// (see the checkpoint module).
+    fn await_final_checkpoint(
+        &mut self,
+        wms: &SplitWatermarks,
+        injected: &mut CheckpointId,
+        completed: &mut CheckpointId,
+    ) -> TaskResult {
+        let Some(control) = self.env.checkpoints.clone() else {
+            return Ok(());
+        };
+        self.head.flush()?;
+        control.sources_ended.fetch_add(1, Ordering::SeqCst);
+        loop {
+            self.env
+                .check_cancelled_committing(self.head.as_mut(), completed)?;
+            if let Some(id) = self.env.requested_checkpoint(*injected) {
+                *injected = id;
+                self.checkpoint(id, wms)?;
+            }
+            let before = *completed;
+            self.env.notify_complete(self.head.as_mut(), completed)?;
+            if *completed > before {
+                let reader = &mut self.reader;
+                let done = *completed;
+                guarded(&self.info, || reader.checkpoint_complete(done))?;
+            }
+            if control.final_done(*completed) {
+                return Ok(());
+            }
+            fire_callbacks(self.head.as_mut(), &self.env.clock)?;
+            self.head.flush()?;
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -546,6 +585,10 @@ impl<T: Send + 'static> InputTask<T> {
                 (sel, map) = select_over(&receivers, &usable(&ended, &blocked));
             }
         }
+        // The final checkpoint completed before the sources ended: commit it before
+        // the sinks finish.
+        self.env
+            .notify_complete(self.head.as_mut(), &mut completed)?;
         self.head.end()
     }
 

@@ -232,6 +232,20 @@ fn a_job_without_failure_keeps_the_last_checkpoints() {
     let _ = AtomicBool::new(false);
 }
 
+/// Bounded input ends with a final checkpoint (FLIP-147): restoring a finished job
+/// resumes at the end of its input and reads and writes nothing again (a job killed
+/// after its sinks' last commit would otherwise write its tail twice).
+#[test]
+fn a_finished_job_ends_with_a_final_checkpoint_at_the_end_of_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, seen) = run(dir.path(), 2, None, false);
+    assert_eq!(r.unwrap(), expected());
+    assert_eq!(seen, N);
+    let (again, seen) = run(dir.path(), 2, None, true);
+    assert_eq!(seen, 0, "the restored run read records again");
+    assert_eq!(again.unwrap(), BTreeMap::new());
+}
+
 #[test]
 fn a_savepoint_taken_while_running_restores_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
