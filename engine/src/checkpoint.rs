@@ -210,7 +210,8 @@ pub(crate) struct CheckpointControl {
 /// A savepoint asked for with [`crate::JobHandle::savepoint`].
 #[derive(Debug)]
 pub(crate) struct SavepointRequest {
-    pub(crate) parent: PathBuf,
+    /// `None`: an ordinary checkpoint, taken now (stop with checkpoint).
+    pub(crate) parent: Option<PathBuf>,
     pub(crate) done: Sender<Result<PathBuf, String>>,
 }
 
@@ -567,14 +568,14 @@ pub(crate) fn run_coordinator(
             }
             return;
         }
-        if let Some(s) = &savepoint {
+        if let Some(parent) = savepoint.as_ref().and_then(|s| s.parent.as_ref()) {
             // A savepoint is a checkpoint in a directory of the user's, never deleted
             // by retention.
             control
                 .savepoint_dirs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(id, s.parent.join(format!("savepoint-{id}")));
+                .insert(id, parent.join(format!("savepoint-{id}")));
         }
         let dir = control.checkpoint_dir(id);
         if let Err(e) = fs::create_dir_all(&dir) {

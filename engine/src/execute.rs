@@ -68,15 +68,58 @@ impl JobHandle {
         })?;
         std::fs::create_dir_all(parent)
             .map_err(|e| EngineError::Savepoint(format!("{}: {e}", parent.display())))?;
+        Self::request_checkpoint(control, Some(parent.to_path_buf()))
+    }
+
+    fn request_checkpoint(
+        control: &CheckpointControl,
+        parent: Option<std::path::PathBuf>,
+    ) -> Result<std::path::PathBuf, EngineError> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         *control.savepoint.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(crate::checkpoint::SavepointRequest {
-                parent: parent.to_path_buf(),
-                done: tx,
-            });
+            Some(crate::checkpoint::SavepointRequest { parent, done: tx });
         rx.recv()
-            .map_err(|_| EngineError::Savepoint("the job ended before the savepoint".into()))?
+            .map_err(|_| EngineError::Savepoint("the job ended before the checkpoint".into()))?
             .map_err(EngineError::Savepoint)
+    }
+
+    /// Stops the job with a checkpoint: takes one now (in the checkpoint directory,
+    /// like the periodic ones), lets the sinks commit it, then cancels and waits; a
+    /// restore of the latest checkpoint resumes exactly there (used to hand a job's
+    /// input to another process: the Kafka group mode). A job at the end of its input
+    /// finishes instead (its final checkpoint stands for the stop). `Ok(None)`: stopped.
+    ///
+    /// # Errors
+    /// [`EngineError::Savepoint`] when the job takes no checkpoints or the checkpoint
+    /// failed (the job is canceled all the same), or a task's failure.
+    pub fn stop_with_checkpoint(self) -> Result<Option<JobResult>, EngineError> {
+        let Some(control) = self.checkpoints.clone() else {
+            self.cancel();
+            let _ = self.join();
+            return Err(EngineError::Savepoint(
+                "the job takes no checkpoints: set a checkpoint interval".into(),
+            ));
+        };
+        let at_end = || {
+            control.final_id.load(Ordering::SeqCst) != 0
+                || control.task_ended.load(Ordering::SeqCst)
+        };
+        if !at_end() {
+            match Self::request_checkpoint(&control, None) {
+                Ok(_) => self.cancel(),
+                Err(_) if at_end() || self.is_finished() => {}
+                Err(e) => {
+                    self.cancel();
+                    let _ = self.join();
+                    return Err(e);
+                }
+            }
+        }
+        match self.join() {
+            Ok(r) => Ok(Some(r)),
+            Err(EngineError::Cancelled) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether every task has ended.

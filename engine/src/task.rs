@@ -158,18 +158,20 @@ impl<T: Send + 'static> SourceTask<T> {
         let mut runs: Vec<(usize, u32)> = Vec::new();
         let mut out = Output::with_capacity(self.env.batch_size);
         loop {
-            self.env
-                .check_cancelled_committing(self.head.as_mut(), &mut completed)?;
-            if let Some(id) = self.env.requested_checkpoint(injected) {
-                injected = id;
-                self.checkpoint(id, &wms)?;
-            }
+            // A completed checkpoint reaches the reader (offsets committed to a Kafka
+            // group) before a cancel that followed it (stop with checkpoint) is seen.
             let before = completed;
             self.env
                 .notify_complete(self.head.as_mut(), &mut completed)?;
             if completed > before {
                 let reader = &mut self.reader;
                 guarded(&self.info, || reader.checkpoint_complete(completed))?;
+            }
+            self.env
+                .check_cancelled_committing(self.head.as_mut(), &mut completed)?;
+            if let Some(id) = self.env.requested_checkpoint(injected) {
+                injected = id;
+                self.checkpoint(id, &wms)?;
             }
             let reader = &mut self.reader;
             let status = guarded(&self.info, || reader.poll_next(&mut out))?;
@@ -233,18 +235,18 @@ impl<T: Send + 'static> SourceTask<T> {
         self.head.flush()?;
         control.sources_ended.fetch_add(1, Ordering::SeqCst);
         loop {
-            self.env
-                .check_cancelled_committing(self.head.as_mut(), completed)?;
-            if let Some(id) = self.env.requested_checkpoint(*injected) {
-                *injected = id;
-                self.checkpoint(id, wms)?;
-            }
             let before = *completed;
             self.env.notify_complete(self.head.as_mut(), completed)?;
             if *completed > before {
                 let reader = &mut self.reader;
                 let done = *completed;
                 guarded(&self.info, || reader.checkpoint_complete(done))?;
+            }
+            self.env
+                .check_cancelled_committing(self.head.as_mut(), completed)?;
+            if let Some(id) = self.env.requested_checkpoint(*injected) {
+                *injected = id;
+                self.checkpoint(id, wms)?;
             }
             if control.final_done(*completed) {
                 return Ok(());

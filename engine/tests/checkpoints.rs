@@ -246,6 +246,31 @@ fn a_finished_job_ends_with_a_final_checkpoint_at_the_end_of_its_input() {
     assert_eq!(again.unwrap(), BTreeMap::new());
 }
 
+/// Stop with checkpoint (the Kafka group mode's hand-over): the latest checkpoint is
+/// taken at the stop, and a restore of it finishes the count exactly once.
+#[test]
+fn a_job_stopped_with_a_checkpoint_resumes_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cp");
+    let (env, _out, seen) = job(&dir, 2, None, None);
+    let handle = env.start("counts").unwrap();
+    while seen.load(Ordering::SeqCst) < N / 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stopped = handle.stop_with_checkpoint().unwrap();
+    assert!(stopped.is_none(), "the job ran to its end");
+    let first = seen.load(Ordering::SeqCst);
+    assert!(first < N, "{first}");
+    let (second, seen) = run(&dir, 2, None, true);
+    assert_eq!(second.unwrap(), expected());
+    // Records read after the barrier, before the cancel was seen, are read again:
+    // a few polls (10 records each) per split.
+    assert!(
+        seen <= N - first + 100,
+        "read {seen} records again after {first}"
+    );
+}
+
 #[test]
 fn a_savepoint_taken_while_running_restores_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();

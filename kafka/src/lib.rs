@@ -30,8 +30,10 @@
 //! same in every run, but which records count as late can differ when a partition's
 //! own disorder exceeds the watermark's bound.
 //!
-//! Not built yet: several brook processes sharing a topic through one consumer group
-//! (partitions handed over with their state). Scale with parallelism and savepoints.
+//! Scale-out (several brook processes sharing a topic through one consumer group,
+//! each partition handed over with its state): see [`group`]. For it a source can be
+//! restricted to some [`partitions`](KafkaSource::partitions) and commit its offsets
+//! [through the group's member](KafkaSource::commit_offsets_through).
 //!
 //! # Writing
 //!
@@ -90,6 +92,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub mod admin;
+pub mod group;
+
+pub use group::{GroupListener, GroupMember, OffsetCommitter};
 
 /// The librdkafka bindings this connector uses (for tools and tests).
 pub use rdkafka;
@@ -177,6 +182,10 @@ pub struct KafkaSource<T> {
     start: KafkaStart,
     bounded: bool,
     bad: BadRecords,
+    /// Only these partitions (all when `None`).
+    partitions: Option<Vec<i32>>,
+    /// Commits offsets for the group instead of the reader's own consumer.
+    committer: Option<Arc<dyn OffsetCommitter>>,
     _out: PhantomData<fn() -> T>,
 }
 
@@ -200,6 +209,8 @@ impl<T> Clone for KafkaSource<T> {
             start: self.start,
             bounded: self.bounded,
             bad: self.bad.clone(),
+            partitions: self.partitions.clone(),
+            committer: self.committer.clone(),
             _out: PhantomData,
         }
     }
@@ -223,6 +234,8 @@ impl KafkaSource<()> {
             start: KafkaStart::default(),
             bounded: false,
             bad: BadRecords::fail(),
+            partitions: None,
+            committer: None,
             _out: PhantomData,
         }
     }
@@ -259,6 +272,21 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     /// is `topic/partition@offset`. Default: fail.
     pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
         self.bad = bad;
+        self
+    }
+
+    /// Reads only these partitions of the topic (default: all). A partition the topic
+    /// does not have fails the job when it starts.
+    pub fn partitions(mut self, partitions: Vec<i32>) -> Self {
+        self.partitions = Some(partitions);
+        self
+    }
+
+    /// Commits a completed checkpoint's offsets through `committer` (a
+    /// [`GroupMember`] of the group) rather than the reader's own consumer, which an
+    /// active group would refuse. Implies committing.
+    pub fn commit_offsets_through(mut self, committer: Arc<dyn OffsetCommitter>) -> Self {
+        self.committer = Some(committer);
         self
     }
 
@@ -426,7 +454,11 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
             consumer,
             parts,
             bounded: self.bounded,
-            commit_offsets: self.group.is_some(),
+            commit: match (&self.committer, self.group.is_some()) {
+                (Some(c), _) => Commit::Through(Arc::clone(c)),
+                (None, true) => Commit::Own,
+                (None, false) => Commit::No,
+            },
             bad: self.bad.clone(),
             pending: None,
             snapshots: VecDeque::new(),
@@ -457,7 +489,23 @@ impl<T: DeserializeOwned + Send + 'static> Source for KafkaSource<T> {
     fn enumerate_splits(&self, _parallelism: u32) -> OpResult<Vec<KafkaSplit>> {
         let consumer = self.consumer(None)?;
         let n = self.partition_count(&consumer)?;
-        Ok((0..n)
+        let chosen: Vec<i32> = match &self.partitions {
+            Some(list) => {
+                if let Some(p) = list.iter().find(|p| !(0..n).contains(*p)) {
+                    return Err(KafkaConnectorError::config(
+                        "partitions",
+                        format!(
+                            "topic {:?} has no partition {p} (it has {n})",
+                            self.conn.topic
+                        ),
+                    ));
+                }
+                list.clone()
+            }
+            None => (0..n).collect(),
+        };
+        Ok(chosen
+            .into_iter()
             .map(|partition| KafkaSplit {
                 topic: self.conn.topic.clone(),
                 partition,
@@ -523,6 +571,15 @@ struct Part {
     read_any: bool,
 }
 
+/// Where a reader commits completed checkpoints' offsets.
+enum Commit {
+    No,
+    /// With its own consumer (the group has no active members: brook assigns).
+    Own,
+    /// Through the member of an active group.
+    Through(Arc<dyn OffsetCommitter>),
+}
+
 /// What a wait for data received.
 #[derive(Debug)]
 enum Polled {
@@ -536,7 +593,7 @@ pub struct KafkaReader<T> {
     consumer: BaseConsumer,
     parts: Vec<Part>,
     bounded: bool,
-    commit_offsets: bool,
+    commit: Commit,
     bad: BadRecords,
     /// What a wait for data received, handed out by the next poll.
     pending: Option<Polled>,
@@ -696,9 +753,17 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
         {
             last = self.snapshots.pop_front();
         }
-        let (Some((_, pos)), true) = (last, self.commit_offsets) else {
+        let Some((_, pos)) = last else {
             return Ok(());
         };
+        match &self.commit {
+            Commit::No => return Ok(()),
+            Commit::Own => {}
+            Commit::Through(c) => {
+                c.commit(&self.topic, &pos);
+                return Ok(());
+            }
+        }
         let mut tpl = TopicPartitionList::new();
         for (p, o) in pos {
             if tpl
