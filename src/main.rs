@@ -1,5 +1,6 @@
 //! The `brook` command-line tool.
 
+mod group_worker;
 mod metrics_http;
 mod run;
 mod runner_cli;

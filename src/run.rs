@@ -84,13 +84,7 @@ fn checkpoint_config(
         state_backend,
         ..JobConfig::default()
     };
-    let interval = match &args.checkpoint_interval {
-        Some(t) => Some(
-            brook::core::config::parse_duration_ms(t)
-                .map_err(|e| anyhow::anyhow!("--checkpoint-interval {t:?}: {e}"))?,
-        ),
-        None => spec.checkpoint_interval_ms()?,
-    };
+    let interval = checkpoint_interval(args, spec)?;
     let dir = args
         .checkpoint_dir
         .clone()
@@ -121,6 +115,58 @@ fn checkpoint_config(
         r.configure(&mut config)?;
     }
     Ok(config)
+}
+
+/// The checkpoint interval (ms) from `--checkpoint-interval` or the spec.
+fn checkpoint_interval(args: &RunArgs, spec: &spec::JobSpec) -> Result<Option<i64>> {
+    Ok(match &args.checkpoint_interval {
+        Some(t) => Some(
+            brook::core::config::parse_duration_ms(t)
+                .map_err(|e| anyhow::anyhow!("--checkpoint-interval {t:?}: {e}"))?,
+        ),
+        None => spec.checkpoint_interval_ms()?,
+    })
+}
+
+/// A job whose Kafka source has `assignment: group`: this process becomes one of the
+/// group's workers (see `group_worker`).
+fn run_group(
+    args: &RunArgs,
+    valid: spec::ValidSpec,
+    source: spec::GroupSource,
+    data_dir: &std::path::Path,
+) -> Result<()> {
+    let name = valid.spec.name.clone();
+    if args.restore.is_some() {
+        anyhow::bail!(
+            "--restore: with assignment: group each partition resumes from its latest checkpoint by itself"
+        );
+    }
+    if args.savepoint_dir.is_some() {
+        anyhow::bail!("--savepoint-dir: not available with assignment: group (each partition stops with a checkpoint)");
+    }
+    let interval_ms = match checkpoint_interval(args, &valid.spec)? {
+        Some(ms) if ms > 0 => ms,
+        _ => anyhow::bail!(
+            "assignment: group needs checkpoints (partitions move between processes with them): set checkpoint_interval or --checkpoint-interval"
+        ),
+    };
+    let rocksdb_dir = match args.state_backend.or(valid.spec.state_backend) {
+        Some(spec::StateBackendKind::Memory) => None,
+        Some(spec::StateBackendKind::Rocksdb) | None => Some(data_dir.join("state").join(&name)),
+    };
+    crate::group_worker::run(crate::group_worker::GroupRun {
+        checkpoint_root: args
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("checkpoints").join(&name)),
+        valid,
+        source,
+        interval_ms,
+        rocksdb_dir,
+        quiet: args.quiet,
+    })
+    .with_context(|| format!("job {name} (consumer group worker)"))
 }
 
 fn uses_log(spec: &spec::JobSpec) -> bool {
@@ -192,6 +238,14 @@ pub(crate) fn run(
     };
     let valid = spec::validate(spec::resolve_paths(parsed, &base))
         .with_context(|| format!("{}: invalid job spec", args.spec.display()))?;
+    if let Some(source) = valid.group_source() {
+        if runner.is_some() {
+            anyhow::bail!(
+                "a job with assignment: group does not run under the runner yet: start `brook run` on each machine"
+            );
+        }
+        return run_group(&args, valid, source, data_dir);
+    }
     let log = if uses_log(&valid.spec) {
         Some(open_log()?)
     } else {

@@ -151,6 +151,26 @@ impl GroupMember {
         }
     }
 
+    /// The member id the group coordinator gave this member (`None` before it joined),
+    /// as `kafka-consumer-groups --describe` shows it.
+    #[allow(unsafe_code)]
+    pub fn member_id(&self) -> Option<String> {
+        let rk = self.consumer.client().native_ptr();
+        // SAFETY: `rk` is the live handle of `self.consumer` (borrowed for this call);
+        // rd_kafka_memberid returns NULL or a NUL-terminated string allocated by
+        // librdkafka, copied here and then released with rd_kafka_mem_free, as its
+        // documentation requires.
+        unsafe {
+            let p = rdkafka::bindings::rd_kafka_memberid(rk);
+            if p.is_null() {
+                return None;
+            }
+            let id = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+            rdkafka::bindings::rd_kafka_mem_free(rk, p.cast());
+            (!id.is_empty()).then_some(id)
+        }
+    }
+
     /// The topic's partition count.
     ///
     /// # Errors

@@ -82,7 +82,7 @@ use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -290,7 +290,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
         self
     }
 
-    fn consumer(&self, info: Option<&SubtaskInfo>) -> OpResult<BaseConsumer> {
+    fn consumer(&self, info: Option<&SubtaskInfo>) -> OpResult<BaseConsumer<ReaderContext>> {
         let mut c = self.conn.client_config();
         // A group id is required by librdkafka even with manual assignment; brook
         // never subscribes, so it only matters for committed offsets.
@@ -305,12 +305,12 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
         if !self.conn.properties.contains_key("isolation.level") {
             c.set("isolation.level", "read_committed");
         }
-        c.create().map_err(|e| {
+        c.create_with_context(ReaderContext).map_err(|e| {
             KafkaConnectorError::kafka(format!("consumer of topic {:?}", self.conn.topic), e)
         })
     }
 
-    fn partition_count(&self, consumer: &BaseConsumer) -> OpResult<i32> {
+    fn partition_count(&self, consumer: &BaseConsumer<ReaderContext>) -> OpResult<i32> {
         let topic = &self.conn.topic;
         let md = consumer
             .fetch_metadata(Some(topic), TIMEOUT)
@@ -571,6 +571,21 @@ struct Part {
     read_any: bool,
 }
 
+/// A reader's client context: a partition's end also comes as a client-wide error
+/// event, which librdkafka's default context logs as an error; the reader handles it
+/// from its poll, so only other errors are logged (as warnings).
+struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(error = %error, reason, "kafka client");
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
 /// Where a reader commits completed checkpoints' offsets.
 enum Commit {
     No,
@@ -590,7 +605,7 @@ enum Polled {
 /// Reads some partitions of a topic for one subtask of a [`KafkaSource`].
 pub struct KafkaReader<T> {
     topic: String,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<ReaderContext>,
     parts: Vec<Part>,
     bounded: bool,
     commit: Commit,

@@ -15,7 +15,7 @@ use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
-use brook_kafka::{KafkaSink, KafkaSource, KafkaStart};
+use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
@@ -28,9 +28,9 @@ use serde_json::json;
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
 use super::{
-    file_format, late_input, FileFormat, Isolation, KafkaStartSpec, LookupErrorSpec, MissingSpec,
-    ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec,
-    Watermarks,
+    file_format, late_input, FileFormat, Isolation, KafkaAssignment, KafkaStartSpec,
+    LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition,
+    StepOp, TableSpec, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -123,10 +123,32 @@ impl Operator for CheckRows {
 /// # Errors
 /// [`SpecError`] for what can only be checked now: an unknown topic, a dead-letter
 /// file that cannot be opened, the log missing.
-pub fn build(
+pub fn build(v: &ValidSpec, config: JobConfig, log: Option<&Log>) -> Result<BuiltJob, SpecError> {
+    build_with(v, config, log, None)
+}
+
+/// One partition of a job whose Kafka source has `assignment: group`: the job for
+/// partition `partition` alone, committing the group's offsets through `committer`
+/// (the process's group member). Its Kafka sinks' transactional ids are
+/// `<job>.p<partition>.<sink>.<subtask>`, the same in whichever process runs the
+/// partition, so a new owner fences the old one.
+///
+/// # Errors
+/// As [`build`].
+pub fn build_partition(
+    v: &ValidSpec,
+    config: JobConfig,
+    partition: i32,
+    committer: Arc<dyn OffsetCommitter>,
+) -> Result<BuiltJob, SpecError> {
+    build_with(v, config, None, Some((partition, committer)))
+}
+
+fn build_with(
     v: &ValidSpec,
     mut config: JobConfig,
     log: Option<&Log>,
+    group_part: Option<(i32, Arc<dyn OffsetCommitter>)>,
 ) -> Result<BuiltJob, SpecError> {
     let spec = &v.spec;
     if let Some(p) = spec.parallelism {
@@ -229,6 +251,7 @@ pub fn build(
                 bootstrap,
                 topic,
                 group,
+                assignment,
                 start,
                 start_timestamp_ms,
                 bounded,
@@ -255,11 +278,24 @@ pub fn build(
                 for (k, v) in properties {
                     src = src.property(k.clone(), v.clone());
                 }
+                let mut parallelism = *parallelism;
+                if *assignment == Some(KafkaAssignment::Group) {
+                    let Some((p, committer)) = &group_part else {
+                        return Err(SpecError::new(
+                            format!("{field}.assignment"),
+                            "a group-assigned source runs with `brook run`, one job per partition",
+                        ));
+                    };
+                    src = src
+                        .partitions(vec![*p])
+                        .commit_offsets_through(Arc::clone(committer));
+                    parallelism = Some(1);
+                }
                 let strategy = match time {
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
                 };
-                with_parallelism(env.from_source(src, strategy), *parallelism).name(name)
+                with_parallelism(env.from_source(src, strategy), parallelism).name(name)
             }
             SourceSpec::Generator {
                 name,
@@ -574,8 +610,13 @@ pub fn build(
                 ..
             } => {
                 // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+                // In group mode: `<job>.p<partition>.<sink>.<subtask>`.
+                let prefix = match &group_part {
+                    Some((p, _)) => format!("{}.p{p}", spec.name),
+                    None => spec.name.clone(),
+                };
                 let mut sink = KafkaSink::<Row>::json(bootstrap.clone(), topic.clone())
-                    .transactional_id_prefix(&spec.name);
+                    .transactional_id_prefix(prefix);
                 for (k, v) in properties {
                     sink = sink.property(k.clone(), v.clone());
                 }

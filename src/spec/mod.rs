@@ -39,7 +39,7 @@ use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-pub use build::{build, BuiltJob};
+pub use build::{build, build_partition, BuiltJob};
 pub use overrides::apply_set;
 pub use time::{
     DurationSpec, EventTimeFormatSpec, EventTimeSpec, TimeKind, TriggerSpec, WatermarkSpec,
@@ -144,6 +144,21 @@ pub enum KafkaStartSpec {
     Timestamp,
 }
 
+/// Who shares a Kafka source's partitions out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaAssignment {
+    /// brook, among the source's readers in this process; offsets live in brook's
+    /// checkpoints (the default; as Flink's Kafka source).
+    Brook,
+    /// The consumer group, among every `brook run` of the spec that joins it (the
+    /// scale-out mode, as Kafka Streams): each partition runs as its own job with its
+    /// own checkpoints under the (shared) checkpoint directory, and moves to another
+    /// process with its state on a rebalance. Needs `group`, checkpoints, Kafka sinks
+    /// only, and input keyed so that a key's records share a partition.
+    Group,
+}
+
 /// Which records a log source reads (as Kafka's `isolation.level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -227,6 +242,10 @@ pub enum SourceSpec {
         /// monitoring and lag), and `start: committed` starts from its offsets.
         #[serde(default)]
         group: Option<String>,
+        /// `brook` (default) or `group` (several processes share the partitions; see
+        /// [`KafkaAssignment`]).
+        #[serde(default)]
+        assignment: Option<KafkaAssignment>,
         /// `earliest` (default), `latest`, `committed`, or `timestamp` (with
         /// `start_timestamp_ms`), for partitions without a checkpointed position.
         #[serde(default)]
@@ -704,6 +723,45 @@ pub(crate) struct ResolvedStep {
     pub(crate) policy: BadRecordPolicy,
 }
 
+/// The Kafka source of a job with `assignment: group` (see [`KafkaAssignment`]).
+#[derive(Debug, Clone)]
+pub struct GroupSource {
+    /// Brokers.
+    pub bootstrap: String,
+    /// The topic whose partitions the group shares.
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// librdkafka properties of the source (security, session timeout, ...).
+    pub properties: BTreeMap<String, String>,
+    /// Whether each partition's job ends at the partition's end.
+    pub bounded: bool,
+}
+
+impl ValidSpec {
+    /// The source whose partitions a consumer group shares, if the job has one.
+    pub fn group_source(&self) -> Option<GroupSource> {
+        self.spec.sources.iter().find_map(|s| match s {
+            SourceSpec::Kafka {
+                bootstrap,
+                topic,
+                group: Some(group),
+                assignment: Some(KafkaAssignment::Group),
+                properties,
+                bounded,
+                ..
+            } => Some(GroupSource {
+                bootstrap: bootstrap.clone(),
+                topic: topic.clone(),
+                group: group.clone(),
+                properties: properties.clone(),
+                bounded: bounded.unwrap_or(false),
+            }),
+            _ => None,
+        })
+    }
+}
+
 /// A spec checked and resolved, ready to build.
 #[derive(Debug, Clone)]
 pub struct ValidSpec {
@@ -1028,6 +1086,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 bootstrap,
                 topic,
                 group,
+                assignment,
                 start,
                 start_timestamp_ms,
                 on_bad_record,
@@ -1036,6 +1095,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             } => {
                 check_parallelism(&field, *parallelism)?;
                 check_kafka(&field, bootstrap, topic)?;
+                if *assignment == Some(KafkaAssignment::Group) {
+                    check_group_mode(&field, &spec, group.as_deref())?;
+                }
                 uses_dead_letter |= *on_bad_record == Some(BadRecordPolicy::DeadLetter);
                 match (start, start_timestamp_ms) {
                     (Some(KafkaStartSpec::Timestamp), None) => {
@@ -1508,6 +1570,38 @@ pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
 
 #[cfg(test)]
 mod tests;
+
+/// `assignment: group`: a group, the only source, and Kafka sinks only (each
+/// partition's job runs in whichever process holds the partition).
+fn check_group_mode(field: &str, spec: &JobSpec, group: Option<&str>) -> Result<(), SpecError> {
+    if group.is_none() {
+        return Err(SpecError::new(
+            format!("{field}.group"),
+            "is needed with assignment: group",
+        ));
+    }
+    if spec.sources.len() != 1 {
+        return Err(SpecError::new(
+            format!("{field}.assignment"),
+            "group assignment needs the Kafka source to be the job's only source",
+        ));
+    }
+    if let Some(s) = spec
+        .sinks
+        .iter()
+        .find(|s| !matches!(s, SinkSpec::Kafka { .. }))
+    {
+        return Err(SpecError::new(
+            format!("{field}.assignment"),
+            format!(
+                "group assignment writes to Kafka sinks only (processes on other machines \
+                 share the job); sink {:?} is not one",
+                s.name()
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// A Kafka source's or sink's `bootstrap` and `topic` (Kafka's topic name rules:
 /// 1 to 249 characters of `[A-Za-z0-9._-]`, not `.` or `..`).

@@ -361,7 +361,34 @@ fn kafka_sources_and_sinks_are_checked_naming_the_field() {
             "name: x\nsources:\n  - {name: s, connector: file, path: examples/data/snack_sales.jsonl}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: 'a b'}\n",
             "sinks[0] (o).topic: \"a b\" is not a Kafka topic name",
         ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, assignment: group}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n",
+            "sources[0] (s).group: is needed with assignment: group",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: group}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).assignment: group assignment writes to Kafka sinks only",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: group}\n  - {name: t, connector: kafka, bootstrap: 'h:1', topic: in2}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n",
+            "sources[0] (s).assignment: group assignment needs the Kafka source to be the job's only source",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: consumers}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n",
+            "unknown variant `consumers`, expected `brook` or `group`",
+        ),
     ];
+    let group = "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: group}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n";
+    let valid = check(group).expect("a good group-mode spec");
+    let g = valid.group_source().expect("its group source");
+    assert_eq!(
+        (g.topic.as_str(), g.group.as_str(), g.bounded),
+        ("in", "g", false)
+    );
+    assert!(check(ok)
+        .expect("a good kafka spec")
+        .group_source()
+        .is_none());
     for (yaml, want) in table {
         let e = check(yaml).expect_err(yaml).to_string();
         assert!(e.contains(want), "{yaml}\nwant: {want}\ngot: {e}");
