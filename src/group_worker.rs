@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -42,7 +42,9 @@ pub(crate) struct GroupRun {
 
 struct Worker {
     run: GroupRun,
-    member: OnceLock<Arc<GroupMember>>,
+    /// Weak: the member's context holds the worker (as its listener), and the member
+    /// must be dropped at the end, which closes it properly (it leaves the group).
+    member: OnceLock<Weak<GroupMember>>,
     jobs: Mutex<BTreeMap<i32, JobHandle>>,
     failure: Mutex<Option<anyhow::Error>>,
 }
@@ -70,9 +72,9 @@ impl Worker {
     }
 
     fn start(&self, partition: i32) -> Result<JobHandle> {
-        let committer: Arc<dyn OffsetCommitter> = match self.member.get() {
-            Some(m) => Arc::clone(m) as Arc<dyn OffsetCommitter>,
-            None => anyhow::bail!("no group membership yet"),
+        let committer: Arc<dyn OffsetCommitter> = match self.member.get().and_then(Weak::upgrade) {
+            Some(m) => m,
+            None => anyhow::bail!("no group membership"),
         };
         let dir = self.dir(partition);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -170,6 +172,7 @@ impl GroupListener for Worker {
         let member = self
             .member
             .get()
+            .and_then(Weak::upgrade)
             .and_then(|m| m.member_id())
             .unwrap_or_else(|| "?".into());
         self.say(format_args!(
@@ -217,7 +220,7 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
         .with_context(|| format!("joining consumer group {:?}", source.group))?,
     );
     // The listener runs inside `poll`, which only starts below.
-    let _ = worker.member.set(Arc::clone(&member));
+    let _ = worker.member.set(Arc::downgrade(&member));
     let partitions = member
         .partition_count()
         .with_context(|| format!("topic {:?}", source.topic))?;
@@ -248,6 +251,9 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
     };
     worker.stop_all();
     member.leave();
+    // The last reference (the partitions' jobs are over): closing the consumer
+    // completes the leave.
+    drop(member);
     let later = worker
         .failure
         .lock()

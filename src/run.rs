@@ -145,6 +145,9 @@ fn run_group(
     if args.savepoint_dir.is_some() {
         anyhow::bail!("--savepoint-dir: not available with assignment: group (each partition stops with a checkpoint)");
     }
+    if args.metrics_addr.is_some() {
+        anyhow::bail!("--metrics-addr: not available with assignment: group yet");
+    }
     let interval_ms = match checkpoint_interval(args, &valid.spec)? {
         Some(ms) if ms > 0 => ms,
         _ => anyhow::bail!(

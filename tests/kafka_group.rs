@@ -65,21 +65,35 @@ fn trailers(bootstrap: &str, topic: &str, base: i64) {
     .expect("write the trailers");
 }
 
-fn spec(dir: &Path, bootstrap: &str, input: &str, output: &str, group_mode: bool) -> PathBuf {
-    let source = if group_mode {
-        // A dead member is noticed after 6 s.
-        "assignment: group\n    properties: { session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\", max.poll.interval.ms: \"10000\" }"
-    } else {
-        "bounded: true"
+/// How the job's source is assigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// brook assigns the partitions; ends at the topic's end (the reference).
+    Plain,
+    /// The consumer group assigns them; follows the topic.
+    Group,
+    /// The consumer group assigns them; each partition's job ends at its end.
+    GroupBounded,
+}
+
+fn spec(dir: &Path, bootstrap: &str, input: &str, output: &str, mode: Mode) -> PathBuf {
+    let group_mode = mode != Mode::Plain;
+    let source = match mode {
+        Mode::Plain => "bounded: true",
+        // A dead member is noticed after 6 s (by a broker that expires members).
+        Mode::Group => "assignment: group\n    properties: { session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\" }",
+        Mode::GroupBounded => "assignment: group\n    bounded: true",
     };
     let group = if group_mode {
         format!("brook-group-test-{input}")
     } else {
         format!("brook-group-test-clean-{input}")
     };
+    // Transactional ids derive from the job's name: one per test and mode.
+    let name = format!("kg-{}-{mode:?}", input.rsplit('-').next().unwrap_or("x")).to_lowercase();
     let yaml = format!(
         r#"
-name: kafka-group
+name: {name}
 checkpoint_interval: 100ms
 sources:
   - name: events
@@ -118,6 +132,27 @@ fn rows(bootstrap: &str, topic: &str) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// The rows of one run over all of `input` with brook assigning the partitions.
+fn reference(bootstrap: &str, input: &str) -> Vec<String> {
+    let clean = tempfile::tempdir().expect("a temporary directory");
+    let clean_out = unique("kafka-group-clean");
+    create_topic(bootstrap, &clean_out, 3).expect("create the output topic");
+    let plain = spec(clean.path(), bootstrap, input, &clean_out, Mode::Plain);
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(clean.path().join("data"))
+        .args(["run", "--quiet", "--parallelism", "2"])
+        .arg(&plain)
+        .output()
+        .expect("run brook");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rows(bootstrap, &clean_out)
 }
 
 /// A `brook run` worker whose stderr lines are collected.
@@ -228,7 +263,7 @@ fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_
 
     let dir = tempfile::tempdir().expect("a temporary directory");
     let checkpoints = dir.path().join("shared-checkpoints");
-    let job = spec(dir.path(), &bootstrap, &input, &output, true);
+    let job = spec(dir.path(), &bootstrap, &input, &output, Mode::Group);
     let mut a = Worker::start(&dir.path().join("a"), &checkpoints, &job);
     wait_for("the first worker's assignment", 60, &[&a], || {
         a.assigned().is_some_and(|p| p == "[0, 1, 2, 3]")
@@ -278,23 +313,7 @@ fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_
     );
 
     // The reference: one run over all the input, brook assigning the partitions.
-    let clean = tempfile::tempdir().expect("a temporary directory");
-    let clean_out = unique("kafka-group-clean");
-    create_topic(&bootstrap, &clean_out, 3).expect("create the output topic");
-    let plain = spec(clean.path(), &bootstrap, &input, &clean_out, false);
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(clean.path().join("data"))
-        .args(["run", "--quiet", "--parallelism", "2"])
-        .arg(&plain)
-        .output()
-        .expect("run brook");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let want = rows(&bootstrap, &clean_out);
+    let want = reference(&bootstrap, &input);
     // 20 s of event time, 48 keys: about 960 per-second rows.
     assert!(want.len() > 900, "{} rows", want.len());
 
@@ -346,4 +365,63 @@ fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_
         })
         .collect();
     assert_eq!(committed, ends);
+}
+
+/// `bounded: true` in group mode: each partition's job ends at the partition's end and
+/// leaves `_finished`; the process exits once all have; run again, it finds every
+/// partition finished and writes nothing.
+#[test]
+fn a_bounded_group_job_runs_every_partition_to_its_end_once() {
+    let bootstrap = match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => b,
+        _ => {
+            eprintln!("skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
+            return;
+        }
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_millis() as i64;
+    let base = now - now % 1000 - 3_600_000;
+    let input = unique("kafka-group-bounded-in");
+    create_topic(&bootstrap, &input, PARTITIONS as i32).expect("create the input topic");
+    events(&bootstrap, &input, base, 0, PHASE);
+    let output = unique("kafka-group-bounded-out");
+    create_topic(&bootstrap, &output, 3).expect("create the output topic");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let checkpoints = dir.path().join("checkpoints");
+    let job = spec(dir.path(), &bootstrap, &input, &output, Mode::GroupBounded);
+    for run in 0..2 {
+        let mut w = Worker::start(&dir.path().join("data"), &checkpoints, &job);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(s) = w.child.try_wait().expect("poll the worker") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "still running: {:#?}", w.said());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // Give the stderr reader a moment to take the last lines.
+        std::thread::sleep(Duration::from_millis(200));
+        let said = w.said();
+        assert!(status.success(), "run {run}: {status}: {said:#?}");
+        assert!(
+            said.iter().any(|l| l.contains("every partition finished")),
+            "{said:#?}"
+        );
+        let started = said.iter().filter(|l| l.contains(": starting")).count();
+        assert_eq!(
+            started,
+            if run == 0 { 4 } else { 0 },
+            "run {run}: {said:#?}"
+        );
+        for p in 0..PARTITIONS {
+            assert!(checkpoints.join(format!("p{p}/_finished")).exists());
+        }
+    }
+    let got = rows(&bootstrap, &output);
+    let want = reference(&bootstrap, &input);
+    assert!(want.len() > 400, "{} rows", want.len());
+    assert_eq!(got, want);
 }
