@@ -16,38 +16,22 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use brook::kafka::admin::{committed_offsets, create_topic, produce, read_to_end};
+use brook::kafka::admin::{committed_offsets, create_topic, produce};
+
+mod common;
+use common::kafka::{base_ms, bootstrap, produce_events, unique, values};
 
 const PARTITIONS: i64 = 4;
 const KEYS: i64 = 48;
 /// Events per phase: before the kill, after it.
 const PHASE: i64 = 10_000;
 
-fn unique(stem: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_nanos();
-    format!("{stem}-{}-{nanos}", std::process::id())
-}
-
-/// Events `from..to` of 48 keys; a key's events all go to partition `key % 4` (the
-/// co-partitioning group mode needs); event time rises 1 ms per event from `base`,
-/// with some disorder (at most 84 ms, under the watermark's 100 ms).
+/// Events `from..to`: 48 keys, a key's events all in partition `key % 4` (the
+/// co-partitioning group mode needs), disorder under the watermark's 100 ms.
 fn events(bootstrap: &str, topic: &str, base: i64, from: i64, to: i64) {
-    produce(
-        bootstrap,
-        topic,
-        (from..to).map(|i| {
-            let key = (i * 7919) % KEYS;
-            let ts = base + i - (i % 13) * 7;
-            let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
-            ((key % PARTITIONS) as i32, None, v.to_string(), Some(ts))
-        }),
-    )
-    .expect("write the input");
+    produce_events(bootstrap, topic, PARTITIONS, KEYS, base, from..to);
 }
 
 /// One event per partition far ahead in event time: its watermark fires every window
@@ -124,13 +108,8 @@ sinks:
 
 /// The committed rows of `topic`, sorted, without the trailers' windows.
 fn rows(bootstrap: &str, topic: &str) -> Vec<String> {
-    let mut v: Vec<String> = read_to_end(bootstrap, topic, true)
-        .expect("read the output")
-        .into_iter()
-        .map(|r| r.value)
-        .filter(|v| !v.contains("\"end"))
-        .collect();
-    v.sort();
+    let mut v = values(bootstrap, topic, true);
+    v.retain(|v| !v.contains("\"end"));
     v
 }
 
@@ -243,18 +222,10 @@ fn wait_for(what: &str, secs: u64, workers: &[&Worker], mut ok: impl FnMut() -> 
 
 #[test]
 fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_once() {
-    let bootstrap = match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => b,
-        _ => {
-            eprintln!("skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
-            return;
-        }
+    let Some(bootstrap) = bootstrap() else {
+        return;
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_millis() as i64;
-    let base = now - now % 1000 - 3_600_000;
+    let base = base_ms();
     let input = unique("kafka-group-in");
     create_topic(&bootstrap, &input, PARTITIONS as i32).expect("create the input topic");
     let output = unique("kafka-group-out");
@@ -372,18 +343,10 @@ fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_
 /// partition finished and writes nothing.
 #[test]
 fn a_bounded_group_job_runs_every_partition_to_its_end_once() {
-    let bootstrap = match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => b,
-        _ => {
-            eprintln!("skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
-            return;
-        }
+    let Some(bootstrap) = bootstrap() else {
+        return;
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_millis() as i64;
-    let base = now - now % 1000 - 3_600_000;
+    let base = base_ms();
     let input = unique("kafka-group-bounded-in");
     create_topic(&bootstrap, &input, PARTITIONS as i32).expect("create the input topic");
     events(&bootstrap, &input, base, 0, PHASE);

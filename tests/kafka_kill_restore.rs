@@ -14,45 +14,23 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use brook::kafka::admin::{committed_offsets, create_topic, produce, read_to_end};
+use brook::kafka::admin::{committed_offsets, create_topic};
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::kafka::{base_ms, bootstrap, produce_events, unique, values};
 
 const EVENTS: i64 = 20_000;
 const PARTITIONS: i64 = 4;
 
-fn unique(stem: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_nanos();
-    format!("{stem}-{}-{nanos}", std::process::id())
-}
-
-/// Events of 50 keys over 4 partitions (by key); event time increasing by 1 ms per
-/// event from a whole second of today (brokers delete records older than their
-/// retention, 7 days by default) with some disorder (at most 84 ms, under the
-/// watermark's 100 ms).
+/// 20,000 events of 50 keys over 4 partitions (by key), from an hour ago, with
+/// disorder under the watermark's 100 ms.
 fn input(bootstrap: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_millis() as i64;
-    let base = now - now % 1000 - 3_600_000;
     let topic = unique("kafka-events");
     create_topic(bootstrap, &topic, PARTITIONS as i32).expect("create the input topic");
-    produce(
-        bootstrap,
-        &topic,
-        (0..EVENTS).map(|i| {
-            let key = (i * 7919) % 50;
-            let ts = base + i - (i % 13) * 7;
-            let v = serde_json::json!({ "key": format!("k{key}"), "value": i % 100, "ts": ts });
-            ((key % PARTITIONS) as i32, None, v.to_string(), Some(ts))
-        }),
-    )
-    .expect("write the input");
+    produce_events(bootstrap, &topic, PARTITIONS, 50, base_ms(), 0..EVENTS);
     topic
 }
 
@@ -103,25 +81,10 @@ fn has_checkpoint(data: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The values of `topic` as a reader with `read_committed` (or not) sees them, sorted.
-fn rows(bootstrap: &str, topic: &str, committed: bool) -> Vec<String> {
-    let mut v: Vec<String> = read_to_end(bootstrap, topic, committed)
-        .expect("read the output")
-        .into_iter()
-        .map(|r| r.value)
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
-    let bootstrap = match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => b,
-        _ => {
-            eprintln!("skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
-            return;
-        }
+    let Some(bootstrap) = bootstrap() else {
+        return;
     };
     let iterations: usize = std::env::var("BROOK_KAFKA_KILL_ITERATIONS")
         .ok()
@@ -150,7 +113,7 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let want = rows(&bootstrap, &clean_out, true);
+    let want = values(&bootstrap, &clean_out, true);
     // 20 s of event time, 50 keys: about 1000 per-second rows.
     assert!(
         want.len() > 900,
@@ -210,8 +173,8 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got = rows(&bootstrap, &output, true);
-    let uncommitted = rows(&bootstrap, &output, false);
+    let got = values(&bootstrap, &output, true);
+    let uncommitted = values(&bootstrap, &output, false);
     eprintln!(
         "after {kills} kills: {} committed rows, {} read uncommitted",
         got.len(),
@@ -225,7 +188,7 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let again = rows(&bootstrap, &output, true);
+    let again = values(&bootstrap, &output, true);
     assert_eq!(
         again.len(),
         got.len(),

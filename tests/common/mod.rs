@@ -4,6 +4,8 @@
 // Each test binary uses what it needs of this module.
 #![allow(dead_code)]
 
+pub(crate) mod kafka;
+
 use std::path::{Path, PathBuf};
 
 use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
