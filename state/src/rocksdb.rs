@@ -360,6 +360,12 @@ pub struct RocksDbStateBackend {
     write_cache_bytes: usize,
     /// Names this instance's SST files in a checkpoint's shared directory.
     instance: String,
+    /// SST files this instance was restored from (file name -> path under the
+    /// checkpoint root): later checkpoints refer to them instead of storing them again.
+    /// New files get this instance's own names: a run restored from the same
+    /// checkpoint before (and killed) may have stored different files under the same
+    /// numbers, so the restored instance must not take over the old instance's names.
+    inherited: std::collections::HashMap<String, String>,
     options: RocksDbOptions,
     guard: DirGuard,
 }
@@ -437,6 +443,7 @@ impl RocksDbStateBackend {
             pending_bytes: 0,
             write_cache_bytes: options.write_cache_bytes,
             instance: new_instance_id(),
+            inherited: std::collections::HashMap::new(),
             options: options.clone(),
             guard: DirGuard {
                 dir: dir.to_path_buf(),
@@ -543,7 +550,17 @@ impl RocksDbStateBackend {
         for entry in entries {
             let entry = entry.map_err(|e| error("read checkpoint", &private)(&e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".sst") {
+            if let Some(path) = self
+                .inherited
+                .get(&name)
+                .filter(|p| storage.root.join(p).is_file())
+            {
+                // The very file this instance was restored from (SST files never
+                // change, and RocksDB never reuses a file number).
+                fs::remove_file(entry.path())
+                    .map_err(|e| error("remove checkpoint file", &entry.path())(&e))?;
+                files.push((name, path.clone()));
+            } else if name.ends_with(".sst") {
                 let shared_name = format!("{}-{name}", self.instance);
                 let target = shared.join(&shared_name);
                 if target.exists() {
@@ -988,9 +1005,14 @@ impl KeyedStateBackend for RocksDbStateBackend {
         let mut restored = Self::open_native(state, root, &dir, self.options.clone())?;
         restored.guard.keep = self.guard.keep;
         if state.key_groups == key_groups {
-            // This subtask alone continues the instance: its later checkpoints share
-            // the files already in the shared directory.
-            restored.instance = state.instance.clone();
+            // This subtask alone continues the state: its later checkpoints refer to
+            // the restored files already in the shared directory.
+            restored.inherited = state
+                .files
+                .iter()
+                .filter(|(name, _)| name.ends_with(".sst"))
+                .cloned()
+                .collect();
         } else {
             restored.retain_key_groups(key_groups)?;
         }

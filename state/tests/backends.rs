@@ -825,6 +825,35 @@ fn rocksdb_native_checkpoints_are_incremental_and_restore_at_any_parallelism() {
         "the restored instance shares the same files"
     );
     drop(same);
+    // Two runs restored from the same checkpoint (the first one killed after a
+    // checkpoint of its own) write different files under the same file numbers: each
+    // run's checkpoint restores its own state (a restored instance used to take over
+    // the old instance's file names, and the second run's checkpoint then referred to
+    // the first run's file: "Mismatch in unique ID on table file").
+    let mut runs = Vec::new();
+    for (id, v) in [(4u32, 1u8), (5, 2)] {
+        let mut run = rocks_at(&fresh_dir());
+        restore_keyed(&restored(all), &mut run, &mut TimerService::new()).unwrap();
+        run.put("s", &key(9, b"run", b""), vec![v; 8]);
+        let h = run.snapshot_native(&storage(id), all).unwrap().unwrap();
+        assert!(
+            s2.iter().all(|f| shared(&h).contains(f)),
+            "the restored files are shared, not stored again"
+        );
+        runs.push((h, entries(&run)));
+    }
+    for (h, want) in runs {
+        let mut snap = StateSnapshot::new();
+        snap.put_native(h);
+        let mut back = rocks_at(&fresh_dir());
+        restore_keyed(
+            &RestoredState::collect([&snap], all).with_root(&root),
+            &mut back,
+            &mut TimerService::new(),
+        )
+        .unwrap();
+        assert_eq!(entries(&back), want);
+    }
     // Three subtasks, on RocksDB (files taken over, other key groups deleted) and in
     // memory (entries read out of the files).
     for into in [memory as Make, rocks as Make] {
