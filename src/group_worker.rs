@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use brook::core::bad_record::BadRecordCounts;
+use brook::engine::metrics::JobMetrics;
 use brook::engine::{latest_complete, CheckpointConfig, JobConfig, JobHandle, StateBackendFactory};
 use brook::kafka::{GroupListener, GroupMember, OffsetCommitter};
 use brook::spec::{self, GroupSource, ValidSpec};
@@ -26,6 +28,11 @@ use brook::state::RocksDbOptions;
 
 /// Marks a partition whose bounded job reached its end (all its output committed).
 const FINISHED: &str = "_finished";
+
+/// Names the job whose partitions a checkpoint root holds (job, topic, group), so
+/// another job pointed at the same directory is refused rather than restoring
+/// someone else's state.
+const OWNER: &str = "_job.json";
 
 /// What the group worker needs from `brook run`'s arguments.
 pub(crate) struct GroupRun {
@@ -40,12 +47,40 @@ pub(crate) struct GroupRun {
     pub(crate) quiet: bool,
 }
 
+/// A partition's running job and what it reports.
+struct Part {
+    job: JobHandle,
+    report: Report,
+}
+
+/// What a partition's job counts.
+struct Report {
+    metrics: JobMetrics,
+    sources: Vec<String>,
+    sinks: Vec<String>,
+    bad: Arc<BadRecordCounts>,
+}
+
+impl Report {
+    /// `read R, written W` (and bad records, if any).
+    fn counts(&self) -> String {
+        let read = crate::run::totals(&self.metrics, &self.sources, false);
+        let written = crate::run::totals(&self.metrics, &self.sinks, true);
+        let mut s = format!("read {read}, written {written}");
+        let (skipped, dead) = (self.bad.skipped(), self.bad.dead_lettered());
+        if skipped + dead > 0 {
+            s.push_str(&format!(", skipped {skipped}, dead-lettered {dead}"));
+        }
+        s
+    }
+}
+
 struct Worker {
     run: GroupRun,
     /// Weak: the member's context holds the worker (as its listener), and the member
     /// must be dropped at the end, which closes it properly (it leaves the group).
     member: OnceLock<Weak<GroupMember>>,
-    jobs: Mutex<BTreeMap<i32, JobHandle>>,
+    jobs: Mutex<BTreeMap<i32, Part>>,
     failure: Mutex<Option<anyhow::Error>>,
 }
 
@@ -71,7 +106,7 @@ impl Worker {
             .get_or_insert(e);
     }
 
-    fn start(&self, partition: i32) -> Result<JobHandle> {
+    fn start(&self, partition: i32) -> Result<Part> {
         let committer: Arc<dyn OffsetCommitter> = match self.member.get().and_then(Weak::upgrade) {
             Some(m) => m,
             None => anyhow::bail!("no group membership"),
@@ -99,15 +134,27 @@ impl Worker {
         let built = spec::build_partition(&self.run.valid, config, partition, committer)
             .with_context(|| format!("partition {partition}: cannot build the job"))?;
         let name = format!("{}.p{partition}", self.run.valid.spec.name);
-        Ok(built.env.start(&name)?)
+        let metrics = JobMetrics::default();
+        let job = built.env.start_with_metrics(&name, metrics.clone())?;
+        Ok(Part {
+            job,
+            report: Report {
+                metrics,
+                sources: built.sources,
+                sinks: built.sinks,
+                bad: built.bad_records,
+            },
+        })
     }
 
     /// Stops a partition's job with a checkpoint (the hand-over point).
-    fn stop(&self, partition: i32, job: JobHandle) {
+    fn stop(&self, partition: i32, part: Part) {
+        let Part { job, report } = part;
         match job.stop_with_checkpoint() {
-            Ok(Some(_)) => self.partition_ended(partition),
+            Ok(Some(_)) => self.partition_ended(partition, &report),
             Ok(None) => self.say(format_args!(
-                "partition {partition}: stopped with a checkpoint"
+                "partition {partition}: stopped with a checkpoint ({})",
+                report.counts()
             )),
             Err(e) => {
                 self.fail(anyhow::Error::new(e).context(format!("partition {partition}: stopping")))
@@ -116,30 +163,33 @@ impl Worker {
     }
 
     /// A partition's job reached the end of its input: everything is committed.
-    fn partition_ended(&self, partition: i32) {
+    fn partition_ended(&self, partition: i32, report: &Report) {
         let marker = self.dir(partition).join(FINISHED);
         match std::fs::write(&marker, b"") {
-            Ok(()) => self.say(format_args!("partition {partition}: finished")),
+            Ok(()) => self.say(format_args!(
+                "partition {partition}: finished ({})",
+                report.counts()
+            )),
             Err(e) => self.fail(anyhow::anyhow!("writing {}: {e}", marker.display())),
         }
     }
 
     /// Joins the partitions' jobs that ended by themselves.
     fn reap(&self) {
-        let ended: Vec<(i32, JobHandle)> = {
+        let ended: Vec<(i32, Part)> = {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
             let done: Vec<i32> = jobs
                 .iter()
-                .filter(|(_, j)| j.is_finished())
+                .filter(|(_, j)| j.job.is_finished())
                 .map(|(p, _)| *p)
                 .collect();
             done.into_iter()
                 .filter_map(|p| jobs.remove(&p).map(|j| (p, j)))
                 .collect()
         };
-        for (p, job) in ended {
+        for (p, Part { job, report }) in ended {
             match job.join() {
-                Ok(_) => self.partition_ended(p),
+                Ok(_) => self.partition_ended(p, &report),
                 Err(e) => self.fail(anyhow::Error::new(e).context(format!("partition {p}"))),
             }
         }
@@ -200,6 +250,7 @@ impl GroupListener for Worker {
 pub(crate) fn run(run: GroupRun) -> Result<()> {
     std::fs::create_dir_all(&run.checkpoint_root)
         .with_context(|| format!("creating {}", run.checkpoint_root.display()))?;
+    claim_root(&run)?;
     let stop = Arc::new(AtomicBool::new(false));
     watch_signals(Arc::clone(&stop))?;
     let source = run.source.clone();
@@ -225,9 +276,15 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
         .partition_count()
         .with_context(|| format!("topic {:?}", source.topic))?;
     worker.say(format_args!(
-        "joined for topic {:?} ({partitions} partitions)",
+        "joining for topic {:?} ({partitions} partitions)",
         source.topic
     ));
+    if partitions == 1 {
+        tracing::warn!(
+            topic = %source.topic,
+            "the topic has one partition: only one process of the group can work on it (create topics with as many partitions as processes you want to run)"
+        );
+    }
     let all_finished = |w: &Worker| (0..partitions).all(|p| w.finished(p));
     let result = loop {
         member.poll(Duration::from_millis(100));
@@ -241,7 +298,10 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
             break Err(e);
         }
         if source.bounded && all_finished(&worker) {
-            worker.say("every partition finished");
+            worker.say(format_args!(
+                "every partition finished (markers {}/p*/{FINISHED}; a new run needs a new --checkpoint-dir)",
+                worker.run.checkpoint_root.display()
+            ));
             break Ok(());
         }
         if stop.load(Ordering::SeqCst) {
@@ -262,6 +322,55 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
     match (result, later) {
         (Err(e), _) | (Ok(()), Some(e)) => Err(e),
         (Ok(()), None) => Ok(()),
+    }
+}
+
+/// Checks (or, for a new directory, records) that the checkpoint root belongs to this
+/// job: its name, topic and group.
+fn claim_root(run: &GroupRun) -> Result<()> {
+    let owner = serde_json::json!({
+        "job": run.valid.spec.name,
+        "topic": run.source.topic,
+        "group": run.source.group,
+    });
+    let path = run.checkpoint_root.join(OWNER);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let found: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not a brook group-job record", path.display()))?;
+            if found != owner {
+                anyhow::bail!(
+                    "--checkpoint-dir {} holds the checkpoints of {found}, not of this job ({owner}): give each job a directory of its own",
+                    run.checkpoint_root.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Another process of the job may be writing the record right now.
+            let taken = run
+                .checkpoint_root
+                .read_dir()
+                .map(|d| {
+                    d.flatten()
+                        .any(|e| !e.file_name().to_string_lossy().starts_with(OWNER))
+                })
+                .unwrap_or(false);
+            if taken {
+                anyhow::bail!(
+                    "--checkpoint-dir {} is not empty and was not made by a group job: give the job a directory of its own",
+                    run.checkpoint_root.display()
+                );
+            }
+            // Written whole, then renamed: two processes starting together agree.
+            let tmp = run
+                .checkpoint_root
+                .join(format!("{OWNER}.{}", std::process::id()));
+            std::fs::write(&tmp, owner.to_string())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .with_context(|| format!("writing {}", path.display()))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
     }
 }
 

@@ -154,15 +154,20 @@ fn run_group(
             "assignment: group needs checkpoints (partitions move between processes with them): set checkpoint_interval or --checkpoint-interval"
         ),
     };
+    // Every process of the job must see every partition's checkpoints: a default
+    // under each process's own data directory would silently restart moved
+    // partitions from their start.
+    let Some(checkpoint_root) = args.checkpoint_dir.clone() else {
+        anyhow::bail!(
+            "assignment: group needs --checkpoint-dir: a directory every process of the job shares (partitions move between processes with their checkpoints)"
+        );
+    };
     let rocksdb_dir = match args.state_backend.or(valid.spec.state_backend) {
         Some(spec::StateBackendKind::Memory) => None,
         Some(spec::StateBackendKind::Rocksdb) | None => Some(data_dir.join("state").join(&name)),
     };
     crate::group_worker::run(crate::group_worker::GroupRun {
-        checkpoint_root: args
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| data_dir.join("checkpoints").join(&name)),
+        checkpoint_root,
         valid,
         source,
         interval_ms,
@@ -188,7 +193,7 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
         })
 }
 
-fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
+pub(crate) fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
     metrics
         .vertices()
         .iter()

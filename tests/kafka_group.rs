@@ -387,4 +387,34 @@ fn a_bounded_group_job_runs_every_partition_to_its_end_once() {
     let want = reference(&bootstrap, &input);
     assert!(want.len() > 400, "{} rows", want.len());
     assert_eq!(got, want);
+
+    // Another job pointed at these checkpoints is refused, and so is a group job
+    // without a shared checkpoint directory.
+    let other = spec(dir.path(), &bootstrap, &input, &output, Mode::Group);
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("run")
+        .arg("--checkpoint-dir")
+        .arg(&checkpoints)
+        .arg(&other)
+        .output()
+        .expect("run brook");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("holds the checkpoints of"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("run")
+        .arg(&job)
+        .output()
+        .expect("run brook");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs --checkpoint-dir"),
+        "{err}"
+    );
 }

@@ -563,6 +563,14 @@ fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
         text.contains("invalid job spec") && !text.contains("no name"),
         "{text}"
     );
+    // A Kafka group-mode job (one process per machine, not under the runner yet).
+    let group = "name: g\ncheckpoint_interval: 1s\nsources:\n  - {name: s, connector: kafka, bootstrap: '127.0.0.1:9', topic: t, group: g, assignment: group}\nsinks:\n  - {name: o, connector: kafka, bootstrap: '127.0.0.1:9', topic: o}\n";
+    let body = serde_json::json!({
+        "job": { "kind": "yaml", "spec": group, "base_dir": spec_dir },
+    });
+    let (status, text) = code("POST", "/jobs", Some(body));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("assignment: group"), "{text}");
     // A binary that cannot be executed is refused at once.
     let not_exe = dir.path().join("job.yaml");
     std::fs::write(&not_exe, spec).expect("write a file");

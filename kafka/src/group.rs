@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -45,7 +45,36 @@ struct MemberContext {
     listener: Arc<dyn GroupListener>,
 }
 
-impl ClientContext for MemberContext {}
+impl ClientContext for MemberContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            // Commits of positions sent while the group rebalances fail with an old
+            // generation; the next checkpoint commits again: not worth a warning.
+            _ if fac == "COMMITFAIL" => {
+                tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+        }
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::warn!(error = %error, reason, "kafka group member");
+    }
+}
 
 fn partitions(topic: &str, tpl: &TopicPartitionList) -> Vec<i32> {
     let mut v: Vec<i32> = tpl

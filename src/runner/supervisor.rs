@@ -287,8 +287,13 @@ impl Supervisor {
                 // bad spec is refused now rather than failing its restarts.
                 let parsed = crate::spec::parse(spec)
                     .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?;
-                crate::spec::validate(crate::spec::resolve_paths(parsed, base_dir))
+                let valid = crate::spec::validate(crate::spec::resolve_paths(parsed, base_dir))
                     .map_err(|e| RunnerError::Invalid(format!("invalid job spec: {e}")))?;
+                if valid.group_source().is_some() {
+                    return Err(RunnerError::Invalid(
+                        "a job with assignment: group does not run under the runner yet: start `brook run --checkpoint-dir <shared dir>` on each machine".into(),
+                    ));
+                }
             }
             JobKind::Bin { path, .. } => {
                 if !path.is_absolute() || !path.is_file() {
