@@ -206,3 +206,66 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         &extra[..extra.len().min(3)]
     );
 }
+
+/// Idleness means no data, not a busy reader: with a short `idle_timeout`, partitions
+/// whose records wait behind others (a backlog, backpressure) must not go idle, or the
+/// watermark runs ahead on the other partitions and their records turn up late. The
+/// input's disorder is within the bound, so no record may be late.
+#[test]
+fn partitions_with_records_waiting_do_not_go_idle() {
+    let Some(bootstrap) = bootstrap() else {
+        return;
+    };
+    let events = input(&bootstrap);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let late = dir.path().join("late.jsonl");
+    let yaml = format!(
+        r#"
+name: kafka-idleness
+sources:
+  - name: events
+    connector: kafka
+    bootstrap: "{bootstrap}"
+    topic: {events}
+    bounded: true
+    event_time: ts
+    watermark: {{ out_of_orderness: 100ms, idle_timeout: 50ms }}
+steps:
+  - key_by: [key]
+  - name: per-second
+    window: {{ kind: tumbling, size: 1s }}
+    aggregate: {{ n: count() }}
+    late_output: late
+sinks:
+  - {{ name: out, connector: file, path: {out}, input: per-second }}
+  - {{ name: late, connector: file, path: {late} }}
+"#,
+        out = dir.path().join("out.jsonl").display(),
+        late = late.display(),
+    );
+    let job = dir.path().join("job.yaml");
+    std::fs::write(&job, yaml).expect("write the spec");
+    // One reader for four partitions, and a small channel: the reader is often
+    // held back.
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--quiet", "--parallelism", "1"])
+        .arg(&job)
+        .output()
+        .expect("run brook");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let late_rows = std::fs::read_to_string(&late).unwrap_or_default();
+    assert_eq!(
+        late_rows.lines().count(),
+        0,
+        "late records: {}",
+        late_rows.lines().take(3).collect::<Vec<_>>().join("\n")
+    );
+    let rows = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
+    assert!(rows.lines().count() > 900, "{} rows", rows.lines().count());
+}

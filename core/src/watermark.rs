@@ -344,6 +344,19 @@ impl SplitWatermarks {
         false
     }
 
+    /// The reader reports records waiting in `split` (a backlog, e.g. Kafka lag) at
+    /// `now_ms`: the split is not idle, however long since its last record. Idleness
+    /// means no data; a reader that is slow or held back by backpressure would
+    /// otherwise idle its own lagging splits, and their records would turn up late.
+    /// A split that is idle already stays so until its next record.
+    pub fn note_backlog(&mut self, split: usize, now_ms: Millis) {
+        if let Some(s) = self.splits.get_mut(split) {
+            if !s.idle {
+                s.last_record_ms = s.last_record_ms.max(now_ms);
+            }
+        }
+    }
+
     /// A split has been read completely: it no longer holds the watermark back.
     pub fn finish_split(&mut self, split: usize) {
         if let Some(s) = self.splits.get_mut(split) {
@@ -475,6 +488,23 @@ mod tests {
         w.finish_split(0);
         assert_eq!(w.update(0).watermark, Some(Watermark(499)));
         assert_eq!(w.current(), Watermark(499));
+    }
+
+    #[test]
+    fn a_split_with_a_backlog_does_not_go_idle() {
+        let mut w = strategy(0).with_idleness(1000).split_watermarks(2, 0);
+        w.on_record(0, 100, 0);
+        w.on_record(1, 50, 0);
+        // Split 1's reader is behind (records waiting) though none came for 1500 ms.
+        w.note_backlog(1, 900);
+        w.on_record(0, 5000, 1500);
+        let u = w.update(1500);
+        assert_eq!(u.watermark, Some(Watermark(49)), "split 1 still holds it");
+        assert!(!w.split_idle(1));
+        // Without a backlog it goes idle after the timeout.
+        w.on_record(0, 6000, 2000);
+        assert_eq!(w.update(2000).watermark, Some(Watermark(5999)));
+        assert!(w.split_idle(1));
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub(crate) struct SourceTask<T> {
     pub(crate) restored_watermarks: std::collections::HashMap<String, (Option<Millis>, bool)>,
 }
 
+/// At most this often (ms) a source with idleness asks its reader which splits have
+/// records waiting.
+const BACKLOG_CHECK_MS: Millis = 100;
+
 /// How often per-split watermarks are copied into the metrics (ms).
 const SPLIT_METRICS_MS: Millis = 200;
 
@@ -154,6 +158,12 @@ impl<T: Send + 'static> SourceTask<T> {
         let per_record = wms.enabled() && interval == 0;
         let mut next_emit = now.saturating_add(interval);
         let mut next_metrics = now;
+        // With idleness: how often splits with records waiting are kept active.
+        let backlog_check_ms = match self.strategy.idle_timeout_ms() {
+            Some(t) if wms.enabled() => (t / 4).clamp(1, BACKLOG_CHECK_MS),
+            _ => 0,
+        };
+        let mut next_backlog_check = now;
         let mut counts = vec![0u64; self.split_ids.len()];
         let mut runs: Vec<(usize, u32)> = Vec::new();
         let mut out = Output::with_capacity(self.env.batch_size);
@@ -185,6 +195,10 @@ impl<T: Send + 'static> SourceTask<T> {
             }
             for s in out.take_finished_splits() {
                 wms.finish_split(s as usize);
+            }
+            if backlog_check_ms > 0 && now >= next_backlog_check {
+                self.note_backlogs(&mut wms, now);
+                next_backlog_check = now.saturating_add(backlog_check_ms);
             }
             if wms.enabled() && (per_record || now >= next_emit) {
                 let u = wms.update(now);
@@ -300,6 +314,18 @@ impl<T: Send + 'static> SourceTask<T> {
             self.head.watermark(w)?;
         }
         Ok(())
+    }
+
+    /// Splits whose reader reports records waiting are not idle (see
+    /// [`SplitWatermarks::note_backlog`]).
+    fn note_backlogs(&self, wms: &mut SplitWatermarks, now: Millis) {
+        for (id, p) in self.reader.split_progress() {
+            if p.lag.is_some_and(|l| l > 0) {
+                if let Some(i) = self.split_ids.iter().position(|s| *s == id) {
+                    wms.note_backlog(i, now);
+                }
+            }
+        }
     }
 
     fn split_metrics(&self, wms: &SplitWatermarks) {
