@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brook::core::bad_record::BadRecordCounts;
+use brook::core::time::Stopwatch;
 use brook::engine::metrics::JobMetrics;
 use brook::engine::{latest_complete, CheckpointConfig, JobConfig, JobHandle, StateBackendFactory};
 use brook::kafka::{GroupListener, GroupMember, OffsetCommitter};
@@ -82,9 +83,24 @@ struct Worker {
     member: OnceLock<Weak<GroupMember>>,
     jobs: Mutex<BTreeMap<i32, Part>>,
     failure: Mutex<Option<anyhow::Error>>,
+    /// Since when the member waits for an assignment (joined, or partitions revoked).
+    waiting: Mutex<Option<Stopwatch>>,
 }
 
 impl Worker {
+    fn set_waiting(&self, waiting: bool) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = waiting.then(Stopwatch::start);
+    }
+
+    /// Seconds the member has waited for an assignment, if it waits.
+    fn waited_s(&self) -> Option<u64> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|w| w.elapsed_nanos() / 1_000_000_000)
+    }
+
     fn say(&self, what: impl std::fmt::Display) {
         if !self.run.quiet {
             eprintln!("group {}: {what}", self.run.source.group);
@@ -206,6 +222,7 @@ impl Worker {
 impl GroupListener for Worker {
     fn revoked(&self, partitions: &[i32]) {
         self.say(format_args!("revoked partitions {partitions:?}"));
+        self.set_waiting(true);
         for p in partitions {
             let job = self
                 .jobs
@@ -219,6 +236,7 @@ impl GroupListener for Worker {
     }
 
     fn assigned(&self, partitions: &[i32]) {
+        self.set_waiting(false);
         let member = self
             .member
             .get()
@@ -259,6 +277,7 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
         member: OnceLock::new(),
         jobs: Mutex::new(BTreeMap::new()),
         failure: Mutex::new(None),
+        waiting: Mutex::new(Some(Stopwatch::start())),
     });
     let member = Arc::new(
         GroupMember::join(
@@ -286,8 +305,21 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
         );
     }
     let all_finished = |w: &Worker| (0..partitions).all(|p| w.finished(p));
+    let mut told = 0;
     let result = loop {
         member.poll(Duration::from_millis(100));
+        match worker.waited_s() {
+            // A rebalance waits for every member to rejoin: say so while it lasts.
+            Some(s) if s < told => told = 0,
+            Some(s) if s >= told + 10 => {
+                told = s;
+                worker.say(format_args!(
+                    "waiting {s} s for the group to assign partitions (a rebalance waits for every member to rejoin, up to max.poll.interval.ms)"
+                ));
+            }
+            Some(_) => {}
+            None => told = 0,
+        }
         worker.reap();
         if let Some(e) = worker
             .failure

@@ -118,6 +118,7 @@ impl ConsumerContext for MemberContext {
 /// A member of a consumer group on one topic (see the module docs).
 pub struct GroupMember {
     topic: String,
+    bootstrap: String,
     consumer: BaseConsumer<MemberContext>,
 }
 
@@ -167,6 +168,7 @@ impl GroupMember {
             .map_err(|e| KafkaConnectorError::kafka(format!("subscribe to {topic:?}"), e))?;
         Ok(GroupMember {
             topic: topic.to_string(),
+            bootstrap: bootstrap.to_string(),
             consumer,
         })
     }
@@ -208,7 +210,15 @@ impl GroupMember {
         let md = self
             .consumer
             .fetch_metadata(Some(&self.topic), TIMEOUT)
-            .map_err(|e| KafkaConnectorError::kafka(format!("metadata of {:?}", self.topic), e))?;
+            .map_err(|e| {
+                KafkaConnectorError::kafka(
+                    format!(
+                        "metadata of topic {:?} from {} (is a broker there?)",
+                        self.topic, self.bootstrap
+                    ),
+                    e,
+                )
+            })?;
         let n = md
             .topics()
             .iter()

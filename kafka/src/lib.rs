@@ -312,9 +312,15 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
 
     fn partition_count(&self, consumer: &BaseConsumer<ReaderContext>) -> OpResult<i32> {
         let topic = &self.conn.topic;
-        let md = consumer
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(|e| KafkaConnectorError::kafka(format!("metadata of topic {topic:?}"), e))?;
+        let md = consumer.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
+            KafkaConnectorError::kafka(
+                format!(
+                    "metadata of topic {topic:?} from {} (is a broker there?)",
+                    self.conn.bootstrap
+                ),
+                e,
+            )
+        })?;
         let t = md
             .topics()
             .iter()
