@@ -299,7 +299,8 @@ fn show_job(d: &JobDetail) -> Result<()> {
     );
     outln!(
         "parallelism {}  restart {}  attempts {}",
-        opt(d.parallelism),
+        d.parallelism
+            .map_or_else(|| "from the job".to_string(), |p| p.to_string()),
         d.restart.describe(),
         s.attempts
     );

@@ -462,6 +462,22 @@ fn with_a_token_requests_without_it_are_refused() {
     assert_eq!(status_of(&runner.url, None), 401);
     assert_eq!(status_of(&runner.url, Some("wrong")), 401);
     assert_eq!(status_of(&runner.url, Some("s3cret")), 200);
+    // The scheme in any case; a token given without one is refused.
+    let raw = |value: &str| {
+        rt().block_on(async {
+            reqwest::Client::new()
+                .get(format!("{}/jobs", runner.url))
+                .header("authorization", value)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+        .expect("GET /jobs")
+    };
+    assert_eq!(raw("bearer s3cret"), 200);
+    assert_eq!(raw("BEARER  s3cret"), 200);
+    assert_eq!(raw("s3cret"), 401);
+    assert_eq!(raw("Basic s3cret"), 401);
     let metrics = rt()
         .block_on(async {
             reqwest::get(format!("{}/metrics", runner.url))
@@ -625,6 +641,11 @@ fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("same name"), "{err}");
     let second = runner.submit(&[&copy.to_string_lossy(), "--restart", "none"]);
+    // Under another name it would still write the same file as the live copy job.
+    let out = runner.cli(&["submit", &copy.to_string_lossy(), "--name", "copy2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("copy/events.jsonl too"), "{err}");
     // The log is one process's at a time: the second job waits, without failing.
     let d = wait_for("the second job to wait", Duration::from_secs(30), || {
         let d = runner.job(&second);

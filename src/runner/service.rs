@@ -76,7 +76,11 @@ async fn check_token(State(app): State<AppState>, req: Request, next: Next) -> R
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            // The scheme is case-insensitive (RFC 7235 §2.1), as curl and proxies
+            // may send it.
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim_start());
         if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
             return RunnerError::Unauthorized.into_response();
         }

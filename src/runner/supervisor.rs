@@ -321,6 +321,7 @@ impl Supervisor {
         let id = {
             let jobs = self.jobs();
             self.check_name_free(&jobs, &name, None)?;
+            check_outputs_free(&jobs, &req.job, None)?;
             let stem = id_stem(&name);
             let n = jobs.len() + 1;
             let mut id = format!("{stem}-{n}");
@@ -455,6 +456,7 @@ impl Supervisor {
             )));
         }
         self.check_name_free(&self.jobs(), &r.name, Some(id))?;
+        check_outputs_free(&self.jobs(), &r.job, Some(id))?;
         let explicit = savepoint.map(|p| self.checked_savepoint(p)).transpose()?;
         if explicit.is_some() {
             // Checkpoints of the run after that savepoint must not win over it.
@@ -862,4 +864,53 @@ mod tests {
         );
         assert_eq!(last_error_line("WARN only\n"), None);
     }
+}
+
+/// The files a YAML job writes (file sinks and its dead-letter file), resolved
+/// against its base directory; none for binaries (their outputs are their own).
+fn output_files(job: &JobKind) -> Vec<std::path::PathBuf> {
+    let JobKind::Yaml { spec, base_dir } = job else {
+        return Vec::new();
+    };
+    let Ok(parsed) = crate::spec::parse(spec) else {
+        return Vec::new();
+    };
+    let spec = crate::spec::resolve_paths(parsed, base_dir);
+    let mut files: Vec<std::path::PathBuf> = spec
+        .sinks
+        .iter()
+        .filter_map(|s| match s {
+            crate::spec::SinkSpec::File { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    files.extend(spec.dead_letter);
+    files
+}
+
+/// Two live jobs writing one file would truncate each other's output (a restore cuts
+/// a file back to its committed length): refused.
+fn check_outputs_free(
+    jobs: &BTreeMap<String, JobRecord>,
+    job: &JobKind,
+    except: Option<&str>,
+) -> Result<(), RunnerError> {
+    let mine = output_files(job);
+    if mine.is_empty() {
+        return Ok(());
+    }
+    for other in jobs
+        .values()
+        .filter(|r| !r.state.is_terminal() && Some(r.id.as_str()) != except)
+    {
+        if let Some(f) = output_files(&other.job).iter().find(|f| mine.contains(f)) {
+            return Err(RunnerError::Conflict(format!(
+                "job {} ({}) writes {} too: cancel it or write elsewhere",
+                other.id,
+                other.state,
+                f.display()
+            )));
+        }
+    }
+    Ok(())
 }
