@@ -850,22 +850,6 @@ fn describe_exit(
     (what, true)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::last_error_line;
-
-    #[test]
-    fn the_failure_reason_is_the_last_error_line_of_stderr() {
-        let stderr = "2026 WARN something\nError: unknown topic \"nope\"\n";
-        assert_eq!(last_error_line(stderr), Some("unknown topic \"nope\""));
-        assert_eq!(
-            last_error_line("error: bad spec\n\nCaused by: x"),
-            Some("bad spec")
-        );
-        assert_eq!(last_error_line("WARN only\n"), None);
-    }
-}
-
 /// The files a YAML job writes (file sinks and its dead-letter file), resolved
 /// against its base directory; none for binaries (their outputs are their own).
 fn output_files(job: &JobKind) -> Vec<std::path::PathBuf> {
@@ -913,4 +897,20 @@ fn check_outputs_free(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_error_line;
+
+    #[test]
+    fn the_failure_reason_is_the_last_error_line_of_stderr() {
+        let stderr = "2026 WARN something\nError: unknown topic \"nope\"\n";
+        assert_eq!(last_error_line(stderr), Some("unknown topic \"nope\""));
+        assert_eq!(
+            last_error_line("error: bad spec\n\nCaused by: x"),
+            Some("bad spec")
+        );
+        assert_eq!(last_error_line("WARN only\n"), None);
+    }
 }
