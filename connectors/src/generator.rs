@@ -49,7 +49,10 @@
 use std::time::Duration;
 
 use brook_core::operator::{OpResult, Output, SubtaskInfo};
-use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
+use brook_core::source::{
+    decode_offset_position, encode_offset_position, InputStatus, Source, SourceReader, Split,
+    SplitProgress,
+};
 use brook_core::time::{Millis, Stopwatch};
 use serde::{Deserialize, Serialize};
 
@@ -83,9 +86,6 @@ pub struct GeneratorBuilder {
 
 /// Events per block: split `j` of `S` holds blocks `j, j + S, ...`.
 const BLOCK: u64 = 16;
-
-/// Version of a split's checkpointed position.
-const POSITION_V1: u8 = 1;
 
 impl Default for GeneratorBuilder {
     fn default() -> Self {
@@ -274,7 +274,7 @@ impl GeneratorSource {
             let next = match positions.get(&split.split_id()) {
                 None => first,
                 Some(bytes) => {
-                    let next = decode_position(bytes).ok_or_else(|| {
+                    let next = decode_offset_position(bytes).ok_or_else(|| {
                         ConnectorError::config(
                             "splits",
                             format!(
@@ -335,13 +335,6 @@ fn remaining(split: &GeneratorSplit, next: u64, n: u64) -> u64 {
         full + rest.saturating_sub(lo).min(b)
     };
     (upto(n) - upto(next)) as u64
-}
-
-fn decode_position(bytes: &[u8]) -> Option<u64> {
-    match bytes {
-        [POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
-        _ => None,
-    }
 }
 
 impl Source for GeneratorSource {
@@ -511,10 +504,10 @@ impl SourceReader for GeneratorReader {
             self.cursors
                 .iter()
                 .map(|c| {
-                    let mut b = Vec::with_capacity(9);
-                    b.push(POSITION_V1);
-                    b.extend_from_slice(&c.next.min(self.cfg.events).to_le_bytes());
-                    (c.split.split_id(), b)
+                    (
+                        c.split.split_id(),
+                        encode_offset_position(c.next.min(self.cfg.events)),
+                    )
                 })
                 .collect(),
         )

@@ -109,7 +109,10 @@ use brook_core::element::Batch;
 use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
-use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
+use brook_core::source::{
+    decode_offset_position, encode_offset_position, InputStatus, Source, SourceReader, Split,
+    SplitProgress,
+};
 use brook_log::{
     IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
     TransactionHandle, TransactionalProducer,
@@ -273,7 +276,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
             let readable = partition.end_offset(self.isolation);
             let restored = match positions.get(&split.split_id()) {
                 None => None,
-                Some(bytes) => Some(decode_position(bytes).ok_or_else(|| {
+                Some(bytes) => Some(decode_offset_position(bytes).ok_or_else(|| {
                     ConnectorError::config(
                         "restore",
                         format!(
@@ -407,25 +410,6 @@ impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
         positions: &HashMap<String, Vec<u8>>,
     ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
         Ok(Box::new(self.restored_reader(info, splits, positions)?))
-    }
-}
-
-/// Version of a partition's checkpointed position.
-const POSITION_V1: u8 = 1;
-
-/// A partition's checkpointed position: version 1, then the next offset to read
-/// (`u64` little endian).
-fn encode_position(offset: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(9);
-    b.push(POSITION_V1);
-    b.extend_from_slice(&offset.to_le_bytes());
-    b
-}
-
-fn decode_position(bytes: &[u8]) -> Option<u64> {
-    match bytes {
-        [POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
-        _ => None,
     }
 }
 
@@ -582,7 +566,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
                 .map(|c| {
                     (
                         format!("{}/{}", self.topic, c.id),
-                        encode_position(c.position),
+                        encode_offset_position(c.position),
                     )
                 })
                 .collect(),

@@ -129,3 +129,25 @@ pub struct SplitProgress {
     /// `offset`).
     pub lag: Option<u64>,
 }
+
+/// Version byte of an offset position ([`encode_offset_position`]).
+const OFFSET_POSITION_V1: u8 = 1;
+
+/// A split's checkpointed position when it is one offset: a version byte 1, then the
+/// next offset to read as a `u64`, little endian (9 bytes). The log, Kafka and
+/// generator readers share this format.
+pub fn encode_offset_position(offset: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(9);
+    b.push(OFFSET_POSITION_V1);
+    b.extend_from_slice(&offset.to_le_bytes());
+    b
+}
+
+/// The offset in a position written by [`encode_offset_position`]; `None` for bytes
+/// of another format or version.
+pub fn decode_offset_position(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [OFFSET_POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
+        _ => None,
+    }
+}

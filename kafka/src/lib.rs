@@ -80,7 +80,10 @@ use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
-use brook_core::source::{InputStatus, Source, SourceReader, Split, SplitProgress};
+use brook_core::source::{
+    decode_offset_position, encode_offset_position, InputStatus, Source, SourceReader, Split,
+    SplitProgress,
+};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -409,7 +412,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
             };
             let position = match positions.get(&s.split_id()) {
                 Some(b) => {
-                    let o = decode_position(b).ok_or_else(|| {
+                    let o = decode_offset_position(b).ok_or_else(|| {
                         KafkaConnectorError::config(
                             "restore",
                             format!(
@@ -542,22 +545,6 @@ impl<T: DeserializeOwned + Send + 'static> Source for KafkaSource<T> {
         positions: &std::collections::HashMap<String, Vec<u8>>,
     ) -> OpResult<Box<dyn SourceReader<Out = T>>> {
         Ok(Box::new(self.restored_reader(info, splits, positions)?))
-    }
-}
-
-const POSITION_V1: u8 = 1;
-
-fn encode_position(offset: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(9);
-    b.push(POSITION_V1);
-    b.extend_from_slice(&offset.to_le_bytes());
-    b
-}
-
-fn decode_position(bytes: &[u8]) -> Option<u64> {
-    match bytes {
-        [POSITION_V1, rest @ ..] => Some(u64::from_le_bytes(rest.try_into().ok()?)),
-        _ => None,
     }
 }
 
@@ -761,7 +748,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
                 .map(|p| {
                     (
                         format!("{}/{}", self.topic, p.partition),
-                        encode_position(p.position),
+                        encode_offset_position(p.position),
                     )
                 })
                 .collect(),
