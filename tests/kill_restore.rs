@@ -166,3 +166,108 @@ fn killed_at_parallelism_2_and_finished_at_1_and_at_3() {
     kill_and_restore(iterations(20) / 2, 2, 1);
     kill_and_restore(iterations(20) / 2, 2, 3);
 }
+
+/// The JSON rows of `path` (none while it does not exist).
+fn json_rows(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Watermark progress survives a restore also for a split that was idle at the
+/// checkpoint (semantics.md §4; issue 15, item 2). A followed file, tumbling 10 ms
+/// windows, bound 0, idle after 1 s: ts 1, 5 and 12 fire `[0,10)`; once the split is
+/// idle and a checkpoint has recorded it so, SIGKILL; append ts 7 and 15; restore. ts 7
+/// was late before the crash, so it goes to the late output, not into a second
+/// `[0,10)` row (the restored window operator started at the minimum time).
+#[test]
+fn a_record_late_before_the_crash_is_late_after_restoring_an_idle_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let input = dir.path().join("in.jsonl");
+    let row = |ts: i64| format!("{{\"k\":\"a\",\"ts\":{ts}}}\n");
+    std::fs::write(&input, [1, 5, 12].map(row).concat()).unwrap();
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        r#"
+name: idle
+checkpoint_interval: 50ms
+sources:
+  - name: events
+    connector: file
+    path: in.jsonl
+    follow: true
+    event_time: ts
+    watermark: { out_of_orderness: 0s, idle_timeout: 1s, interval: 0 }
+steps:
+  - key_by: [k]
+  - name: counts
+    window: { kind: tumbling, size: 10ms }
+    aggregate: { n: count() }
+    late_output: late
+sinks:
+  - { name: out, connector: file, path: out.jsonl, input: counts }
+  - { name: late, connector: file, path: late.jsonl }
+"#,
+    )
+    .unwrap();
+    let run = |restore: bool, addr: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
+        c.arg("--data-dir")
+            .arg(&data)
+            .args(["run", "--quiet", "--metrics-addr", addr])
+            .arg(&job);
+        if restore {
+            c.args(["--restore", "latest"]);
+        }
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    let checkpoints = data.join("checkpoints/idle");
+    let timeout = Duration::from_secs(20);
+    let addr = common::free_addr();
+    let mut child = run(false, &addr);
+    common::wait_for("the split to go idle at watermark 11", timeout, || {
+        common::scrape_metrics(&addr)?
+            .contains("idle=\"true\"} 11")
+            .then_some(())
+    });
+    let idle_at = common::latest_checkpoint(&checkpoints).unwrap_or(0);
+    common::wait_for("a checkpoint of the idle split", timeout, || {
+        (common::latest_checkpoint(&checkpoints)? > idle_at + 1).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = serde_json::json!({"k": "a", "window_start": 0, "window_end": 10, "n": 2});
+    assert_eq!(
+        json_rows(&dir.path().join("out.jsonl")),
+        vec![first.clone()]
+    );
+
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .unwrap();
+    std::io::Write::write_all(&mut f, [7, 15].map(row).concat().as_bytes()).unwrap();
+    let mut child = run(true, &common::free_addr());
+    // ts 7 reaches an output: the late one, or (the bug) a second [0,10) row.
+    common::wait_for("the row at ts 7 in an output", timeout, || {
+        let n = json_rows(&dir.path().join("late.jsonl")).len()
+            + json_rows(&dir.path().join("out.jsonl")).len();
+        (n > 1).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        json_rows(&dir.path().join("out.jsonl")),
+        vec![first],
+        "ts 7 was counted into a second [0,10) window"
+    );
+    assert_eq!(
+        json_rows(&dir.path().join("late.jsonl")),
+        vec![serde_json::json!({"k": "a", "ts": 7})]
+    );
+}

@@ -21,7 +21,7 @@ const EVENTS: i64 = 30_000;
 const BROOK: &str = env!("CARGO_BIN_EXE_brook");
 
 mod common;
-use common::outputs;
+use common::{outputs, wait_for};
 
 fn produce(data: &Path) {
     common::produce(data, EVENTS);
@@ -182,18 +182,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Stopwatch::start();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        let elapsed = Duration::from_nanos(start.elapsed_nanos());
-        assert!(elapsed < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn sigkill(pid: u32) {

@@ -241,7 +241,8 @@ impl<T> WatermarkStrategy<T> {
 }
 
 /// A change of a subtask's watermark or idleness, to send downstream in this order:
-/// idleness first (becoming active), then the watermark.
+/// becoming active before the watermark, becoming idle after it (a watermark marks its
+/// channel active downstream, so an idle subtask's last watermark goes first).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WatermarkUpdate {
     /// The subtask became idle (`Some(true)`) or active again (`Some(false)`).
@@ -266,6 +267,9 @@ pub struct SplitWatermarks {
     idle_timeout_ms: Option<Millis>,
     emitted: Watermark,
     idle: bool,
+    /// The watermark a restored subtask resumes from, not yet handed out (see
+    /// [`SplitWatermarks::restore`]).
+    restored: Option<Watermark>,
 }
 
 impl fmt::Debug for SplitWatermarks {
@@ -291,6 +295,7 @@ impl SplitWatermarks {
             idle_timeout_ms,
             emitted: Watermark::MIN,
             idle: false,
+            restored: None,
         };
         for _ in 0..splits {
             s.add_split(now_ms);
@@ -388,14 +393,23 @@ impl SplitWatermarks {
             .and_then(|s| s.generator.max_timestamp())
     }
 
-    /// Resumes a split from a checkpoint: its largest event time and whether it was
-    /// idle (it stays idle until it has a record). The next
-    /// [`SplitWatermarks::update`] emits the combined watermark again.
+    /// Resumes a split from a checkpoint: its largest event time, whether it was idle
+    /// (it stays idle until it has a record), and `watermark`, the combined watermark
+    /// the subtask that read it had handed out at the checkpoint.
+    ///
+    /// The next [`SplitWatermarks::update`] hands out the smallest `watermark` of the
+    /// restored splits (their former subtasks may differ after a rescale), also when
+    /// every split is idle, and then the combined watermark once it is higher: the
+    /// operators downstream start from the checkpointed watermark, not from
+    /// [`Watermark::MIN`], so a record late before a crash is late after the restore
+    /// (semantics.md §4). The split watermarks alone cannot give it: an idle split
+    /// is left out of the minimum, and with every split idle there is none.
     pub fn restore(
         &mut self,
         split: usize,
         max_timestamp: Option<Millis>,
         idle: bool,
+        watermark: Watermark,
         now_ms: Millis,
     ) {
         if let Some(s) = self.splits.get_mut(split) {
@@ -404,6 +418,7 @@ impl SplitWatermarks {
             }
             s.idle = idle;
             s.last_record_ms = now_ms;
+            self.restored = Some(self.restored.map_or(watermark, |w| w.min(watermark)));
         }
     }
 
@@ -413,6 +428,12 @@ impl SplitWatermarks {
         let mut u = WatermarkUpdate::default();
         if self.factory.is_none() {
             return u;
+        }
+        if let Some(w) = self.restored.take() {
+            if w > self.emitted {
+                self.emitted = w;
+                u.watermark = Some(w);
+            }
         }
         let mut min: Option<Watermark> = None;
         let mut open = 0;
@@ -536,6 +557,48 @@ mod tests {
         );
         w.on_record(1, 400, 2100);
         assert_eq!(w.update(2100).watermark, Some(Watermark(399)));
+    }
+
+    #[test]
+    fn a_restored_idle_split_hands_out_the_checkpointed_watermark() {
+        // Before the crash: ts 1, 5, 12 (bound 0) gave watermark 11, then the split
+        // went idle and the checkpoint recorded it so.
+        let mut w = strategy(0).with_idleness(1000).split_watermarks(1, 0);
+        w.restore(0, Some(12), true, Watermark(11), 5000);
+        // The watermark goes out although the split is idle; then the subtask idles.
+        assert_eq!(
+            w.update(5000),
+            WatermarkUpdate {
+                idle: Some(true),
+                watermark: Some(Watermark(11)),
+            }
+        );
+        // A record at 7 (late before the crash) does not move it back.
+        assert!(w.on_record(0, 7, 5100));
+        assert_eq!(w.update(5100), WatermarkUpdate::default());
+        assert_eq!(w.current(), Watermark(11));
+    }
+
+    #[test]
+    fn a_restored_subtask_resumes_from_its_checkpointed_watermark_not_its_splits() {
+        // Split 0 went idle at 49, split 1 took the subtask to 99, then idled too:
+        // the minimum of the splits (49) is below what the subtask had handed out.
+        let mut w = strategy(0).with_idleness(1000).split_watermarks(2, 0);
+        w.restore(0, Some(50), true, Watermark(99), 0);
+        w.restore(1, Some(100), true, Watermark(99), 0);
+        assert_eq!(w.update(0).watermark, Some(Watermark(99)));
+        // Rescaled: splits of two former subtasks resume from the lower watermark, and
+        // an active split takes it higher as usual.
+        let mut w = strategy(0).with_idleness(1000).split_watermarks(2, 0);
+        w.restore(0, Some(300), false, Watermark(299), 0);
+        w.restore(1, Some(100), true, Watermark(99), 0);
+        let u = w.update(0);
+        assert_eq!(u.watermark, Some(Watermark(299)));
+        assert_eq!(u.idle, None);
+        let mut w = strategy(0).split_watermarks(2, 0);
+        w.restore(0, Some(300), false, Watermark(299), 0);
+        w.restore(1, Some(100), false, Watermark(99), 0);
+        assert_eq!(w.update(0).watermark, Some(Watermark(99)));
     }
 
     #[test]

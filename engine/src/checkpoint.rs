@@ -38,7 +38,11 @@ use crate::graph::VertexId;
 
 /// Version of the task-file and metadata formats.
 /// 2: operator state may hold native (RocksDB) state files.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: a source subtask's snapshot holds the watermark it had handed out (version 2
+/// files are still read: see `migrate_v2`).
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format version this brook reads.
+const OLDEST_FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"BROOKCP1";
 const METADATA: &str = "_metadata";
@@ -149,6 +153,47 @@ pub(crate) struct SourceSnapshot {
     pub(crate) positions: Vec<(String, Vec<u8>)>,
     /// (split id, largest event time seen, idle)
     pub(crate) watermarks: Vec<(String, Option<Millis>, bool)>,
+    /// The combined watermark the subtask had handed out at the barrier (ms): where
+    /// its splits resume, also when they were all idle (semantics.md §4).
+    pub(crate) watermark: Millis,
+}
+
+/// Format version 2 of [`TaskSnapshot`]: sources without their watermark.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct TaskSnapshotV2 {
+    operators: Vec<(VertexId, u32, StateSnapshot)>,
+    sources: Vec<SourceSnapshotV2>,
+    sinks: Vec<(VertexId, u32, Vec<Vec<u8>>)>,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SourceSnapshotV2 {
+    vertex: VertexId,
+    positions: Vec<(String, Vec<u8>)>,
+    watermarks: Vec<(String, Option<Millis>, bool)>,
+}
+
+/// A version 2 task file as the current format: its sources resume from
+/// [`Millis::MIN`] plus their splits' progress, as version 2 restored them.
+fn migrate_v2(v2: TaskSnapshotV2) -> TaskSnapshot {
+    TaskSnapshot {
+        operators: v2.operators,
+        sources: v2
+            .sources
+            .into_iter()
+            .map(|s| SourceSnapshot {
+                vertex: s.vertex,
+                positions: s.positions,
+                watermarks: s.watermarks,
+                watermark: Millis::MIN,
+            })
+            .collect(),
+        sinks: v2.sinks,
+        storage: None,
+        declined: None,
+    }
 }
 
 /// A task's answer to a barrier.
@@ -347,16 +392,25 @@ fn read_task_file(path: &Path, entry: &FileEntry) -> Result<TaskSnapshot, Checkp
     if bytes.len() as u64 != entry.size || crc32c::crc32c(&bytes) != entry.crc32c {
         return Err(corrupt("size or checksum differs from the metadata".into()));
     }
+    decode_task_file(&bytes).map_err(corrupt)
+}
+
+/// A task file's snapshot from its bytes (magic, format version, bincode body); an
+/// older version is migrated. The error says what is wrong.
+fn decode_task_file(bytes: &[u8]) -> Result<TaskSnapshot, String> {
     if bytes.len() < 12 || &bytes[..8] != MAGIC {
-        return Err(corrupt("not a brook checkpoint file".into()));
+        return Err("not a brook checkpoint file".into());
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != FORMAT_VERSION {
-        return Err(corrupt(format!(
-            "format version {version}, this brook reads {FORMAT_VERSION}"
-        )));
+    let body = &bytes[12..];
+    let cannot = |e: bincode::Error| format!("cannot decode: {e}");
+    match version {
+        FORMAT_VERSION => bincode::deserialize(body).map_err(cannot),
+        2 => bincode::deserialize(body).map(migrate_v2).map_err(cannot),
+        _ => Err(format!(
+            "format version {version}, this brook reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
+        )),
     }
-    bincode::deserialize(&bytes[12..]).map_err(|e| corrupt(format!("cannot decode: {e}")))
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), CheckpointError> {
@@ -365,8 +419,19 @@ fn fsync_dir(dir: &Path) -> Result<(), CheckpointError> {
 
 /// Split positions by split id.
 pub(crate) type SplitPositions = HashMap<String, Vec<u8>>;
-/// Watermark progress by split id: (largest event time, idle).
-pub(crate) type SplitWatermarks = HashMap<String, (Option<Millis>, bool)>;
+/// Watermark progress by split id.
+pub(crate) type SplitWatermarks = HashMap<String, SplitProgress>;
+
+/// A split's watermark progress in a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitProgress {
+    /// The largest event time seen (ms), if any.
+    pub(crate) max_timestamp: Option<Millis>,
+    /// Whether the split was idle.
+    pub(crate) idle: bool,
+    /// The watermark its subtask had handed out (ms).
+    pub(crate) subtask_watermark: Millis,
+}
 
 /// A complete checkpoint read back for a restore.
 #[derive(Debug)]
@@ -393,11 +458,11 @@ impl RestoredCheckpoint {
             path: meta_path.clone(),
             reason: e.to_string(),
         })?;
-        if meta.format_version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&meta.format_version) {
             return Err(CheckpointError::Corrupt {
                 path: meta_path,
                 reason: format!(
-                    "format version {}, this brook reads {FORMAT_VERSION}",
+                    "format version {}, this brook reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}",
                     meta.format_version
                 ),
             });
@@ -465,11 +530,14 @@ impl RestoredCheckpoint {
             .filter(|s| s.vertex == vertex)
         {
             positions.extend(s.positions.iter().cloned());
-            watermarks.extend(
-                s.watermarks
-                    .iter()
-                    .map(|(id, t, idle)| (id.clone(), (*t, *idle))),
-            );
+            watermarks.extend(s.watermarks.iter().map(|(id, t, idle)| {
+                let p = SplitProgress {
+                    max_timestamp: *t,
+                    idle: *idle,
+                    subtask_watermark: s.watermark,
+                };
+                (id.clone(), p)
+            }));
         }
         (positions, watermarks)
     }
@@ -737,4 +805,57 @@ fn write_metadata(dir: &Path, meta: &Metadata) -> Result<(), CheckpointError> {
     let path = dir.join(METADATA);
     fs::rename(&tmp, &path).map_err(io(&path))?;
     fsync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(version: u32, body: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&version.to_le_bytes());
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    #[test]
+    fn a_version_2_task_file_restores_its_sources_from_the_minimum() {
+        let v2 = TaskSnapshotV2 {
+            operators: Vec::new(),
+            sources: vec![SourceSnapshotV2 {
+                vertex: 0,
+                positions: vec![("f".into(), vec![1, 2])],
+                watermarks: vec![("f".into(), Some(12), true)],
+            }],
+            sinks: vec![(3, 0, vec![vec![9]])],
+        };
+        let snap = decode_task_file(&file(2, &bincode::serialize(&v2).unwrap())).unwrap();
+        assert_eq!(snap.sources.len(), 1);
+        let s = &snap.sources[0];
+        assert_eq!(s.positions, vec![("f".to_string(), vec![1, 2])]);
+        assert_eq!(s.watermarks, vec![("f".to_string(), Some(12), true)]);
+        assert_eq!(s.watermark, Millis::MIN);
+        assert_eq!(snap.sinks, vec![(3, 0, vec![vec![9]])]);
+    }
+
+    #[test]
+    fn the_current_format_round_trips_and_unknown_versions_are_refused() {
+        let snap = TaskSnapshot {
+            sources: vec![SourceSnapshot {
+                vertex: 1,
+                positions: Vec::new(),
+                watermarks: vec![("f".into(), Some(12), true)],
+                watermark: 11,
+            }],
+            ..TaskSnapshot::default()
+        };
+        let body = bincode::serialize(&snap).unwrap();
+        let back = decode_task_file(&file(FORMAT_VERSION, &body)).unwrap();
+        assert_eq!(back.sources[0].watermark, 11);
+        let e = decode_task_file(&file(1, &body)).unwrap_err();
+        assert!(
+            e.contains("format version 1, this brook reads 2 to 3"),
+            "{e}"
+        );
+    }
 }

@@ -125,8 +125,8 @@ pub(crate) struct SourceTask<T> {
     /// Ids of this subtask's splits, in the order the reader got them.
     pub(crate) split_ids: Vec<String>,
     pub(crate) vertex: VertexId,
-    /// Restored watermark progress per split id: (largest event time, idle).
-    pub(crate) restored_watermarks: std::collections::HashMap<String, (Option<Millis>, bool)>,
+    /// Restored watermark progress per split id.
+    pub(crate) restored_watermarks: crate::checkpoint::SplitWatermarks,
 }
 
 /// At most this often (ms) a source with idleness asks its reader which splits have
@@ -143,12 +143,14 @@ impl<T: Send + 'static> SourceTask<T> {
         let mut now = clock.now_ms();
         let mut wms = self.strategy.split_watermarks(self.split_ids.len(), now);
         for (i, id) in self.split_ids.iter().enumerate() {
-            if let Some((t, idle)) = self.restored_watermarks.get(id) {
-                wms.restore(i, *t, *idle, now);
+            if let Some(p) = self.restored_watermarks.get(id) {
+                let w = Watermark(p.subtask_watermark);
+                wms.restore(i, p.max_timestamp, p.idle, w, now);
             }
         }
-        // The restored watermark goes out before any record, so a record late before
-        // the crash is late after it (semantics.md §4).
+        // The restored watermark goes out before any record, also when every split
+        // was idle, so a record late before the crash is late after it (semantics.md
+        // §4).
         if !self.restored_watermarks.is_empty() {
             let u = wms.update(now);
             self.apply(u)?;
@@ -298,20 +300,26 @@ impl<T: Send + 'static> SourceTask<T> {
                 .enumerate()
                 .map(|(i, s)| (s.clone(), wms.split_max_timestamp(i), wms.split_idle(i)))
                 .collect(),
+            watermark: wms.current().millis(),
         });
         self.head.barrier(self.env.barrier(id), &mut snap)?;
         control.write_and_ack(id, &task, &snap);
         Ok(())
     }
 
-    /// Sends an idleness change, then a watermark advance, downstream.
+    /// Sends a watermark advance and an idleness change downstream: becoming active
+    /// before the watermark, becoming idle after it (a watermark marks the channel
+    /// active again downstream).
     fn apply(&mut self, u: WatermarkUpdate) -> TaskResult {
-        if let Some(idle) = u.idle {
-            self.head.idle(idle)?;
+        if u.idle == Some(false) {
+            self.head.idle(false)?;
         }
         if let Some(w) = u.watermark {
             self.metrics.watermark.store(w.millis(), Ordering::Relaxed);
             self.head.watermark(w)?;
+        }
+        if u.idle == Some(true) {
+            self.head.idle(true)?;
         }
         Ok(())
     }

@@ -1,12 +1,18 @@
 //! The windowed job over a log topic shared by the crash tests (tests/kill_restore.rs,
-//! tests/runner.rs): its input, its spec, and how its outputs are read back.
+//! tests/runner.rs): its input, its spec, and how its outputs are read back; and what
+//! tests of a running `brook` child need: waiting, metrics, checkpoints.
 
 // Each test binary uses what it needs of this module.
 #![allow(dead_code)]
 
 pub(crate) mod kafka;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use brook::core::time::Stopwatch;
 
 use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
 
@@ -141,4 +147,56 @@ pub(crate) fn outputs(dir: &Path, data: &Path) -> Vec<Vec<String>> {
         .collect();
     all.push(topic_rows(data, IsolationLevel::ReadCommitted));
     all
+}
+
+/// Polls `f` every 20 ms until it returns a value; fails the test after `timeout`.
+pub(crate) fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Stopwatch::start();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        let elapsed = Duration::from_nanos(start.elapsed_nanos());
+        assert!(elapsed < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An address on a free local port, for `--metrics-addr`.
+pub(crate) fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a local port");
+    l.local_addr().expect("its address").to_string()
+}
+
+/// The body of `GET /metrics` at `addr`; `None` while nothing answers there.
+pub(crate) fn scrape_metrics(addr: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of the Prometheus sample whose name and labels start with `series` (e.g.
+/// `brook_late_records_total{operator="paid"`), summed over the subtasks.
+pub(crate) fn metric(body: &str, series: &str) -> Option<f64> {
+    let values: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// The id of the newest complete checkpoint (`chk-<id>` with its `_metadata`) in
+/// `dir`, if any.
+pub(crate) fn latest_checkpoint(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().join("_metadata").exists())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+        .max()
 }
