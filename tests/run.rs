@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod common;
+
 fn brook(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_brook"))
         .arg("--data-dir")
@@ -762,4 +764,69 @@ fn the_enrichment_and_join_examples_run() {
     let dead = lines(&dead);
     assert!(!dead.is_empty());
     assert_eq!(out.len() + dead.len(), 30, "every sale once");
+}
+
+/// A join counts every row behind its watermark in `brook_late_records_total` and
+/// sends it to the step's `late_output` (semantics.md §3a; issue 15, item 3). The left
+/// input is a bounded file: at its end its watermark is the maximum, so the join's is
+/// the right input's, 99 after a payment at 100; a payment at 10 appended to the
+/// followed right file then arrives behind it, whatever order the inputs were read in.
+#[test]
+fn a_join_counts_its_late_rows_and_sends_them_to_its_late_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("orders.jsonl"), "{\"order\":1,\"ts\":5}\n").unwrap();
+    let payments = dir.path().join("payments.jsonl");
+    std::fs::write(&payments, "{\"order\":1,\"amount\":3,\"ts\":100}\n").unwrap();
+    let spec = r#"
+name: late-join
+parallelism: 1
+sources:
+  - {name: orders, connector: file, path: orders.jsonl, event_time: ts, watermark: {out_of_orderness: 0s, interval: 0}}
+  - {name: payments, connector: file, path: payments.jsonl, follow: true, event_time: ts, watermark: {out_of_orderness: 0s, interval: 0}}
+steps:
+  - name: paid
+    join: {kind: interval, left: orders, right: payments, on: [order], between: [0s, 1s]}
+    late_output: late
+sinks:
+  - {name: out, connector: file, path: paid.jsonl, input: paid}
+  - {name: late, connector: file, path: late.jsonl}
+"#;
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let addr = common::free_addr();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--quiet", "--metrics-addr", &addr])
+        .arg(dir.path().join("job.yaml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let timeout = Duration::from_secs(20);
+    let scrape = |series: &str| common::metric(&common::scrape_metrics(&addr)?, series);
+    common::wait_for("the join's watermark at 99", timeout, || {
+        (scrape("brook_watermark_ms{operator=\"paid\"")? >= 99.0).then_some(())
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&payments)
+        .unwrap();
+    f.write_all(b"{\"order\":2,\"amount\":4,\"ts\":10}\n")
+        .unwrap();
+    common::wait_for("the late payment in the late output", timeout, || {
+        let text = std::fs::read_to_string(dir.path().join("late.jsonl")).ok()?;
+        (!text.is_empty()).then_some(())
+    });
+    let late = scrape("brook_late_records_total{operator=\"paid\"");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(late, Some(1.0));
+    assert_eq!(
+        lines(&dir.path().join("late.jsonl")),
+        vec![serde_json::json!({"order": 2, "amount": 4, "ts": 10})]
+    );
+    assert_eq!(
+        lines(&dir.path().join("paid.jsonl")),
+        vec![serde_json::json!({"order": 1, "ts": 5, "amount": 3, "payments_ts": 100})]
+    );
 }

@@ -151,12 +151,14 @@ where
 
     /// Late left records (timestamp `<=` the watermark on arrival) go to `tag`
     /// ([`DataStream::get_side_output`] on the result); by default they are dropped.
+    /// Either way they are counted in the join's `late_records` metric.
     pub fn side_output_late_left(mut self, tag: &OutputTag<A>) -> Self {
         self.late_left = Some(tag.clone());
         self
     }
 
-    /// Late right records go to `tag`; by default they are dropped.
+    /// Late right records go to `tag`; by default they are dropped (counted either
+    /// way).
     pub fn side_output_late_right(mut self, tag: &OutputTag<B>) -> Self {
         self.late_right = Some(tag.clone());
         self

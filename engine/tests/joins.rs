@@ -253,12 +253,21 @@ fn late_records_of_both_sides_reach_their_side_outputs() {
     joined.get_side_output(&late_o).unwrap().sink(lo.clone());
     joined.get_side_output(&late_p).unwrap().sink(lp.clone());
     joined.sink(all.clone());
-    env.start_with_metrics("late", metrics.clone())
+    let r = env
+        .start_with_metrics("late", metrics.clone())
         .unwrap()
         .join()
         .unwrap();
     assert_eq!(lo.values(), vec![(1_000, 1, 100)]);
     assert_eq!(lp.values(), vec![(2_000, 5, 200)]);
+    // Both are counted in the join's `brook_late_records_total`.
+    let late: Vec<u64> = r
+        .vertices
+        .iter()
+        .filter(|(_, t)| t.late_records > 0)
+        .map(|(_, t)| t.late_records)
+        .collect();
+    assert_eq!(late, vec![2]);
     let paid_in_time = payments()
         .iter()
         .filter(|((id, _, ts), _)| ts - Millis::from(*id) * 10 <= 15)

@@ -14,7 +14,8 @@
 //!
 //! Inner or left outer ([`JoinType`]): an unmatched left record is emitted with `None`
 //! once the watermark has passed the last moment a match could arrive. A record is
-//! late when its timestamp is `<=` the watermark (semantics.md §2); late records are
+//! late when its timestamp is `<=` the watermark (semantics.md §3a); late records are
+//! counted in the operator's `late_records` metric (`brook_late_records_total`),
 //! passed on as [`JoinOutput::LateLeft`] / [`JoinOutput::LateRight`] (the engine turns
 //! them into side outputs or drops them) and never joined. State is removed by
 //! watermark: with steady input the state stays bounded.
@@ -121,22 +122,18 @@ fn is_late<K>(ctx: &KeyedContext<'_, K>, ts: Millis) -> bool {
     ts <= ctx.current_watermark().millis()
 }
 
-/// Passes a late record on; true if `ts` was late.
-fn pass_late<K, O, A, B>(
-    ctx: &KeyedContext<'_, K>,
+/// Counts a late record and passes it on (to a late side output, or to be dropped).
+fn emit_late<K, O, A, B>(
+    ctx: &mut KeyedContext<'_, K>,
     ts: Millis,
-    value: &mut Option<Either<A, B>>,
+    value: Either<A, B>,
     out: &mut Output<JoinOutput<O, A, B>>,
-) -> bool {
-    if !is_late(ctx, ts) {
-        return false;
+) {
+    ctx.count_late_record();
+    match value {
+        Either::Left(a) => out.collect(JoinOutput::LateLeft(a), Some(ts)),
+        Either::Right(b) => out.collect(JoinOutput::LateRight(b), Some(ts)),
     }
-    match value.take() {
-        Some(Either::Left(a)) => out.collect(JoinOutput::LateLeft(a), Some(ts)),
-        Some(Either::Right(b)) => out.collect(JoinOutput::LateRight(b), Some(ts)),
-        None => {}
-    }
-    true
 }
 
 /// The type parameters a join function does not hold.
@@ -222,14 +219,14 @@ where
         out: &mut Output<Self::Out>,
     ) -> OpResult {
         let ts = timestamp(ctx, "an interval join")?;
-        let mut value = Some(value);
-        if pass_late(ctx, ts, &mut value, out) {
+        if is_late(ctx, ts) {
+            emit_late(ctx, ts, value, out);
             return Ok(());
         }
         let left_d = StateDescriptor::<LeftBuffer<A>>::new(IJ_LEFT);
         let right_d = StateDescriptor::<RightBuffer<B>>::new(IJ_RIGHT);
         match value {
-            Some(Either::Left(a)) => {
+            Either::Left(a) => {
                 let mut matched = false;
                 let rights = ctx.state().value(&right_d).get().map_err(state_err)?;
                 for (tb, b) in rights.iter().flatten() {
@@ -245,7 +242,7 @@ where
                 left.set(&buf).map_err(state_err)?;
                 ctx.register_event_time_timer(ts.saturating_add(self.upper));
             }
-            Some(Either::Right(b)) => {
+            Either::Right(b) => {
                 let mut lefts = ctx.state().value(&left_d).get().map_err(state_err)?;
                 let mut newly = false;
                 for (ta, a, m) in lefts.iter_mut().flatten() {
@@ -264,7 +261,6 @@ where
                 right.set(&buf).map_err(state_err)?;
                 ctx.register_event_time_timer(ts.saturating_sub(self.lower));
             }
-            None => {}
         }
         Ok(())
     }
@@ -393,12 +389,7 @@ where
         // Late: every window it belongs to has fired (semantics.md §3, lateness 0).
         self.windows.retain(|w| w.max_timestamp() > wm);
         if self.windows.is_empty() {
-            let mut v = Some(value);
-            match v.take() {
-                Some(Either::Left(a)) => out.collect(JoinOutput::LateLeft(a), Some(ts)),
-                Some(Either::Right(b)) => out.collect(JoinOutput::LateRight(b), Some(ts)),
-                None => {}
-            }
+            emit_late(ctx, ts, value, out);
             return Ok(());
         }
         let d = StateDescriptor::<((Millis, Millis), WindowSides<A, B>)>::new(WJ);
@@ -541,12 +532,12 @@ where
         out: &mut Output<Self::Out>,
     ) -> OpResult {
         let ts = timestamp(ctx, "a temporal join")?;
-        let mut value = Some(value);
-        if pass_late(ctx, ts, &mut value, out) {
+        if is_late(ctx, ts) {
+            emit_late(ctx, ts, value, out);
             return Ok(());
         }
         match value {
-            Some(Either::Left(a)) => {
+            Either::Left(a) => {
                 let d = StateDescriptor::<(Millis, Vec<A>)>::new(TJ_LEFT);
                 let mut m = ctx.state().map(&d);
                 let mut at = m.get(&ts).map_err(state_err)?.unwrap_or_default();
@@ -554,14 +545,13 @@ where
                 m.put(&ts, &at).map_err(state_err)?;
                 ctx.register_event_time_timer(ts);
             }
-            Some(Either::Right(b)) => {
+            Either::Right(b) => {
                 let d = StateDescriptor::<(Millis, B)>::new(TJ_VERSIONS);
                 ctx.state().map(&d).put(&ts, &b).map_err(state_err)?;
                 // Old versions go when the watermark passes the next left record or
                 // this version; a timer for a key that only gets versions.
                 ctx.register_event_time_timer(ts);
             }
-            None => {}
         }
         Ok(())
     }

@@ -23,6 +23,8 @@ pub struct KeyedContext<'a, K> {
     processing_time: Millis,
     state: &'a mut KeyedStateStore,
     timers: &'a mut TimerService,
+    /// Late records counted while handling this batch or timer.
+    late_records: &'a mut u64,
 }
 
 impl<K> KeyedContext<'_, K> {
@@ -49,6 +51,12 @@ impl<K> KeyedContext<'_, K> {
     /// Keyed state of the current key.
     pub fn state(&mut self) -> &mut KeyedStateStore {
         self.state
+    }
+
+    /// Counts a late record (dropped or sent to a late side output) in the operator's
+    /// `late_records` metric (`brook_late_records_total`).
+    pub fn count_late_record(&mut self) {
+        *self.late_records += 1;
     }
 
     fn timer(&self, ts: Millis) -> Timer {
@@ -176,6 +184,8 @@ where
         ctx: &OperatorContext,
         out: &mut Output<F::Out>,
     ) -> OpResult {
+        // Timers see no new records, so nothing they do is late.
+        let mut late = 0;
         while let Some(t) = self.timers.pop_due(domain, time) {
             let key: F::Key = bincode::deserialize(&t.key).map_err(codec_err)?;
             self.state.set_current_key(t.key_group, &t.key);
@@ -195,6 +205,7 @@ where
                 processing_time: ctx.processing_time(),
                 state: &mut self.state,
                 timers: &mut self.timers,
+                late_records: &mut late,
             };
             self.func.on_timer(t.timestamp, domain, &mut kctx, out)?;
         }
@@ -244,6 +255,7 @@ where
         out: &mut Output<F::Out>,
     ) -> OpResult {
         let (wm, now) = (ctx.current_watermark(), ctx.processing_time());
+        let mut late = 0;
         for r in batch {
             let key = (self.key_selector)(&r.value);
             self.key_buf.clear();
@@ -258,8 +270,12 @@ where
                 processing_time: now,
                 state: &mut self.state,
                 timers: &mut self.timers,
+                late_records: &mut late,
             };
             self.func.process_element(r.value, &mut kctx, out)?;
+        }
+        if late > 0 {
+            ctx.count_late_records(late);
         }
         if let Some(t) = self.timers.next_processing_time() {
             ctx.request_processing_time_callback(t);

@@ -3,7 +3,7 @@
 //! bounded out-of-orderness strategy emitted after every record (semantics.md §2: a
 //! record meets the watermark in force before it). Each join's output equals a
 //! nested-loop join over the records that were not late, and the late records come
-//! out as late; state stays bounded under a long steady input.
+//! out as late and are counted; state stays bounded under a long steady input.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -35,12 +35,14 @@ fn pair(a: &Rec, b: Option<&Rec>) -> (u32, Option<u32>) {
     (a.1, b.map(|b| b.1))
 }
 
-/// What a run gave: joined pairs (sorted), ids of late records, the largest state
-/// (entries + timers) seen, and the state left at the end.
+/// What a run gave: joined pairs (sorted), ids of late records, the late records the
+/// operator counted, the largest state (entries + timers) seen, and the state left at
+/// the end.
 #[derive(Debug, Default)]
 struct Ran {
     joined: Vec<(u32, Option<u32>)>,
     late: Vec<u32>,
+    late_count: u64,
     max_state: usize,
     end_state: usize,
 }
@@ -94,6 +96,7 @@ where
     take(&mut out, &mut ran);
     let (entries, timers) = op.state_size();
     ran.end_state = entries + timers;
+    ran.late_count = ctx.late_records();
     ran.joined.sort_unstable();
     ran.late.sort_unstable();
     ran
@@ -262,6 +265,7 @@ proptest! {
         let ran = drive(IntervalJoin::new(lower, upper, jt, pair).unwrap(), &input);
         let (want, late) = interval_model(&input, lower, upper, jt);
         prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late_count, late.len() as u64);
         prop_assert_eq!(ran.late, late);
         prop_assert_eq!(ran.end_state, 0, "state is cleaned up");
     }
@@ -283,6 +287,7 @@ proptest! {
         let ran = drive(WindowJoin::new(windows, jt, pair).unwrap(), &input);
         let (want, late) = window_model(&input, assign, jt);
         prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late_count, late.len() as u64);
         prop_assert_eq!(ran.late, late);
         prop_assert_eq!(ran.end_state, 0, "state is cleaned up");
     }
@@ -295,8 +300,84 @@ proptest! {
         let ran = drive(TemporalJoin::new(jt, pair), &input);
         let (want, late) = temporal_model(&input, jt);
         prop_assert_eq!(ran.joined, want);
+        prop_assert_eq!(ran.late_count, late.len() as u64);
         prop_assert_eq!(ran.late, late);
     }
+}
+
+/// Feeds `steps` to `f`: a record `(record, ts)` or a watermark, each watermark
+/// after the records before it (as the engine delivers them); then the final
+/// watermark.
+fn drive_steps<F>(f: F, steps: &[Step]) -> Ran
+where
+    F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
+{
+    let info = SubtaskInfo {
+        name: "join".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
+    let mut op = KeyedProcessOperator::new(f, key, Box::new(MemoryStateBackend::new()));
+    let mut out = Output::new();
+    let mut ran = Ran::default();
+    let all = steps.iter().chain([&Step::Watermark(Millis::MAX)]);
+    for step in all {
+        match step {
+            Step::Record(rec, ts) => {
+                let batch = vec![StreamRecord::with_timestamp(rec.clone(), *ts)];
+                op.process_batch(batch, &mut ctx, &mut out).unwrap();
+            }
+            Step::Watermark(wm) => {
+                ctx.set_current_watermark(Watermark(*wm));
+                op.on_watermark(Watermark(*wm), &mut ctx, &mut out).unwrap();
+            }
+        }
+        for r in out.take() {
+            match r.value {
+                JoinOutput::Joined(p) => ran.joined.push(p),
+                JoinOutput::LateLeft(a) | JoinOutput::LateRight(a) => ran.late.push(a.1),
+            }
+        }
+    }
+    ran.late_count = ctx.late_records();
+    let (entries, timers) = op.state_size();
+    ran.end_state = entries + timers;
+    ran
+}
+
+/// A step of [`drive_steps`].
+enum Step {
+    Record(In, Millis),
+    Watermark(Millis),
+}
+
+/// Issue 15, item 3: every late record of an interval or window join is counted
+/// (`brook_late_records_total`), whichever side it is on.
+#[test]
+fn interval_and_window_joins_count_their_late_records() {
+    let steps = [
+        Step::Record(Either::Left((0, 1)), 10),
+        Step::Watermark(20),
+        Step::Record(Either::Right((0, 2)), 12),
+        Step::Record(Either::Left((0, 3)), 15),
+        Step::Record(Either::Right((0, 4)), 25),
+    ];
+    let interval = drive_steps(
+        IntervalJoin::new(0, 5, JoinType::LeftOuter, pair).unwrap(),
+        &steps,
+    );
+    assert_eq!(interval.late, vec![2, 3]);
+    assert_eq!(interval.late_count, 2);
+    assert_eq!(interval.joined, vec![(1, None)]);
+    let windows = TumblingEventTimeWindows::of(10).unwrap();
+    let window = drive_steps(
+        WindowJoin::new(windows, JoinType::Inner, pair).unwrap(),
+        &steps,
+    );
+    assert_eq!(window.late, vec![2, 3]);
+    assert_eq!(window.late_count, 2);
 }
 
 /// A long steady input: 20,000 records of 10 keys, both sides, in order. The state

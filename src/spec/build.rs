@@ -422,12 +422,34 @@ fn build_with(
                     Some(p) => joined.set_parallelism(p),
                     None => joined,
                 };
+                // Late rows of both inputs, unchanged, to the step's late output.
+                let tags = (
+                    OutputTag::<StoredRow>::new(format!("{}-late-left", step.name)),
+                    OutputTag::<StoredRow>::new(format!("{}-late-right", step.name)),
+                );
+                let joined = match &j.late_output {
+                    Some(_) => joined
+                        .side_output_late_left(&tags.0)
+                        .side_output_late_right(&tags.1),
+                    None => joined,
+                };
                 let (on, prefix) = (j.on.clone(), j.right_prefix.clone());
-                Stream::Plain(joined.name(&step.name).apply(
-                    move |l: &StoredRow, r: Option<&StoredRow>| {
-                        join_rows(&l.0, r.map(|r| &r.0), &on, &prefix)
-                    },
-                ))
+                let joined = joined.name(&step.name);
+                let rows = joined.apply(move |l: &StoredRow, r: Option<&StoredRow>| {
+                    join_rows(&l.0, r.map(|r| &r.0), &on, &prefix)
+                });
+                if j.late_output.is_some() {
+                    let side = |tag| {
+                        rows.get_side_output(tag)
+                            .map_err(|e| SpecError::new(&step.name, e.to_string()))
+                    };
+                    let late = side(&tags.0)?
+                        .union(side(&tags.1)?)
+                        .map(|r: StoredRow| r.0)
+                        .name(&format!("{}-late-rows", step.name));
+                    streams.insert(late_input(&step.name), Stream::Plain(late));
+                }
+                Stream::Plain(rows)
             }
             StepOp::Enrich(e) => {
                 let table: Box<dyn Fn() -> Box<dyn TableSource> + Send + Sync> = match &e.table {

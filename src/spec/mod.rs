@@ -406,8 +406,9 @@ pub struct StepSpec {
     /// `avg(f)`, `first(f)`, `last(f)`, `count_distinct(f)`.
     #[serde(default, deserialize_with = "time::unique_keys")]
     pub aggregate: Option<IndexMap<String, String>>,
-    /// With `window`: the sink receiving late rows (otherwise they are dropped and
-    /// counted).
+    /// With `window` or `join`: the sink receiving late rows, unchanged (otherwise
+    /// they are dropped); counted either way. A join's late rows are those of both
+    /// inputs (a temporal join's: of its left input only).
     #[serde(default)]
     pub late_output: Option<String>,
     /// Join two inputs by key in event time (interval, window or temporal).
@@ -597,6 +598,8 @@ pub(crate) struct JoinStep {
     pub(crate) on: Vec<String>,
     pub(crate) left_outer: bool,
     pub(crate) right_prefix: String,
+    /// The sink receiving the late rows of both inputs.
+    pub(crate) late_output: Option<String>,
 }
 
 /// The join with its parameters.
@@ -924,6 +927,7 @@ fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
     }
     Ok(JoinStep {
         kind,
+        late_output: None,
         left: j.left.clone(),
         right: j.right.clone(),
         on: j.on.clone(),
@@ -1185,14 +1189,27 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 (s.trigger.is_some(), "trigger"),
                 (s.allowed_lateness.is_some(), "allowed_lateness"),
                 (s.aggregate.is_some(), "aggregate"),
-                (s.late_output.is_some(), "late_output"),
+                (s.late_output.is_some() && s.join.is_none(), "late_output"),
             ] {
                 if set {
                     return Err(SpecError::new(
                         format!("{field}.{name}"),
-                        "is only allowed with window",
+                        if name == "late_output" {
+                            "is only allowed with window or join"
+                        } else {
+                            "is only allowed with window"
+                        },
                     ));
                 }
+            }
+        }
+        if let Some(late) = &s.late_output {
+            check_late_output(&spec, &field, late)?;
+            if late_outputs.insert(late.clone(), name.clone()).is_some() {
+                return Err(SpecError::new(
+                    format!("{field}.late_output"),
+                    format!("sink {late:?} is already the late output of another step"),
+                ));
             }
         }
         let op = if let Some(a) = &s.async_enrich {
@@ -1209,7 +1226,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                     "a join names its inputs in `join.left` and `join.right`",
                 ));
             }
-            StepOp::Join(Box::new(resolve_join(&format!("{field}.join"), j)?))
+            let mut join = resolve_join(&format!("{field}.join"), j)?;
+            join.late_output = s.late_output.clone();
+            StepOp::Join(Box::new(join))
         } else if let Some(w) = &s.window {
             let assigner = w.resolve(&format!("{field}.window"))?;
             let aggregate = s.aggregate.as_ref().ok_or_else(|| {
@@ -1229,31 +1248,6 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 .map(|d| d.ms(&format!("{field}.allowed_lateness")))
                 .transpose()?
                 .unwrap_or(0);
-            if let Some(late) = &s.late_output {
-                match spec.sinks.iter().find(|k| k.name() == late) {
-                    None => {
-                        return Err(SpecError::new(
-                            format!("{field}.late_output"),
-                            format!("{late:?} is not a sink"),
-                        ))
-                    }
-                    Some(k) if k.input().is_some() => {
-                        return Err(SpecError::new(
-                            format!("{field}.late_output"),
-                            format!(
-                            "sink {late:?} receives this step's late rows: leave its `input` out"
-                        ),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-                if late_outputs.insert(late.clone(), name.clone()).is_some() {
-                    return Err(SpecError::new(
-                        format!("{field}.late_output"),
-                        format!("sink {late:?} is already the late output of another step"),
-                    ));
-                }
-            }
             StepOp::Window(Box::new(WindowStep {
                 assigner,
                 trigger,
@@ -1488,7 +1482,22 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     })
 }
 
-/// The input name under which a window step's late rows are found.
+/// Checks that a step's `late_output` names a sink without an `input` of its own.
+fn check_late_output(spec: &JobSpec, field: &str, late: &str) -> Result<(), SpecError> {
+    match spec.sinks.iter().find(|k| k.name() == late) {
+        None => Err(SpecError::new(
+            format!("{field}.late_output"),
+            format!("{late:?} is not a sink"),
+        )),
+        Some(k) if k.input().is_some() => Err(SpecError::new(
+            format!("{field}.late_output"),
+            format!("sink {late:?} receives this step's late rows: leave its `input` out"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The input name under which a window or join step's late rows are found.
 pub(crate) fn late_input(step: &str) -> String {
     format!("{step}#late")
 }

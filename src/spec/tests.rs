@@ -394,3 +394,46 @@ fn kafka_sources_and_sinks_are_checked_naming_the_field() {
         assert!(e.contains(want), "{yaml}\nwant: {want}\ngot: {e}");
     }
 }
+
+const JOIN: &str = r#"
+name: j
+sources:
+  - { name: a, connector: file, path: examples/data/snack_sales.jsonl, event_time: ts }
+  - { name: b, connector: file, path: examples/data/snack_sales.jsonl, event_time: ts }
+steps:
+  - name: paired
+    join: { kind: interval, left: a, right: b, on: [student], between: [0s, 1m] }
+    late_output: late
+sinks:
+  - { name: out, connector: stdout, input: paired }
+  - { name: late, connector: stdout }
+"#;
+
+#[test]
+fn a_join_step_takes_a_late_output() {
+    let v = check(JOIN).unwrap();
+    let StepOp::Join(j) = &v.steps[0].op else {
+        panic!("not a join: {:?}", v.steps[0].op)
+    };
+    assert_eq!(j.late_output.as_deref(), Some("late"));
+    assert_eq!(
+        v.sink_inputs,
+        vec!["paired".to_string(), late_input("paired")]
+    );
+    let e = check(&JOIN.replace(
+        "{ name: late, connector: stdout }",
+        "{ name: late, connector: stdout, input: paired }",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("leave its `input` out"), "{e}");
+    let e = check(&GOOD.replace(
+        "  - key_by: [student]\n",
+        "  - key_by: [student]\n    late_output: out\n",
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("steps[2] (step-3).late_output: is only allowed with window or join"),
+        "{e}"
+    );
+}
