@@ -158,7 +158,7 @@ where
     }
 
     /// Late right records go to `tag`; by default they are dropped (counted either
-    /// way).
+    /// way). A temporal join has none: it keeps every version (semantics.md §3a).
     pub fn side_output_late_right(mut self, tag: &OutputTag<B>) -> Self {
         self.late_right = Some(tag.clone());
         self

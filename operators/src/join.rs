@@ -17,8 +17,9 @@
 //! late when its timestamp is `<=` the watermark (semantics.md §3a); late records are
 //! counted in the operator's `late_records` metric (`brook_late_records_total`),
 //! passed on as [`JoinOutput::LateLeft`] / [`JoinOutput::LateRight`] (the engine turns
-//! them into side outputs or drops them) and never joined. State is removed by
-//! watermark: with steady input the state stays bounded.
+//! them into side outputs or drops them) and never joined. The temporal join's
+//! versions are never late (as Flink's): only its left records can be. State is
+//! removed by watermark: with steady input the state stays bounded.
 
 use std::marker::PhantomData;
 
@@ -449,12 +450,18 @@ fn clone_via_serde<T: Serialize + DeserializeOwned>(v: &T) -> OpResult<T> {
 
 // ---- temporal join ---------------------------------------------------------------
 
-/// The event-time temporal join (see the [module docs](self)): per key, the versions
-/// of the right side by timestamp, and the left records waiting for the watermark to
-/// reach their timestamp (then every version up to it has arrived). A left record is
-/// emitted at its own timestamp with the version valid then (`None` for a left outer
-/// join without one; an inner join drops it). Versions older than the one valid at
-/// the watermark are dropped.
+/// The event-time temporal join (see the [module docs](self)), as Flink's: per key,
+/// the versions of the right side by timestamp, and the left records waiting for the
+/// watermark to reach their timestamp. A left record is emitted at its own timestamp
+/// with the version valid then (`None` for a left outer join without one; an inner
+/// join drops it).
+///
+/// Every version is kept, also one that arrives behind the watermark: a waiting left
+/// record (its timestamp is above the watermark) may still need it. Only left records
+/// can be late. A version is dropped once no waiting or later left record can need
+/// it: every left record to come has a timestamp above the watermark `W`, so the
+/// newest version at or before `W` and all later ones are kept, older ones dropped
+/// (semantics.md §3a).
 pub struct TemporalJoin<K, A, B, O, F> {
     join_type: JoinType,
     f: F,
@@ -532,11 +539,8 @@ where
         out: &mut Output<Self::Out>,
     ) -> OpResult {
         let ts = timestamp(ctx, "a temporal join")?;
-        if is_late(ctx, ts) {
-            emit_late(ctx, ts, value, out);
-            return Ok(());
-        }
         match value {
+            Either::Left(a) if is_late(ctx, ts) => emit_late(ctx, ts, Either::Left(a), out),
             Either::Left(a) => {
                 let d = StateDescriptor::<(Millis, Vec<A>)>::new(TJ_LEFT);
                 let mut m = ctx.state().map(&d);
@@ -549,8 +553,11 @@ where
                 let d = StateDescriptor::<(Millis, B)>::new(TJ_VERSIONS);
                 ctx.state().map(&d).put(&ts, &b).map_err(state_err)?;
                 // Old versions go when the watermark passes the next left record or
-                // this version; a timer for a key that only gets versions.
-                ctx.register_event_time_timer(ts);
+                // this version; a timer for a key that only gets versions. A version
+                // behind the watermark is pruned at the next advance (a timer at or
+                // before the watermark would fire only then too).
+                let next = ctx.current_watermark().millis().saturating_add(1);
+                ctx.register_event_time_timer(ts.max(next));
             }
         }
         Ok(())

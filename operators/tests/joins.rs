@@ -3,7 +3,8 @@
 //! bounded out-of-orderness strategy emitted after every record (semantics.md §2: a
 //! record meets the watermark in force before it). Each join's output equals a
 //! nested-loop join over the records that were not late, and the late records come
-//! out as late and are counted; state stays bounded under a long steady input.
+//! out as late and are counted (the temporal join's versions are never late); state
+//! stays bounded under a long steady input.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -201,16 +202,32 @@ fn window_model(
     (out, late)
 }
 
-/// Temporal join model: each non-late left joins the non-late version of its key with
-/// the greatest timestamp <= its own (of equal timestamps, the one that came last).
+/// Temporal join model (Flink's): only left records can be late; every version
+/// counts, also one that arrived behind the watermark. A left record joins, when the
+/// watermark first reaches its timestamp, the version of its key with the greatest
+/// timestamp <= its own among those that had arrived by then (of equal timestamps,
+/// the one that came last).
 fn temporal_model(input: &[(In, Millis)], jt: JoinType) -> (Vec<(u32, Option<u32>)>, Vec<u32>) {
-    let (ls, rs, late) = split_late(input);
-    let mut out = Vec::new();
-    for (a, ta) in &ls {
+    let recs = with_watermarks(input);
+    // The watermark after record i: the one in force before the next (the final
+    // watermark after the last).
+    let wm_after = |i: usize| recs.get(i + 1).map_or(Millis::MAX, |r| r.2);
+    let (mut out, mut late) = (Vec::new(), Vec::new());
+    for (j, (rec, ta, wm)) in recs.iter().enumerate() {
+        let Either::Left(a) = rec else { continue };
+        if ta <= wm {
+            late.push(a.1);
+            continue;
+        }
+        let due = (j..recs.len())
+            .find(|i| wm_after(*i) >= *ta)
+            .unwrap_or(recs.len() - 1);
         let mut best: Option<(Millis, u32)> = None;
-        for (b, tb) in &rs {
-            if b.0 == a.0 && tb <= ta && best.is_none_or(|(t, _)| *tb >= t) {
-                best = Some((*tb, b.1));
+        for (rec, tb, _) in &recs[..=due] {
+            if let Either::Right(b) = rec {
+                if b.0 == a.0 && tb <= ta && best.is_none_or(|(t, _)| *tb >= t) {
+                    best = Some((*tb, b.1));
+                }
             }
         }
         match best {
@@ -220,6 +237,7 @@ fn temporal_model(input: &[(In, Millis)], jt: JoinType) -> (Vec<(u32, Option<u32
         }
     }
     out.sort_unstable();
+    late.sort_unstable();
     (out, late)
 }
 
@@ -351,6 +369,50 @@ where
 enum Step {
     Record(In, Millis),
     Watermark(Millis),
+}
+
+/// Issue 15, item 4, as Flink's event-time temporal join: rates `EUR@0 = 1.1`
+/// (version 1), order `o3@8` (record 3), then at watermark 6 the late version
+/// `EUR@4 = 1.15` (version 2): when the watermark passes 8, o3 joins the version
+/// valid at its time, 1.15, not 1.1. The late version is kept, not counted as late.
+#[test]
+fn a_temporal_join_keeps_a_version_that_arrives_behind_the_watermark() {
+    const EUR: u8 = 0;
+    let steps = [
+        Step::Record(Either::Right((EUR, 1)), 0),
+        Step::Record(Either::Left((EUR, 3)), 8),
+        Step::Watermark(6),
+        Step::Record(Either::Right((EUR, 2)), 4),
+        Step::Watermark(9),
+    ];
+    let ran = drive_steps(TemporalJoin::new(JoinType::Inner, pair), &steps);
+    assert_eq!(ran.joined, vec![(3, Some(2))]);
+    assert_eq!((ran.late, ran.late_count), (vec![], 0));
+    // Only left records are late: an order at 5 behind watermark 6 is.
+    let steps = [
+        Step::Record(Either::Right((EUR, 1)), 0),
+        Step::Watermark(6),
+        Step::Record(Either::Left((EUR, 4)), 5),
+    ];
+    let ran = drive_steps(TemporalJoin::new(JoinType::LeftOuter, pair), &steps);
+    assert_eq!((ran.joined, ran.late, ran.late_count), (vec![], vec![4], 1));
+}
+
+/// A late version older than the one valid at the watermark can never be needed
+/// (every left record to come is later than the watermark): it does not replace it.
+#[test]
+fn a_late_version_older_than_the_valid_one_does_not_replace_it() {
+    let steps = [
+        Step::Record(Either::Right((0, 1)), 0),
+        Step::Record(Either::Right((0, 2)), 5),
+        Step::Watermark(6),
+        Step::Record(Either::Right((0, 3)), 2),
+        Step::Watermark(7),
+        Step::Record(Either::Left((0, 4)), 8),
+        Step::Record(Either::Right((0, 5)), 3),
+    ];
+    let ran = drive_steps(TemporalJoin::new(JoinType::Inner, pair), &steps);
+    assert_eq!(ran.joined, vec![(4, Some(2))]);
 }
 
 /// Issue 15, item 3: every late record of an interval or window join is counted
