@@ -1165,8 +1165,8 @@ impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
         Ok(Box::new(self.committing_writer(info, Some(committables))?))
     }
 
-    /// Each file's record goes to the subtask that owns the file now
-    /// ([`FileSink::owner`]), wherever it was before.
+    /// Each file's record goes to the subtask that owns the file now: its writer at
+    /// this parallelism, else the successor of the subtask that held it.
     fn restored_committables(
         &self,
         restored: &[(u32, Vec<Vec<u8>>)],
