@@ -67,12 +67,33 @@
 //! damaged, or by `finish` of a subtask whose job then failed elsewhere), and the
 //! restored job writes it again. Part files those attempts left are deleted. Every
 //! barrier produces a committable, also with nothing new, so the committed length of
-//! every file is known. Restored at another parallelism, the old files keep what was
-//! committed and the new subtasks write their own files from the restore on.
+//! every file is known.
 //!
-//! Committable format: version byte 1, then part number, output length before the
-//! part, part length (`u64` LE each), then the output path and the part path (each a
-//! `u32` LE length and the path's bytes).
+//! ## Rescaling
+//!
+//! The output files and their committed lengths are state that moves with the
+//! subtasks, as Flink's `FileSink` hands its writers' files to the new subtasks. On a
+//! restore at another parallelism each file's record (its committed length and pending
+//! parts) goes to the subtask that writes that file at the new parallelism; the record
+//! of a file whose writer no longer exists (`out-2.jsonl` restored at parallelism 2,
+//! `out.jsonl` at parallelism 3) goes to subtask `j % p` of the `p` new ones, where
+//! `j` held it before. That subtask commits the file's pending parts of the restored
+//! checkpoint, cuts it back to its committed length as above, never writes to it, and
+//! carries its record in each of its own checkpoints; so a later restore at a
+//! parallelism where the file's writer exists again gives the file back to it with its
+//! true committed length, and the output of all files together never loses a committed
+//! row, whatever the sequence of parallelisms. A restored subtask whose own file no
+//! restored state owns (one that did not exist at the restored checkpoint's
+//! parallelism or any before it) keeps what the file holds and appends after it: a
+//! restore never truncates a file it has no record of. (A fresh job, without a restore,
+//! creates its files empty, and leaves files of other parallelisms alone.)
+//!
+//! Committable format (version 2): version byte 2, the number of entries (`u32` LE),
+//! then each entry as a `u32` LE length and a version-1 committable: the writer's own
+//! file first, then one entry of length 0 per carried file. Version 1 (one entry, what
+//! earlier versions wrote, and still read): version byte 1, then part number, output
+//! length before the part, part length (`u64` LE each), then the output path and the
+//! part path (each a `u32` LE length and the path's bytes).
 //!
 //! # Example
 //! ```
@@ -1114,6 +1135,16 @@ impl<T: Serialize + Send + 'static> FileSink<T> {
         };
         self.path.with_file_name(format!("{stem}-{index}{ext}"))
     }
+
+    /// The subtask of `parallelism` that owns output file `target` on a restore, when
+    /// former subtask `former` held its record: the subtask that writes `target` at
+    /// this parallelism, else (a file of a subtask that no longer exists) `former %
+    /// parallelism`, which keeps it at its committed length and carries its record on.
+    fn owner(&self, target: &Path, former: u32, parallelism: u32) -> u32 {
+        (0..parallelism)
+            .find(|&i| self.path_for(i, parallelism) == target)
+            .unwrap_or(former % parallelism)
+    }
 }
 
 impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
@@ -1123,7 +1154,7 @@ impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
         &self,
         info: &SubtaskInfo,
     ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
-        Ok(Box::new(self.committing_writer(info, Vec::new())?))
+        Ok(Box::new(self.committing_writer(info, None)?))
     }
 
     fn restore_writer(
@@ -1131,7 +1162,34 @@ impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
         info: &SubtaskInfo,
         committables: Vec<Vec<u8>>,
     ) -> OpResult<Box<dyn SinkWriter<In = T>>> {
-        Ok(Box::new(self.committing_writer(info, committables)?))
+        Ok(Box::new(self.committing_writer(info, Some(committables))?))
+    }
+
+    /// Each file's record goes to the subtask that owns the file now: its writer at
+    /// this parallelism, else the successor of the subtask that held it.
+    fn restored_committables(
+        &self,
+        restored: &[(u32, Vec<Vec<u8>>)],
+        index: u32,
+        parallelism: u32,
+    ) -> Vec<Vec<u8>> {
+        let parallelism = parallelism.max(1);
+        let mut mine = Vec::new();
+        for (former, blobs) in restored {
+            for blob in blobs {
+                match decode_committables(blob) {
+                    Some(cs) => mine.extend(
+                        cs.iter()
+                            .filter(|c| self.owner(&c.target, *former, parallelism) == index)
+                            .map(Committable::encode),
+                    ),
+                    // Not one this sink wrote: the former subtask's successor reports it.
+                    None if former % parallelism == index => mine.push(blob.clone()),
+                    None => {}
+                }
+            }
+        }
+        mine
     }
 
     fn create_writer(&self, info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
@@ -1421,8 +1479,47 @@ impl<T: Serialize + Send + 'static> SinkWriter for FileWriter<T> {
     }
 }
 
-/// Version of a [`FileSink`] committable.
+/// Version of a [`FileSink`] committable holding one [`Committable`].
 const COMMITTABLE_V1: u8 = 1;
+/// Version of a [`FileSink`] committable holding a list of them: a writer's own file
+/// first, then the files it carries.
+const COMMITTABLES_V2: u8 = 2;
+
+/// Version 2, the number of committables (`u32` LE), then each as a `u32` LE length
+/// and its version-1 encoding.
+fn encode_committables(cs: &[Committable]) -> Vec<u8> {
+    let mut b = vec![COMMITTABLES_V2];
+    b.extend_from_slice(&(cs.len() as u32).to_le_bytes());
+    for c in cs {
+        let one = c.encode();
+        b.extend_from_slice(&(one.len() as u32).to_le_bytes());
+        b.extend_from_slice(&one);
+    }
+    b
+}
+
+/// The committables in `bytes`: one of version 1 (checkpoints of earlier versions,
+/// and what a restore hands each subtask) or a list of version 2.
+fn decode_committables(bytes: &[u8]) -> Option<Vec<Committable>> {
+    match bytes.first() {
+        Some(&COMMITTABLE_V1) => Committable::decode(bytes).map(|c| vec![c]),
+        Some(&COMMITTABLES_V2) => {
+            let u32_at = |i: usize| -> Option<usize> {
+                Some(u32::from_le_bytes(bytes.get(i..i + 4)?.try_into().ok()?) as usize)
+            };
+            let n = u32_at(1)?;
+            let mut at = 5;
+            let mut cs = Vec::new();
+            for _ in 0..n {
+                let len = u32_at(at)?;
+                cs.push(Committable::decode(bytes.get(at + 4..at + 4 + len)?)?);
+                at += 4 + len;
+            }
+            (at == bytes.len()).then_some(cs)
+        }
+        _ => None,
+    }
+}
 
 /// What commits one pending part of an exactly-once [`FileSink`] writer: append `part`
 /// (`len` bytes) to `target`, which has `before` bytes until it is appended.
@@ -1655,28 +1752,34 @@ fn read_csv_columns(path: &Path) -> Option<Vec<String>> {
 }
 
 impl<T: Serialize + Send + 'static> FileSink<T> {
-    /// The exactly-once writer of subtask `info`, first committing `committables` (a
-    /// restore; see the [module docs](self)).
+    /// The exactly-once writer of subtask `info`: of a new job (`restored` is `None`),
+    /// or of a restored one, first committing the committables it was handed (see the
+    /// [module docs](self)).
     fn committing_writer(
         &self,
         info: &SubtaskInfo,
-        committables: Vec<Vec<u8>>,
+        restored: Option<Vec<Vec<u8>>>,
     ) -> OpResult<TwoPhaseWriter<T>> {
         let target = self.path_for(info.index, info.parallelism);
         if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir).map_err(|e| ConnectorError::io("create directory", dir, e))?;
         }
-        let restored = committables
+        let is_restore = restored.is_some();
+        let restored = restored
+            .unwrap_or_default()
             .iter()
             .map(|b| {
-                Committable::decode(b).ok_or_else(|| {
+                decode_committables(b).ok_or_else(|| {
                     OperatorError::failed(format!(
                         "{}: a committable in the checkpoint is not one this sink wrote",
                         target.display()
                     ))
                 })
             })
-            .collect::<OpResult<Vec<_>>>()?;
+            .collect::<OpResult<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
         // Commit again what the restored checkpoint pre-committed, in order.
         let mut lengths: Vec<(PathBuf, u64)> = Vec::new();
         for c in &restored {
@@ -1706,11 +1809,19 @@ impl<T: Serialize + Send + 'static> FileSink<T> {
             }
             remove_parts(t)?;
         }
-        let own = lengths.iter().find(|(t, _)| *t == target).map(|e| e.1);
+        // The other files this subtask was handed belong to subtasks that no longer
+        // exist: they stay at their committed length, and their records go into every
+        // checkpoint of this writer, so a later restore hands them on (back to their
+        // writer when it exists again).
+        let own = lengths
+            .iter()
+            .position(|(t, _)| *t == target)
+            .map(|i| lengths.remove(i).1);
         let committed = match own {
             Some(len) => len,
+            None if is_restore => keep_unowned(&target)?,
             None => {
-                // A new job (or this file is new at this parallelism): start empty.
+                // A new job: start empty.
                 File::create(&target).map_err(|e| ConnectorError::io("create", &target, e))?;
                 fsync_parent(&target)?;
                 0
@@ -1735,12 +1846,39 @@ impl<T: Serialize + Send + 'static> FileSink<T> {
             seq: restored.iter().map(|c| c.seq + 1).max().unwrap_or(0),
             expected: committed,
             pending: Vec::new(),
+            carried: lengths,
             buf: Vec::new(),
             written: 0,
             finished: false,
             _in: PhantomData,
         })
     }
+}
+
+/// The committed length of a restored writer's own file that no restored state owns
+/// (this parallelism never ran, or not since the restored checkpoint): whatever it
+/// holds, which is never cut (it may be output of this job committed under a checkpoint
+/// format that did not carry files across parallelisms). Created if missing.
+fn keep_unowned(target: &Path) -> OpResult<u64> {
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(target)
+        .map_err(|e| ConnectorError::io("open", target, e))?;
+    let have = f
+        .metadata()
+        .map_err(|e| ConnectorError::io("open", target, e))?
+        .len();
+    fsync_parent(target)?;
+    if have > 0 {
+        tracing::warn!(
+            file = %target.display(),
+            bytes = have,
+            "the restored checkpoint has no record of this output file: its bytes are kept and new output is appended"
+        );
+    }
+    Ok(have)
 }
 
 /// The exactly-once writer of a [`FileSink`] subtask (see the [module docs](self)).
@@ -1759,6 +1897,9 @@ struct TwoPhaseWriter<T> {
     expected: u64,
     /// Pre-committed, not yet committed.
     pending: Vec<Committable>,
+    /// Files of subtasks that no longer exist, handed to this one on restore, with
+    /// their committed lengths: recorded in every checkpoint, never written.
+    carried: Vec<(PathBuf, u64)>,
     buf: Vec<u8>,
     written: u64,
     finished: bool,
@@ -1845,21 +1986,33 @@ impl<T: Serialize + Send + 'static> SinkWriter for TwoPhaseWriter<T> {
         Ok(())
     }
 
+    /// The own file's committable, then a record of each carried file (nothing to
+    /// append: its committed length).
     fn prepare_commit(&mut self, _checkpoint: CheckpointId) -> OpResult<Option<Vec<u8>>> {
         let c = self.pre_commit()?;
-        let bytes = c.encode();
+        let mut all = Vec::with_capacity(1 + self.carried.len());
+        all.push(c.clone());
+        all.extend(self.carried.iter().map(|(t, len)| Committable {
+            seq: c.seq,
+            before: *len,
+            len: 0,
+            target: t.clone(),
+            part: PathBuf::new(),
+        }));
         self.pending.push(c);
-        Ok(Some(bytes))
+        Ok(Some(encode_committables(&all)))
     }
 
     fn commit(&mut self, _checkpoint: CheckpointId, committables: Vec<Vec<u8>>) -> OpResult {
         let mut last = None;
         for bytes in committables {
-            let c = Committable::decode(&bytes).ok_or_else(|| {
+            let cs = decode_committables(&bytes).ok_or_else(|| {
                 OperatorError::failed(format!("{}: a committable it did not write", self.name))
             })?;
-            commit_part(&c)?;
-            last = Some(last.map_or(c.seq, |l: u64| l.max(c.seq)));
+            for c in cs {
+                commit_part(&c)?;
+                last = Some(last.map_or(c.seq, |l: u64| l.max(c.seq)));
+            }
         }
         if let Some(last) = last {
             self.pending.retain(|c| c.seq > last);
@@ -1989,5 +2142,39 @@ mod tests {
         assert_eq!(s.path_for(1, 2), PathBuf::from("plain-1"));
         let s = FileSink::<i64>::csv(".hidden.csv");
         assert_eq!(s.path_for(1, 2), PathBuf::from(".hidden-1.csv"));
+    }
+
+    #[test]
+    fn a_file_is_owned_by_its_writer_else_by_the_successor_of_its_holder() {
+        let s = FileSink::<i64>::jsonl("/o/out.jsonl");
+        let owner = |name: &str, former, p| s.owner(Path::new(name), former, p);
+        assert_eq!(owner("/o/out-2.jsonl", 0, 3), 2);
+        assert_eq!(owner("/o/out.jsonl", 2, 1), 0);
+        // No writer at this parallelism: the holder's successor.
+        assert_eq!(owner("/o/out-2.jsonl", 1, 2), 1);
+        assert_eq!(owner("/o/out-2.jsonl", 2, 2), 0);
+        assert_eq!(owner("/o/out.jsonl", 3, 2), 1);
+    }
+
+    #[test]
+    fn committables_of_both_versions_decode() {
+        let c = |seq, target: &str| Committable {
+            seq,
+            before: 10,
+            len: 3,
+            target: PathBuf::from(target),
+            part: PathBuf::from(format!(".{target}.0.part-{seq}")),
+        };
+        let (a, b) = (c(4, "out-0.jsonl"), c(4, "out.jsonl"));
+        // Version 1: what earlier versions wrote.
+        assert_eq!(decode_committables(&a.encode()), Some(vec![a.clone()]));
+        let both = encode_committables(&[a.clone(), b.clone()]);
+        assert_eq!(both[0], COMMITTABLES_V2);
+        assert_eq!(decode_committables(&both), Some(vec![a, b]));
+        for cut in 1..both.len() {
+            assert_eq!(decode_committables(&both[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(decode_committables(&[9, 0]), None);
+        assert_eq!(decode_committables(&[]), None);
     }
 }

@@ -504,6 +504,87 @@ fn restore_cuts_output_committed_after_the_restored_checkpoint_and_a_half_commit
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n1\n");
 }
 
+/// Issue 15: the output files and their committed lengths move with the subtasks. On
+/// 1 → 2 → 1 → 2 (each a crash and a restore) every committed row stays: a file whose
+/// writer no longer exists is carried at its committed length by a surviving subtask
+/// and handed back to its writer when the parallelism has it again.
+#[test]
+fn file_sink_files_follow_the_subtasks_across_rescales() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::<u64>::jsonl(dir.path().join("n.jsonl"));
+    let text = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let lines = |r: std::ops::Range<u64>| r.map(|i| format!("{i}\n")).collect::<String>();
+    // Which committables each subtask of `p` is handed, from `(former subtask, its
+    // committables)`.
+    let hand = |restored: &[(u32, Vec<Vec<u8>>)], p: u32| -> Vec<Vec<Vec<u8>>> {
+        (0..p)
+            .map(|i| sink.restored_committables(restored, i, p))
+            .collect()
+    };
+
+    // Parallelism 1: `n.jsonl` gets 0..3; checkpoint 2 (3..5) completes but the crash
+    // comes before its commit.
+    let mut w = sink.create_committing_writer(&info(0, 1)).unwrap();
+    w.write_batch(batch(0..3)).unwrap();
+    let c1 = w.prepare_commit(1).unwrap().unwrap();
+    w.commit(1, vec![c1]).unwrap();
+    w.write_batch(batch(3..5)).unwrap();
+    let c2 = w.prepare_commit(2).unwrap().unwrap();
+    drop(w);
+
+    // Parallelism 2 from checkpoint 2: subtask 0 commits `n.jsonl`'s pending part and
+    // carries the file; each subtask writes its own.
+    let h = hand(&[(0, vec![c2])], 2);
+    assert!(h[1].is_empty());
+    let mut w0 = sink.restore_writer(&info(0, 2), h[0].clone()).unwrap();
+    let mut w1 = sink.restore_writer(&info(1, 2), h[1].clone()).unwrap();
+    assert_eq!(text("n.jsonl"), lines(0..5));
+    w0.write_batch(batch(5..7)).unwrap();
+    w1.write_batch(batch(7..9)).unwrap();
+    let d0 = w0.prepare_commit(3).unwrap().unwrap();
+    let d1 = w1.prepare_commit(3).unwrap().unwrap();
+    w0.commit(3, vec![d0.clone()]).unwrap();
+    w1.commit(3, vec![d1.clone()]).unwrap();
+    drop((w0, w1));
+
+    // Parallelism 1 from checkpoint 3: `n.jsonl` is the writer's own again, and it
+    // carries `n-0.jsonl` and `n-1.jsonl`, which are left as they are.
+    let h = hand(&[(0, vec![d0]), (1, vec![d1])], 1);
+    let mut w = sink.restore_writer(&info(0, 1), h[0].clone()).unwrap();
+    assert_eq!(text("n.jsonl"), lines(0..5));
+    assert_eq!(text("n-0.jsonl"), lines(5..7));
+    assert_eq!(text("n-1.jsonl"), lines(7..9));
+    w.write_batch(batch(9..10)).unwrap();
+    let e = w.prepare_commit(4).unwrap().unwrap();
+    w.commit(4, vec![e.clone()]).unwrap();
+    // Checkpoint 5 completes, then 10..11 are committed by a checkpoint that is
+    // not restored: cut off again.
+    w.write_batch(batch(10..11)).unwrap();
+    let f = w.prepare_commit(5).unwrap().unwrap();
+    w.commit(5, vec![f]).unwrap();
+    drop(w);
+    assert_eq!(text("n.jsonl"), lines(0..5) + &lines(9..11));
+
+    // Parallelism 2 from checkpoint 4: the files go back to their writers with their
+    // committed lengths, `n.jsonl` is carried by subtask 0 (cut back to checkpoint 4).
+    let h = hand(&[(0, vec![e])], 2);
+    assert_eq!(h.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+    let mut w0 = sink.restore_writer(&info(0, 2), h[0].clone()).unwrap();
+    let mut w1 = sink.restore_writer(&info(1, 2), h[1].clone()).unwrap();
+    assert_eq!(text("n.jsonl"), lines(0..5) + &lines(9..10));
+    w0.write_batch(batch(10..11)).unwrap();
+    w1.write_batch(batch(11..12)).unwrap();
+    w0.finish().unwrap();
+    w1.finish().unwrap();
+    assert_eq!(text("n-0.jsonl"), lines(5..7) + &lines(10..11));
+    assert_eq!(text("n-1.jsonl"), lines(7..9) + &lines(11..12));
+    assert_eq!(
+        files_in(dir.path()),
+        vec!["n-0.jsonl", "n-1.jsonl", "n.jsonl"],
+        "no part file is left"
+    );
+}
+
 // ---------------------------------------------------------------- log sink
 
 /// A sink that fails right after its inner writer wrote the batch holding record
@@ -581,6 +662,15 @@ impl<S: Sink<In = OutRow>> Sink for FailAfterWrite<S> {
             inner,
             fail_at: self.fail_at,
         }))
+    }
+    fn restored_committables(
+        &self,
+        restored: &[(u32, Vec<Vec<u8>>)],
+        index: u32,
+        parallelism: u32,
+    ) -> Vec<Vec<u8>> {
+        self.inner
+            .restored_committables(restored, index, parallelism)
     }
 }
 

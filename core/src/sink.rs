@@ -41,6 +41,28 @@ pub trait Sink: Send + Sync + 'static {
     ) -> OpResult<Box<dyn SinkWriter<In = Self::In>>> {
         self.create_committing_writer(info)
     }
+
+    /// Restoring at `parallelism`: the committables that new subtask `index` is given
+    /// (then passed to [`Sink::restore_writer`]), out of the restored checkpoint's,
+    /// listed as `(former subtask, its committables in order)`. A pure decision, made
+    /// by every new subtask for itself; each committable must go to exactly one.
+    ///
+    /// The default hands former subtask `j`'s to `j % parallelism`, all together (what
+    /// a transactional id per subtask needs). A sink whose committables name the output
+    /// they belong to (the file sink) can hand each to the subtask that owns that
+    /// output now, as Flink's `FileSink` redistributes its writers' bucket states.
+    fn restored_committables(
+        &self,
+        restored: &[(u32, Vec<Vec<u8>>)],
+        index: u32,
+        parallelism: u32,
+    ) -> Vec<Vec<u8>> {
+        restored
+            .iter()
+            .filter(|(former, _)| former % parallelism.max(1) == index)
+            .flat_map(|(_, c)| c.iter().cloned())
+            .collect()
+    }
 }
 
 /// Writes the records of one subtask.

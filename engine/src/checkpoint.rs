@@ -542,19 +542,15 @@ impl RestoredCheckpoint {
         (positions, watermarks)
     }
 
-    /// Committables of sink `vertex` that subtask `index` of `parallelism` commits again:
-    /// those of former subtask `j` go to `j % parallelism`.
-    pub(crate) fn sink_committables(
-        &self,
-        vertex: VertexId,
-        index: u32,
-        parallelism: u32,
-    ) -> Vec<Vec<u8>> {
+    /// Committables of sink `vertex` by former subtask, `(subtask, committables in
+    /// order)`; the sink decides which new subtask commits which
+    /// ([`brook_core::sink::Sink::restored_committables`]).
+    pub(crate) fn sink_committables(&self, vertex: VertexId) -> Vec<(u32, Vec<Vec<u8>>)> {
         self.tasks
             .iter()
             .flat_map(|t| t.sinks.iter())
-            .filter(|(v, j, _)| *v == vertex && j % parallelism == index)
-            .flat_map(|(_, _, c)| c.iter().cloned())
+            .filter(|(v, _, _)| *v == vertex)
+            .map(|(_, j, c)| (*j, c.clone()))
             .collect()
     }
 }

@@ -188,7 +188,11 @@ impl<S: Sink> LinkVertex for SinkVertex<S> {
         let writer = match &env.restore {
             Some(r) => self.sink.restore_writer(
                 info,
-                r.sink_committables(vertex, info.index, info.parallelism),
+                self.sink.restored_committables(
+                    &r.sink_committables(vertex),
+                    info.index,
+                    info.parallelism,
+                ),
             ),
             None if env.task.checkpoints.is_some() => self.sink.create_committing_writer(info),
             None => self.sink.create_writer(info),

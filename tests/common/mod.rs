@@ -128,22 +128,7 @@ pub(crate) fn topic_rows(data: &Path, isolation: IsolationLevel) -> Vec<String> 
 pub(crate) fn outputs(dir: &Path, data: &Path) -> Vec<Vec<String>> {
     let mut all: Vec<Vec<String>> = ["per_second", "late", "sessions"]
         .iter()
-        .map(|stem| {
-            let mut rows: Vec<String> = Vec::new();
-            for e in std::fs::read_dir(dir.join("out"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
-                    let text = std::fs::read_to_string(e.path()).expect("read an output");
-                    rows.extend(text.lines().map(str::to_string));
-                }
-            }
-            rows.sort();
-            rows
-        })
+        .map(|stem| file_rows(&dir.join("out"), stem))
         .collect();
     all.push(topic_rows(data, IsolationLevel::ReadCommitted));
     all
@@ -199,4 +184,20 @@ pub(crate) fn latest_checkpoint(dir: &Path) -> Option<u64> {
         .filter(|e| e.path().join("_metadata").exists())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
         .max()
+}
+
+/// The lines of every file sink output `{stem}*.jsonl` in `dir` (`stem.jsonl` of
+/// parallelism 1 and `stem-<i>.jsonl` of the others, not the hidden part files),
+/// sorted.
+pub(crate) fn file_rows(dir: &Path, stem: &str) -> Vec<String> {
+    let mut rows: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && name.starts_with(stem) && name.ends_with(".jsonl") {
+            let text = std::fs::read_to_string(e.path()).expect("read an output");
+            rows.extend(text.lines().map(str::to_string));
+        }
+    }
+    rows.sort();
+    rows
 }
