@@ -204,8 +204,10 @@ fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROOK_LOG")
         // The CLI prints its own warning when partitions are added.
         .unwrap_or_else(|_| {
+            // The runner says what happens to its jobs (submits, starts, restarts,
+            // failures, cancels), each with the job's id.
             tracing_subscriber::EnvFilter::new(
-                "warn,brook_log::log=error,brook_engine::execute=off",
+                "warn,brook_log::log=error,brook_engine::execute=off,brook::runner::supervisor=info",
             )
         });
     tracing_subscriber::fmt()

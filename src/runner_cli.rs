@@ -16,10 +16,12 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub(crate) struct RunnerArgs {
     /// Where to listen (port 0: any free port, written to
-    /// `<data-dir>/runner/address`). An address other than loopback needs a token.
+    /// `<data-dir>/runner/address`). An address other than loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Token every request must carry (`Authorization: Bearer <token>`).
+    /// Token every request must carry (`Authorization: Bearer <token>`). Default: the
+    /// one in `<data-dir>/runner/token`, made at the first start (mode 0600), which
+    /// `brook submit`, `jobs`, ... on the same data directory read.
     #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
     token: Option<String>,
 }
@@ -29,7 +31,8 @@ pub(crate) struct RunnerArgs {
 pub(crate) struct ClientArgs {
     /// The runner's URL (`http://host:port` or `host:port`). Default: the address a
     /// runner on `--data-dir` wrote to `<data-dir>/runner/address`, else
-    /// http://127.0.0.1:7070.
+    /// http://127.0.0.1:7070. The token is `$BROOK_RUNNER_TOKEN`, else (for the runner
+    /// at that address only) `<data-dir>/runner/token`.
     #[arg(long, env = "BROOK_RUNNER")]
     runner: Option<String>,
     /// Print JSON instead of tables.
@@ -116,19 +119,29 @@ macro_rules! outln {
     };
 }
 
+/// `host:port` of a runner URL (`http://host:port/` or `host:port`).
+fn authority(url: &str) -> &str {
+    let url = url.split_once("://").map_or(url, |(_, rest)| rest);
+    url.trim_end_matches('/')
+}
+
 fn client(args: &ClientArgs, data_dir: &Path) -> Client {
-    let token = std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty());
-    let written = || {
-        std::fs::read_to_string(data_dir.join("runner").join("address"))
-            .ok()
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty())
-    };
+    let written = std::fs::read_to_string(data_dir.join("runner").join("address"))
+        .ok()
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty());
     let base = args
         .runner
         .clone()
-        .or_else(written)
+        .or_else(|| written.clone())
         .unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    // The token file of the data directory belongs to the runner that wrote its address
+    // there: sent to that runner only, never to another URL.
+    let ours = written.is_some_and(|w| w == authority(&base));
+    let token = std::env::var(ENV_TOKEN)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or_else(|| ours.then(|| brook::runner::read_token(data_dir)).flatten());
     Client::new(&base, token)
 }
 

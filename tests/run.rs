@@ -269,6 +269,49 @@ fn metrics_are_served_while_a_job_runs() {
     );
 }
 
+/// One `brook run` of a job per data directory: a second is refused at once naming the
+/// first's process, and the first finishes with all its output (two used to commit
+/// over each other: "cannot commit ... the pending part ... is gone").
+#[test]
+fn a_second_run_of_a_running_job_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: slow\ncheckpoint_interval: 100ms\nsources:\n  - {name: g, connector: generator, count: 300, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
+    let job = dir.path().join("job.yaml");
+    std::fs::write(&job, spec).unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--quiet"])
+        .arg(&job)
+        .spawn()
+        .unwrap();
+    // It holds the job's lock from its start (before it reads or writes anything).
+    let lock = dir.path().join("data/jobs/slow.lock");
+    let pid = first.id().to_string();
+    for i in 0.. {
+        if std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == pid) {
+            break;
+        }
+        assert!(i < 400, "the first run did not take {}", lock.display());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let second = brook(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("job slow is already running") && err.contains(&format!("process {pid}")),
+        "{err}"
+    );
+    assert!(first.wait().unwrap().success());
+    let out = lines(&dir.path().join("out.jsonl"));
+    assert_eq!(out.len(), 300);
+    let distinct: std::collections::BTreeSet<String> = out.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), 300, "every record once");
+    // Once it ended, the job runs again.
+    let again = brook(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+}
+
 /// Keyed state in RocksDB (the default), in memory by the spec, and in memory by the
 /// command line: the same windows; RocksDB's working directory is gone afterwards.
 #[test]
