@@ -140,6 +140,7 @@ struct ConsumeArgs {
     #[arg(long)]
     from_beginning: bool,
     /// Read partition P from offset O (repeatable); only these partitions are read.
+    /// An offset past the partition's end is an error naming the end.
     #[arg(long, value_name = "P:O", conflicts_with = "from_beginning")]
     offset: Vec<String>,
     /// Stop after N records.
@@ -520,7 +521,15 @@ async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
         let mut starts = Vec::new();
         for o in &args.offset {
             let (p, off) = parse_offset_arg(o)?;
-            topic.partition(p)?;
+            // Past the end is an error, as Kafka's OffsetOutOfRange (kcat reports it);
+            // the end itself is where the next record will be: nothing yet, no error.
+            let end = topic.partition(p)?.log_end_offset();
+            if off > end {
+                bail!(
+                    "--offset {o}: past the end of partition {p} of {}, which ends at offset {end} (the next record's)",
+                    args.topic
+                );
+            }
             starts.push((TopicPartition::new(args.topic.clone(), p), off));
         }
         config.auto_offset_reset = OffsetReset::None;

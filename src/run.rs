@@ -372,6 +372,9 @@ pub(crate) fn run(
             }
             return Ok(());
         }
+        // Its reader went away (`brook run job.yaml | head`): a normal end for a command
+        // line program, said by no message (as `yes | head`).
+        Err(_) if brook::connectors::stdout::stdout_closed() => return Ok(()),
         Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),
     };
     if !args.quiet {

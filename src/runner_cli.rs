@@ -288,11 +288,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
-/// A watermark for people: `-` before the first, `end` once the input ended
+/// A watermark for people: `none` before the first, `end` once the input ended
 /// (`i64::MAX`), else the UTC time (ms precision; the JSON output keeps ms).
 fn watermark(ms: Option<i64>) -> String {
     match ms {
-        None => "-".into(),
+        None => "none".into(),
         Some(i64::MAX) => "end".into(),
         Some(ms) => chrono::DateTime::from_timestamp_millis(ms).map_or_else(
             || ms.to_string(),
@@ -460,4 +460,16 @@ pub(crate) fn resume(args: ResumeArgs, data_dir: &Path) -> Result<()> {
     }
     outln!("job {} {}", d.summary.id, d.summary.state);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watermark;
+
+    #[test]
+    fn watermarks_read_as_none_end_or_a_time() {
+        assert_eq!(watermark(None), "none");
+        assert_eq!(watermark(Some(i64::MAX)), "end");
+        assert_eq!(watermark(Some(1_500)), "1970-01-01T00:00:01.500Z");
+    }
 }

@@ -267,6 +267,44 @@ fn metrics_are_served_while_a_job_runs() {
         body.contains("brook_records_out_total{operator=\"g\",subtask=\"0\"}"),
         "{body}"
     );
+    // No watermark yet is no sample, not i64::MIN (-9223372036854776000 as a float).
+    assert!(
+        !body.contains("-9223372036854776") && !body.contains("-9223372036854775808"),
+        "{body}"
+    );
+}
+
+/// `brook run job.yaml | head -1`: a closed standard output ends the run quietly, with
+/// status 0, as any command line program whose reader went away.
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: many\nsources:\n  - {name: g, connector: generator, count: 100000000}\nsinks:\n  - {name: o, connector: stdout}\n";
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("run")
+        .arg(dir.path().join("job.yaml"))
+        .env_remove("BROOK_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped here, as `head -1` exits after its line.
+    assert!(first.starts_with('{'), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(
+        !err.to_lowercase().contains("error") && !err.contains("pipe"),
+        "{err}"
+    );
 }
 
 /// One `brook run` of a job per data directory: a second is refused at once naming the
