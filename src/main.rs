@@ -140,6 +140,7 @@ struct ConsumeArgs {
     #[arg(long)]
     from_beginning: bool,
     /// Read partition P from offset O (repeatable); only these partitions are read.
+    /// An offset past the partition's end is an error naming the end.
     #[arg(long, value_name = "P:O", conflicts_with = "from_beginning")]
     offset: Vec<String>,
     /// Stop after N records.
@@ -204,8 +205,10 @@ fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROOK_LOG")
         // The CLI prints its own warning when partitions are added.
         .unwrap_or_else(|_| {
+            // The runner says what happens to its jobs (submits, starts, restarts,
+            // failures, cancels), each with the job's id.
             tracing_subscriber::EnvFilter::new(
-                "warn,brook_log::log=error,brook_engine::execute=off",
+                "warn,brook_log::log=error,brook_engine::execute=off,brook::runner::supervisor=info",
             )
         });
     tracing_subscriber::fmt()
@@ -518,7 +521,15 @@ async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
         let mut starts = Vec::new();
         for o in &args.offset {
             let (p, off) = parse_offset_arg(o)?;
-            topic.partition(p)?;
+            // Past the end is an error, as Kafka's OffsetOutOfRange (kcat reports it);
+            // the end itself is where the next record will be: nothing yet, no error.
+            let end = topic.partition(p)?.log_end_offset();
+            if off > end {
+                bail!(
+                    "--offset {o}: past the end of partition {p} of {}, which ends at offset {end} (the next record's)",
+                    args.topic
+                );
+            }
             starts.push((TopicPartition::new(args.topic.clone(), p), off));
         }
         config.auto_offset_reset = OffsetReset::None;

@@ -14,6 +14,7 @@ use brook::engine::{
     StateBackendFactory,
 };
 use brook::log::Log;
+use brook::runner::lock::{holder, LockError, ProcessLock};
 use brook::runner::ChildContext;
 use brook::spec::{self, SinkSpec, SourceSpec};
 use brook::state::RocksDbOptions;
@@ -125,6 +126,26 @@ fn checkpoint_interval(args: &RunArgs, spec: &spec::JobSpec) -> Result<Option<i6
                 .map_err(|e| anyhow::anyhow!("--checkpoint-interval {t:?}: {e}"))?,
         ),
         None => spec.checkpoint_interval_ms()?,
+    })
+}
+
+/// One `brook run` per job name and data directory at a time (`<data-dir>/jobs/<name>.lock`,
+/// held until the process ends): two would share the job's default state and checkpoint
+/// directories and its log sinks' transactional ids (`<name>.<sink>.<subtask>`), and one
+/// would fail mid-run when the other commits ("the pending part ... is gone").
+fn hold_job_lock(data_dir: &std::path::Path, name: &str) -> Result<ProcessLock> {
+    let dir = data_dir.join("jobs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The name is checked (no path separators) by spec::validate.
+    let path = dir.join(format!("{name}.lock"));
+    ProcessLock::try_acquire(&path).map_err(|e| match e {
+        LockError::Held { pid, .. } => anyhow::anyhow!(
+            "job {name} is already running on data directory {} ({} holds {}): wait for it to end or stop it, or run this one under another name (--set name=...)",
+            data_dir.display(),
+            holder(pid),
+            path.display()
+        ),
+        other => anyhow::Error::new(other),
     })
 }
 
@@ -254,6 +275,11 @@ pub(crate) fn run(
         }
         return run_group(&args, valid, source, data_dir);
     }
+    // Under a runner the job's own lock (taken above) keeps its processes apart.
+    let _lock = match &runner {
+        Some(_) => None,
+        None => Some(hold_job_lock(data_dir, &valid.spec.name)?),
+    };
     let log = if uses_log(&valid.spec) {
         Some(open_log()?)
     } else {
@@ -346,6 +372,9 @@ pub(crate) fn run(
             }
             return Ok(());
         }
+        // Its reader went away (`brook run job.yaml | head`): a normal end for a command
+        // line program, said by no message (as `yes | head`).
+        Err(_) if brook::connectors::stdout::stdout_closed() => return Ok(()),
         Err(e) => return Err(anyhow::Error::new(e).context(format!("job {name} failed"))),
     };
     if !args.quiet {

@@ -16,10 +16,12 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub(crate) struct RunnerArgs {
     /// Where to listen (port 0: any free port, written to
-    /// `<data-dir>/runner/address`). An address other than loopback needs a token.
+    /// `<data-dir>/runner/address`). An address other than loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Token every request must carry (`Authorization: Bearer <token>`).
+    /// Token every request must carry (`Authorization: Bearer <token>`). Default: the
+    /// one in `<data-dir>/runner/token`, made at the first start (mode 0600), which
+    /// `brook submit`, `jobs`, ... on the same data directory read.
     #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
     token: Option<String>,
 }
@@ -29,7 +31,8 @@ pub(crate) struct RunnerArgs {
 pub(crate) struct ClientArgs {
     /// The runner's URL (`http://host:port` or `host:port`). Default: the address a
     /// runner on `--data-dir` wrote to `<data-dir>/runner/address`, else
-    /// http://127.0.0.1:7070.
+    /// http://127.0.0.1:7070. The token is `$BROOK_RUNNER_TOKEN`, else (for the runner
+    /// at that address only) `<data-dir>/runner/token`.
     #[arg(long, env = "BROOK_RUNNER")]
     runner: Option<String>,
     /// Print JSON instead of tables.
@@ -116,19 +119,29 @@ macro_rules! outln {
     };
 }
 
+/// `host:port` of a runner URL (`http://host:port/` or `host:port`).
+fn authority(url: &str) -> &str {
+    let url = url.split_once("://").map_or(url, |(_, rest)| rest);
+    url.trim_end_matches('/')
+}
+
 fn client(args: &ClientArgs, data_dir: &Path) -> Client {
-    let token = std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty());
-    let written = || {
-        std::fs::read_to_string(data_dir.join("runner").join("address"))
-            .ok()
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty())
-    };
+    let written = std::fs::read_to_string(data_dir.join("runner").join("address"))
+        .ok()
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty());
     let base = args
         .runner
         .clone()
-        .or_else(written)
+        .or_else(|| written.clone())
         .unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    // The token file of the data directory belongs to the runner that wrote its address
+    // there: sent to that runner only, never to another URL.
+    let ours = written.is_some_and(|w| w == authority(&base));
+    let token = std::env::var(ENV_TOKEN)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or_else(|| ours.then(|| brook::runner::read_token(data_dir)).flatten());
     Client::new(&base, token)
 }
 
@@ -275,11 +288,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
-/// A watermark for people: `-` before the first, `end` once the input ended
+/// A watermark for people: `none` before the first, `end` once the input ended
 /// (`i64::MAX`), else the UTC time (ms precision; the JSON output keeps ms).
 fn watermark(ms: Option<i64>) -> String {
     match ms {
-        None => "-".into(),
+        None => "none".into(),
         Some(i64::MAX) => "end".into(),
         Some(ms) => chrono::DateTime::from_timestamp_millis(ms).map_or_else(
             || ms.to_string(),
@@ -447,4 +460,16 @@ pub(crate) fn resume(args: ResumeArgs, data_dir: &Path) -> Result<()> {
     }
     outln!("job {} {}", d.summary.id, d.summary.state);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watermark;
+
+    #[test]
+    fn watermarks_read_as_none_end_or_a_time() {
+        assert_eq!(watermark(None), "none");
+        assert_eq!(watermark(Some(i64::MAX)), "end");
+        assert_eq!(watermark(Some(1_500)), "1970-01-01T00:00:01.500Z");
+    }
 }

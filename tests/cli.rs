@@ -430,10 +430,17 @@ fn consume_from_explicit_offsets() {
         "",
     ));
     assert_eq!(sorted_values(&out), ["\"a\"", "\"b\"", "\"c\""]);
-    // At the end: nothing. Past the end or a missing partition: an error.
+    // At the end: nothing. Past the end or a missing partition: an error (naming the
+    // end, as Kafka's OffsetOutOfRange).
     assert!(b
         .ok(&["consume", "t", "--offset", &format!("{p}:4")], "")
         .is_empty());
+    let err = b.fail(&["consume", "t", "--offset", &format!("{p}:999")], "");
+    assert!(
+        err.contains(&format!("--offset {p}:999: past the end of partition {p}"))
+            && err.contains("ends at offset 4"),
+        "{err}"
+    );
     let err = b.fail(&["consume", "t", "--offset", "7:0"], "");
     assert!(err.contains("no partition 7"), "{err}");
     let err = b.fail(&["consume", "t", "--offset", "zero"], "");

@@ -269,6 +269,87 @@ fn metrics_are_served_while_a_job_runs() {
         body.contains("brook_records_out_total{operator=\"g\",subtask=\"0\"}"),
         "{body}"
     );
+    // No watermark yet is no sample, not i64::MIN (-9223372036854776000 as a float).
+    assert!(
+        !body.contains("-9223372036854776") && !body.contains("-9223372036854775808"),
+        "{body}"
+    );
+}
+
+/// `brook run job.yaml | head -1`: a closed standard output ends the run quietly, with
+/// status 0, as any command line program whose reader went away.
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: many\nsources:\n  - {name: g, connector: generator, count: 100000000}\nsinks:\n  - {name: o, connector: stdout}\n";
+    std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("run")
+        .arg(dir.path().join("job.yaml"))
+        .env_remove("BROOK_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped here, as `head -1` exits after its line.
+    assert!(first.starts_with('{'), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(
+        !err.to_lowercase().contains("error") && !err.contains("pipe"),
+        "{err}"
+    );
+}
+
+/// One `brook run` of a job per data directory: a second is refused at once naming the
+/// first's process, and the first finishes with all its output (two used to commit
+/// over each other: "cannot commit ... the pending part ... is gone").
+#[test]
+fn a_second_run_of_a_running_job_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "name: slow\ncheckpoint_interval: 100ms\nsources:\n  - {name: g, connector: generator, count: 300, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
+    let job = dir.path().join("job.yaml");
+    std::fs::write(&job, spec).unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["run", "--quiet"])
+        .arg(&job)
+        .spawn()
+        .unwrap();
+    // It holds the job's lock from its start (before it reads or writes anything).
+    let lock = dir.path().join("data/jobs/slow.lock");
+    let pid = first.id().to_string();
+    for i in 0.. {
+        if std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == pid) {
+            break;
+        }
+        assert!(i < 400, "the first run did not take {}", lock.display());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let second = brook(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("job slow is already running") && err.contains(&format!("process {pid}")),
+        "{err}"
+    );
+    assert!(first.wait().unwrap().success());
+    let out = lines(&dir.path().join("out.jsonl"));
+    assert_eq!(out.len(), 300);
+    let distinct: std::collections::BTreeSet<String> = out.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), 300, "every record once");
+    // Once it ended, the job runs again.
+    let again = brook(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
 }
 
 /// Keyed state in RocksDB (the default), in memory by the spec, and in memory by the

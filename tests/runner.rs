@@ -2,7 +2,9 @@
 //! is submitted, its process is SIGKILLed (and the runner itself), and the committed
 //! output still equals a failure-free `brook run` of the same spec exactly; stop with
 //! savepoint and resume; a builder-API binary (`examples/runner_job.rs`) supervised
-//! the same way; the token; ids and names that would leave the data directory.
+//! the same way; the token (made in the data directory when none is given) and the
+//! refusal of requests a web page could send (foreign `Host` or `Origin`, bodies that
+//! are not JSON); ids and names that would leave the data directory; the runner's log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -71,11 +73,15 @@ fn assert_same_output(got: &[Vec<String>], what: &str) {
     }
 }
 
-/// A `brook runner` process on an ephemeral port; SIGKILLed when dropped.
+/// A `brook runner` process on an ephemeral port; SIGKILLed when dropped. Its stderr
+/// (its log) goes to `log`.
 struct Runner {
     child: Child,
     url: String,
     data: PathBuf,
+    /// The token it was given, else the one it made in the data directory.
+    token: String,
+    log: PathBuf,
 }
 
 impl Runner {
@@ -83,14 +89,21 @@ impl Runner {
         std::fs::create_dir_all(data).expect("data dir");
         let address = data.join("runner/address");
         let _ = std::fs::remove_file(&address);
+        let log = data.with_extension("runner.log");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("the runner's log file");
         let mut c = Command::new(BROOK);
         c.arg("--data-dir")
             .arg(data)
             .args(["runner", "--listen", "127.0.0.1:0"])
             .env_remove("BROOK_RUNNER_TOKEN")
+            .env_remove("BROOK_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         if let Some(t) = token {
             c.args(["--token", t]);
         }
@@ -100,15 +113,27 @@ impl Runner {
                 .ok()
                 .filter(|a| !a.is_empty())
         });
+        // Made before the address is written.
+        let token = token.map_or_else(
+            || brook::runner::read_token(data).expect("the runner's token file"),
+            str::to_string,
+        );
         Runner {
             child,
             url: format!("http://{addr}"),
             data: data.to_path_buf(),
+            token,
+            log,
         }
     }
 
     fn client(&self) -> Client {
-        Client::new(&self.url, None)
+        Client::new(&self.url, Some(self.token.clone()))
+    }
+
+    /// What the runner logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     fn job(&self, id: &str) -> JobDetail {
@@ -116,9 +141,12 @@ impl Runner {
             .expect("GET /jobs/{id}")
     }
 
-    /// `brook ARGS --runner URL`.
+    /// `brook --data-dir DATA ARGS` with `$BROOK_RUNNER` the runner's URL: the token is
+    /// the data directory's (for the runner at the address written there).
     fn cli(&self, args: &[&str]) -> Output {
         Command::new(BROOK)
+            .arg("--data-dir")
+            .arg(&self.data)
             .args(args)
             .env("BROOK_RUNNER", &self.url)
             .env_remove("BROOK_RUNNER_TOKEN")
@@ -283,7 +311,10 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
 
     let metrics = rt()
         .block_on(async {
-            reqwest::get(format!("{}/metrics", runner.url))
+            reqwest::Client::new()
+                .get(format!("{}/metrics", runner.url))
+                .bearer_auth(&runner.token)
+                .send()
                 .await?
                 .text()
                 .await
@@ -492,6 +523,170 @@ fn with_a_token_requests_without_it_are_refused() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
 
+/// A raw HTTP/1.1 request (any `Host` header); the answer's status and text.
+fn raw_request(url: &str, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the runner");
+    s.write_all(request.as_bytes()).expect("send the request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("read the answer");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+#[test]
+fn without_a_token_the_runner_makes_one_and_refuses_what_a_web_page_could_send() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut runner = Runner::start(&data, None);
+    // Made at the first start, readable by the runner's user only.
+    let file = data.join("runner/token");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&file).expect("token file").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    assert_eq!(runner.token.len(), 64, "{}", runner.token);
+    let job = serde_json::json!({
+        "name": "sleeper",
+        // Runs until the runner's first command (`cancel`) arrives on its stdin.
+        "job": { "kind": "bin", "path": "/bin/sh", "args": ["-c", "read command"] },
+    });
+    let body = job.to_string();
+    // (status, answer headers and body) of a request built by `f`.
+    let send = |f: &dyn Fn(&reqwest::Client) -> reqwest::RequestBuilder| {
+        rt().block_on(async {
+            let r = f(&reqwest::Client::new()).send().await?;
+            let status = r.status().as_u16();
+            let cors = r
+                .headers()
+                .keys()
+                .any(|k| k.as_str().starts_with("access-control-"));
+            Ok::<_, reqwest::Error>((status, cors, r.text().await?))
+        })
+        .expect("request")
+    };
+    let url = |path: &str| format!("{}{path}", runner.url);
+    // Loopback is no boundary: no token, no service.
+    let (status, _, text) = send(&|c| c.get(url("/jobs")));
+    assert_eq!(status, 401, "{text}");
+    let (status, _, text) = send(&|c| {
+        c.post(url("/jobs"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+    });
+    assert_eq!(status, 401, "{text}");
+    // A form or text/plain body (what a page may send without a preflight): 415.
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "text/plain; charset=application/json",
+    ] {
+        let (status, _, text) = send(&|c| {
+            c.post(url("/jobs"))
+                .bearer_auth(&runner.token)
+                .header("content-type", content_type)
+                .body(body.clone())
+        });
+        assert_eq!(status, 415, "{content_type}: {text}");
+        assert!(text.contains("application/json"), "{text}");
+    }
+    // Another origin, even with the token: 403, and no CORS headers, also on a preflight.
+    let (status, cors, text) = send(&|c| {
+        c.post(url("/jobs"))
+            .bearer_auth(&runner.token)
+            .header("origin", "http://evil.example")
+            .json(&job)
+    });
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("cross-origin") && !cors, "{text}");
+    let (status, cors, _) = send(&|c| {
+        c.request(reqwest::Method::OPTIONS, url("/jobs"))
+            .header("origin", "http://evil.example")
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+    });
+    assert!(
+        !(200..300).contains(&status) && !cors,
+        "preflight: {status}"
+    );
+    // A Host that is not the runner's (DNS rebinding): refused before the token.
+    let port = runner.url.rsplit(':').next().expect("port").to_string();
+    let get = |host: &str| {
+        raw_request(
+            &runner.url,
+            &format!(
+                "GET /jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+                runner.token
+            ),
+        )
+    };
+    let (status, answer) = get(&format!("evil.example:{port}"));
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("not this runner's address"), "{answer}");
+    assert!(
+        !answer.to_ascii_lowercase().contains("access-control-"),
+        "{answer}"
+    );
+    assert_eq!(get(&format!("localhost:{port}")).0, 200);
+    assert_eq!(get(&format!("127.0.0.1:{port}")).0, 200);
+    // Nothing of the above ran anything.
+    assert!(rt()
+        .block_on(runner.client().list())
+        .expect("GET /jobs")
+        .is_empty());
+    // The token and a JSON body: created.
+    let (status, _, text) = send(&|c| c.post(url("/jobs")).bearer_auth(&runner.token).json(&job));
+    assert_eq!(status, 201, "{text}");
+    // The CLI on the data directory reads the token file; for another URL it does not
+    // send it.
+    let out = runner.cli(&["jobs", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(jobs.len(), 1);
+    let out = Command::new(BROOK)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["jobs", "--runner", &format!("http://localhost:{port}")])
+        .env_remove("BROOK_RUNNER_TOKEN")
+        .output()
+        .expect("brook jobs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+    let out = runner.cli(&["cancel", "sleeper-1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The runner logged each step with the job's id.
+    let log = runner.log();
+    for line in [
+        "job submitted job=sleeper-1",
+        "job process started job=sleeper-1 attempt=1",
+        "cancel requested job=sleeper-1",
+        "job canceled job=sleeper-1",
+    ] {
+        assert!(log.contains(line), "{line:?} in:\n{log}");
+    }
+    // The next start keeps the token.
+    let token = runner.token.clone();
+    runner.kill();
+    let runner = Runner::start(&data, None);
+    assert_eq!(runner.token, token);
+}
+
 #[test]
 fn a_runner_on_a_non_loopback_address_needs_a_token() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -525,7 +720,7 @@ fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
                 Some(b) => req.json(&b),
                 None => req,
             };
-            let r = req.send().await?;
+            let r = req.bearer_auth(&runner.token).send().await?;
             let status = r.status().as_u16();
             Ok::<_, reqwest::Error>((status, r.text().await?))
         })
@@ -535,7 +730,11 @@ fn ids_and_names_that_would_leave_the_data_directory_are_refused() {
         let (status, body) = code("GET", &format!("/jobs/{id}"), None);
         assert_eq!(status, 400, "GET {id}");
         assert!(body.contains("job id"), "{body}");
-        let (status, _) = code("POST", &format!("/jobs/{id}/cancel"), None);
+        let (status, _) = code(
+            "POST",
+            &format!("/jobs/{id}/cancel"),
+            Some(serde_json::json!({})),
+        );
         assert_eq!(status, 400, "cancel {id}");
     }
     assert_eq!(code("GET", "/jobs/no-such-job", None).0, 404);
@@ -688,4 +887,18 @@ fn a_failing_job_is_restarted_by_its_strategy_then_failed_with_its_cause() {
     let out = runner.cli(&["job", &id]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("boom in"), "{text}");
+    // The runner's log tells the story, with the job's id.
+    let log = runner.log();
+    let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count(&format!("job submitted job={id}")), 1, "{log}");
+    assert_eq!(count(&format!("job process started job={id}")), 3, "{log}");
+    assert_eq!(count(&format!("restarting the job job={id}")), 2, "{log}");
+    assert_eq!(
+        count(&format!(
+            "the job failed (its restart strategy gave up) job={id}"
+        )),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("cause=exit code 3"), "{log}");
 }

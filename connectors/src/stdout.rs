@@ -1,13 +1,25 @@
-//! [`StdoutSink`]: prints each record as one JSON line.
+//! [`StdoutSink`]: prints each record as one JSON line; [`stdout_closed`] tells a closed
+//! standard output from other failures.
 
 use std::fmt;
 use std::io::Write;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use serde::Serialize;
+
+/// Set once a write to standard output failed because its reader went away.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a [`StdoutSink`] found standard output closed by its reader (`brook run ...
+/// | head`): the job then fails, and a command line program ends quietly, as programs
+/// whose output is cut short do. Standard output is the process's, so this is too.
+pub fn stdout_closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
 
 /// A sink printing each record as one JSON line on standard output.
 ///
@@ -82,7 +94,12 @@ impl<T: Serialize + Send + 'static> SinkWriter for StdoutWriter<T> {
         let mut out = std::io::stdout().lock();
         out.write_all(&self.buf)
             .and_then(|()| out.flush())
-            .map_err(|e| OperatorError::failed(format!("write to standard output: {e}")))
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    CLOSED.store(true, Ordering::Relaxed);
+                }
+                OperatorError::failed(format!("write to standard output: {e}"))
+            })
     }
 }
 

@@ -164,6 +164,9 @@ impl JobMetrics {
             for v in &vertices {
                 for (i, m) in v.subtasks.iter().enumerate() {
                     let raw = (series.get)(m);
+                    if series.none == Some(raw) {
+                        continue;
+                    }
                     let value = if series.nanos {
                         raw as f64 / 1e9
                     } else {
@@ -185,7 +188,8 @@ impl JobMetrics {
         for v in &vertices {
             for (i, m) in v.subtasks.iter().enumerate() {
                 let splits = m.splits.lock().unwrap_or_else(|e| e.into_inner());
-                for sp in splits.iter() {
+                // No sample before the split's first watermark (as for operators).
+                for sp in splits.iter().filter(|sp| sp.watermark != i64::MIN) {
                     let _ = writeln!(
                         s,
                         "brook_split_watermark_ms{{operator=\"{}\",subtask=\"{i}\",split=\"{}\",idle=\"{}\"}} {}",
@@ -275,6 +279,10 @@ struct Series {
     kind: &'static str,
     /// The counter is in nanoseconds and is exported in seconds.
     nanos: bool,
+    /// The value that means "none yet" (the watermark before the first, `i64::MIN`):
+    /// no sample then, as Prometheus has no "none" and the number would read as a
+    /// date 292 million years BC.
+    none: Option<i64>,
     get: fn(&OperatorMetrics) -> i64,
 }
 
@@ -288,6 +296,7 @@ const SERIES: [Series; 7] = [
         help: "Records received",
         kind: "counter",
         nanos: false,
+        none: None,
         get: |m| load(&m.records_in),
     },
     Series {
@@ -295,6 +304,7 @@ const SERIES: [Series; 7] = [
         help: "Records emitted",
         kind: "counter",
         nanos: false,
+        none: None,
         get: |m| load(&m.records_out),
     },
     Series {
@@ -302,6 +312,7 @@ const SERIES: [Series; 7] = [
         help: "Batches received",
         kind: "counter",
         nanos: false,
+        none: None,
         get: |m| load(&m.batches_in),
     },
     Series {
@@ -309,6 +320,7 @@ const SERIES: [Series; 7] = [
         help: "Time spent processing",
         kind: "counter",
         nanos: true,
+        none: None,
         get: |m| load(&m.busy_ns),
     },
     Series {
@@ -316,6 +328,7 @@ const SERIES: [Series; 7] = [
         help: "Time blocked sending downstream",
         kind: "counter",
         nanos: true,
+        none: None,
         get: |m| load(&m.backpressure_ns),
     },
     Series {
@@ -323,6 +336,7 @@ const SERIES: [Series; 7] = [
         help: "Records too late for their windows (dropped or sent to the late output)",
         kind: "counter",
         nanos: false,
+        none: None,
         get: |m| load(&m.late_records),
     },
     Series {
@@ -330,6 +344,7 @@ const SERIES: [Series; 7] = [
         help: "Current event-time watermark (ms)",
         kind: "gauge",
         nanos: false,
+        none: Some(i64::MIN),
         get: |m| m.watermark.load(Ordering::Relaxed),
     },
 ];

@@ -10,8 +10,14 @@
 //! | `POST /jobs/{id}/resume` | [`ResumeRequest`] | [`JobDetail`] |
 //! | `GET /metrics` | | Prometheus text, every series with a `job` label |
 //!
-//! Errors are `{"error": "..."}` with 400 (bad input), 401 (no or wrong token), 404
-//! (no such job) or 409 (the job is not in a state that allows it).
+//! Every request carries `Authorization: Bearer <token>`; POST bodies are sent with
+//! `Content-Type: application/json` (an empty body is `{}`'s defaults for cancel and
+//! resume).
+//!
+//! Errors are `{"error": "..."}` with 400 (bad input), 401 (no or wrong token), 403 (a
+//! `Host` that is not the runner's address, or another `Origin`), 404 (no such job), 409
+//! (the job is not in a state that allows it) or 415 (a POST body that is not declared
+//! JSON).
 
 use std::path::PathBuf;
 

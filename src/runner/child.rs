@@ -55,6 +55,7 @@ use brook_engine::{
     StreamEnvironment,
 };
 
+use super::lock::{LockError, ProcessLock};
 use super::status::{now_ms, JobStatus, ProcessState, SavepointOutcome};
 use super::RunnerError;
 
@@ -212,22 +213,16 @@ impl ChildContext {
     /// # Errors
     /// [`RunnerError::Io`] when the lock file cannot be opened or locked.
     pub fn hold_lock(&self) -> Result<(), RunnerError> {
-        static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+        static HELD: std::sync::OnceLock<ProcessLock> = std::sync::OnceLock::new();
         if HELD.get().is_some() {
             return Ok(());
         }
         let path = Self::lock_file(&self.status_file);
-        let io = |source| RunnerError::Io {
-            path: path.clone(),
-            source,
-        };
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
-        lock.lock().map_err(io)?;
+        let lock = ProcessLock::acquire(&path).map_err(|e| match e {
+            LockError::Io { path, source } => RunnerError::Io { path, source },
+            // `acquire` waits instead.
+            held @ LockError::Held { .. } => RunnerError::Conflict(held.to_string()),
+        })?;
         let _ = HELD.set(lock);
         Ok(())
     }

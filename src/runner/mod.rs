@@ -7,10 +7,13 @@
 //! - [`status`]: the status a job process reports;
 //! - [`api`]: the HTTP API's bodies, job states and restart strategies;
 //! - [`client`]: an HTTP client of the API (used by `brook submit`, `brook jobs`, ...);
-//! - [`serve`]: the service itself (`brook runner`).
+//! - [`lock`]: the per-process file locks (the runner's, each job process's);
+//! - [`serve`]: the service itself (`brook runner`), which admits a request only with
+//!   the token, the runner's own `Host`, no foreign `Origin` and a JSON body.
 //!
 //! Layout of the data directory: `<data-dir>/runner/lock` (held by the runner),
-//! `<data-dir>/runner/address` (where it listens), and per job
+//! `<data-dir>/runner/address` (where it listens), `<data-dir>/runner/token` (the
+//! token it made at its first start, mode 0600; see [`token_file`]), and per job
 //! `<data-dir>/runner/jobs/<id>/`: `job.json` (the job, its state, attempts and
 //! failures; replaced atomically), `job.yaml` (the spec's copy), `checkpoints/`,
 //! `savepoints/`, `state/`, `status.json`, `stdout.log`, `stderr.log`.
@@ -18,14 +21,18 @@
 pub mod api;
 pub mod child;
 pub mod client;
+mod guard;
+pub mod lock;
 mod service;
 pub mod status;
 mod supervisor;
+mod token;
 
 use std::path::PathBuf;
 
 pub use child::{execute, job_config, ChildContext};
 pub use service::{serve, RunnerConfig, ENV_TOKEN};
+pub use token::{read_token, token_file};
 
 /// Errors of the runner, its clients and job processes.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +55,7 @@ pub enum RunnerError {
     #[error("{0}")]
     Conflict(String),
     /// A request without the right token.
-    #[error("missing or wrong token (set BROOK_RUNNER_TOKEN)")]
+    #[error("missing or wrong token: set BROOK_RUNNER_TOKEN, or give the runner's --data-dir (its token is in <data-dir>/runner/token)")]
     Unauthorized,
     /// A checkpoint or savepoint cannot be restored.
     #[error("cannot restore {path}: {message}")]

@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::api::{validate_job_id, CancelRequest, ErrorBody, ResumeRequest, SubmitRequest};
+use super::lock::{LockError, ProcessLock};
 use super::supervisor::Supervisor;
 use super::RunnerError;
 
@@ -29,8 +30,9 @@ pub struct RunnerConfig {
     /// The data directory: the embedded log's, and the runner's state under
     /// `runner/`.
     pub data_dir: PathBuf,
-    /// Required on every request as `Authorization: Bearer <token>` when set; must be
-    /// set to listen on an address other than loopback.
+    /// Required on every request as `Authorization: Bearer <token>`; must be given to
+    /// listen on an address other than loopback. `None`: the token in
+    /// `<data-dir>/runner/token`, made at the first start (see [`super::token_file`]).
     pub token: Option<String>,
     /// The `brook` executable that runs YAML jobs (`brook run`).
     pub exe: PathBuf,
@@ -62,28 +64,22 @@ impl IntoResponse for RunnerError {
 #[derive(Debug, Clone)]
 struct AppState {
     supervisor: Arc<Supervisor>,
-    token: Option<Arc<str>>,
+    token: Arc<str>,
+    /// The address the runner listens on (with the port it got), for the `Host` check.
+    listen: SocketAddr,
 }
 
-/// Compares in time independent of where the texts differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn check_token(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &app.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            // The scheme is case-insensitive (RFC 7235 §2.1), as curl and proxies
-            // may send it.
-            .and_then(|v| v.trim().split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim_start());
-        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
-            return RunnerError::Unauthorized.into_response();
-        }
+/// Lets a request through only if [`super::guard::admit`] does.
+async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    if let Err(r) = super::guard::admit(
+        req.method(),
+        req.uri(),
+        req.headers(),
+        app.listen,
+        &app.token,
+    ) {
+        tracing::warn!(method = %req.method(), path = %req.uri().path(), status = r.status.as_u16(), reason = %r.message, "request refused");
+        return (r.status, Json(ErrorBody { error: r.message })).into_response();
     }
     next.run(req).await
 }
@@ -304,8 +300,9 @@ async fn metrics(State(app): State<AppState>) -> Response {
 /// lock, restarts the jobs a previous runner left running, and serves the API.
 ///
 /// # Errors
-/// [`RunnerError::Invalid`] for a non-loopback address without a token or an empty
-/// token; [`RunnerError::Conflict`] when another runner uses the data directory;
+/// [`RunnerError::Invalid`] for a non-loopback address without a token, an empty
+/// token, or a token file others may read; [`RunnerError::Conflict`] when another
+/// runner uses the data directory;
 /// [`RunnerError::Io`] when the directory or the address cannot be used.
 pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
     if config.token.as_deref().is_some_and(str::is_empty) {
@@ -323,22 +320,15 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         source,
     })?;
     let lock_path = root.join("lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|source| RunnerError::Io {
-            path: lock_path.clone(),
-            source,
-        })?;
-    if lock.try_lock().is_err() {
-        return Err(RunnerError::Conflict(format!(
-            "another runner uses {} (it holds {})",
+    let lock = ProcessLock::try_acquire(&lock_path).map_err(|e| match e {
+        LockError::Held { pid, .. } => RunnerError::Conflict(format!(
+            "another runner uses {} ({} holds {})",
             config.data_dir.display(),
+            super::lock::holder(pid),
             lock_path.display()
-        )));
-    }
+        )),
+        LockError::Io { path, source } => RunnerError::Io { path, source },
+    })?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| RunnerError::Io {
@@ -349,11 +339,20 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         path: PathBuf::from(config.listen.to_string()),
         source,
     })?;
+    let token_file = super::token_file(&config.data_dir);
+    let (token, told) = match config.token {
+        Some(t) => (t, String::new()),
+        None => (
+            super::token::load_or_create(&token_file)?,
+            format!(" (token in {})", token_file.display()),
+        ),
+    };
     let supervisor = Supervisor::load(config.data_dir.clone(), config.exe.clone())?;
     supervisor.recover();
     let app = AppState {
         supervisor,
-        token: config.token.map(Arc::from),
+        token: Arc::from(token),
+        listen: addr,
     };
     let router = Router::new()
         .route("/jobs", post(submit).get(list))
@@ -361,10 +360,10 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/resume", post(resume))
         .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(app.clone(), check_token))
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app);
     super::status::write_atomic(&root.join("address"), addr.to_string().as_bytes())?;
-    eprintln!("brook runner listening on http://{addr}");
+    eprintln!("brook runner listening on http://{addr}{told}");
     axum::serve(listener, router)
         .await
         .map_err(|source| RunnerError::Io {

@@ -17,6 +17,7 @@ use super::api::{
     Attempt, JobDetail, JobKind, JobState, JobSummary, RestartStrategy, SubmitRequest,
 };
 use super::child::ChildContext;
+use super::lock::ProcessLock;
 use super::status::{now_ms, write_atomic, JobStatus, ProcessState, SavepointOutcome};
 use super::RunnerError;
 
@@ -353,6 +354,7 @@ impl Supervisor {
             consecutive_failures: 0,
         };
         self.save(&record)?;
+        tracing::info!(job = %id, name = %record.name, kind = %record.summary().kind, "job submitted");
         self.jobs().insert(id.clone(), record);
         self.start_supervising(&id);
         self.detail(&id)
@@ -432,6 +434,7 @@ impl Supervisor {
             .get(id)
             .cloned()
             .ok_or_else(|| RunnerError::Conflict(format!("job {id} is ending")))?;
+        tracing::info!(job = %id, savepoint, "cancel requested");
         let (reply, rx) = oneshot::channel();
         tx.send(Control::Cancel { savepoint, reply })
             .await
@@ -472,6 +475,7 @@ impl Supervisor {
             r.state = JobState::Running;
             r.consecutive_failures = 0;
         })?;
+        tracing::info!(job = %id, "job resumed");
         self.start_supervising(id);
         self.detail(id)
     }
@@ -497,16 +501,7 @@ impl Supervisor {
     async fn wait_for_lock(&self, id: &str) {
         let path = ChildContext::lock_file(&self.status_file(id));
         for i in 0..600 {
-            let free = match std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-            {
-                Ok(f) => f.try_lock().is_ok(),
-                Err(_) => true,
-            };
-            if free {
+            if !ProcessLock::is_held(&path) {
                 return;
             }
             if i == 0 {
@@ -627,6 +622,18 @@ impl Supervisor {
                 r.attempts.push(attempt);
                 r.state = JobState::Running;
             });
+            match &spawned {
+                Ok((child, _)) => tracing::info!(
+                    job = %id,
+                    attempt = number,
+                    pid = child.id().unwrap_or(0),
+                    restored_from = %restore.as_deref().map_or("-".into(), |p| p.display().to_string()),
+                    "job process started"
+                ),
+                Err(e) => {
+                    tracing::warn!(job = %id, attempt = number, error = %e, "job process cannot start")
+                }
+            }
             let (outcome, tail, canceled) = match spawned {
                 Err(e) => (format!("cannot start: {e}"), None, None),
                 Ok((mut child, err_from)) => {
@@ -696,7 +703,7 @@ impl Supervisor {
                 }));
             }
             let Ok(saved) = saved else { return };
-            tracing::info!(job = %id, attempt = number, outcome = %outcome, state = %saved.state, "job process ended");
+            log_end(id, number, &outcome, saved.state, delay);
             let Some(delay) = delay else { return };
             // Wait out the delay; a cancel ends the job now.
             let sleep = tokio::time::sleep(Duration::from_millis(delay));
@@ -713,6 +720,7 @@ impl Supervisor {
                                 continue;
                             }
                             let _ = self.update(id, |r| r.state = JobState::Canceled);
+                            tracing::info!(job = %id, "job canceled while waiting to restart");
                             let _ = reply.send(Ok(()));
                             return;
                         }
@@ -804,7 +812,31 @@ impl Supervisor {
     }
 }
 
-/// How a process ended, and whether that is a failure.
+/// Logs how a job process ended and what the job does next (`delay`: restart after
+/// that many ms).
+fn log_end(id: &str, attempt: u32, outcome: &str, state: JobState, delay: Option<u64>) {
+    match (state, delay) {
+        (JobState::Finished, _) => tracing::info!(job = %id, attempt, "job finished"),
+        (JobState::Canceled, _) => tracing::info!(job = %id, attempt, "job canceled"),
+        _ if outcome == BUSY => {
+            tracing::info!(job = %id, attempt, "job waits: another process holds the data directory's log")
+        }
+        (_, Some(delay_ms)) => tracing::warn!(
+            job = %id,
+            attempt,
+            cause = %outcome,
+            delay_ms,
+            "job process failed; restarting the job"
+        ),
+        (_, None) => tracing::error!(
+            job = %id,
+            attempt,
+            cause = %outcome,
+            "job process failed; the job failed (its restart strategy gave up)"
+        ),
+    }
+}
+
 /// The last `Error: ...` / `error: ...` line of a process's stderr (what `brook run`
 /// and anyhow-based binaries print when they fail), without the prefix.
 fn last_error_line(stderr: &str) -> Option<&str> {
@@ -817,6 +849,7 @@ fn last_error_line(stderr: &str) -> Option<&str> {
     })
 }
 
+/// How a process ended, and whether that is a failure.
 fn describe_exit(
     status: Option<ExitStatus>,
     report: Option<&JobStatus>,
