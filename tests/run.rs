@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod common;
+
 fn brook(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_brook"))
         .arg("--data-dir")
@@ -762,4 +764,60 @@ fn the_enrichment_and_join_examples_run() {
     let dead = lines(&dead);
     assert!(!dead.is_empty());
     assert_eq!(out.len() + dead.len(), 30, "every sale once");
+}
+
+/// Issue 15, item 6: a hopping window with a tiny slide (here 500,000 windows per
+/// record, allowed by raising `max_windows_per_record`) keeps its task inside one batch
+/// for minutes. SIGTERM must still stop the job within seconds, on the fast path
+/// (`memory`: windows added a chunk at a time) and the general one (`rocksdb`: per
+/// window).
+#[test]
+fn sigterm_stops_a_job_busy_with_a_record_in_many_windows() {
+    for backend in ["memory", "rocksdb"] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = format!(
+            r#"
+name: runaway
+state_backend: {backend}
+sources:
+  - {{name: g, connector: generator, count: 1000000, keys: 1, watermark: {{}}}}
+steps:
+  - key_by: [key]
+  - name: win
+    window: {{kind: hopping, size: 500s, slide: 1ms, max_windows_per_record: 1000000}}
+    aggregate: {{n: count()}}
+sinks:
+  - {{name: o, connector: file, path: out.jsonl}}
+"#
+        );
+        std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", dir.path().join("job.yaml").to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Deep inside the first records' windows by then.
+        std::thread::sleep(Duration::from_millis(1500));
+        let term = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let o = common::wait_bounded(child, Duration::from_secs(10)).unwrap_or_else(|o| {
+            panic!(
+                "{backend}: still running 10 s after SIGTERM: {}",
+                stderr(&o)
+            )
+        });
+        let err = stderr(&o);
+        assert!(o.status.success(), "{backend}: {}: {err}", o.status);
+        assert!(err.contains("job runaway canceled"), "{backend}: {err}");
+        // The window was allowed, with a warning when the job started.
+        assert!(
+            err.contains("each record falls into up to 500000 windows"),
+            "{backend}: {err}"
+        );
+    }
 }
