@@ -821,3 +821,55 @@ sinks:
         );
     }
 }
+
+/// Issue 15, item 8: a Kafka source or sink whose brokers cannot be reached fails
+/// after its `connect_timeout`, saying while it waits and at the end which address it
+/// could not reach (no broker needed: nothing listens on port 1).
+#[test]
+fn an_unreachable_kafka_broker_fails_naming_the_address() {
+    let cases = [
+        (
+            "source",
+            // 6 s: one 5 s attempt (then a warning), one of 1 s.
+            "sources:\n  - {name: k, connector: kafka, bootstrap: 127.0.0.1:1, topic: t, connect_timeout: 6s}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "6 s",
+        ),
+        (
+            "sink",
+            "sources:\n  - {name: g, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 127.0.0.1:1, topic: t, connect_timeout: 2s}\n",
+            "2 s",
+        ),
+    ];
+    for (what, body, waited) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("job.yaml"),
+            format!("name: unreachable\n{body}"),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", dir.path().join("job.yaml").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = common::wait_bounded(child, Duration::from_secs(20))
+            .unwrap_or_else(|o| panic!("{what}: still running after 20 s: {}", stderr(&o)));
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{what}: {err}");
+        assert!(
+            err.contains(&format!(
+                "cannot reach Kafka at 127.0.0.1:1 within {waited} (connect_timeout)"
+            )),
+            "{what}: {err}"
+        );
+        if what == "source" {
+            assert!(
+                err.contains("cannot reach Kafka at 127.0.0.1:1 (retrying; 5 s of 6 s)"),
+                "{what}: {err}"
+            );
+        }
+    }
+}
