@@ -408,6 +408,14 @@ fn kafka_sources_and_sinks_are_checked_naming_the_field() {
             "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: consumers}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n",
             "unknown variant `consumers`, expected `brook` or `group`",
         ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, connect_timeout: 0}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).connect_timeout: must be positive",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: file, path: examples/data/snack_sales.jsonl}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out, connect_timeout: soon}\n",
+            "sinks[0] (o).connect_timeout: \"soon\"",
+        ),
     ];
     let group = "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: group}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n";
     let valid = check(group).expect("a good group-mode spec");
