@@ -292,7 +292,7 @@ pub(crate) fn run(run: GroupRun) -> Result<()> {
     // The listener runs inside `poll`, which only starts below.
     let _ = worker.member.set(Arc::downgrade(&member));
     let partitions = member
-        .partition_count()
+        .partition_count(source.connect_timeout_ms)
         .with_context(|| format!("topic {:?}", source.topic))?;
     worker.say(format_args!(
         "joining for topic {:?} ({partitions} partitions)",

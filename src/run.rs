@@ -326,21 +326,29 @@ pub(crate) fn run(
     let mut interrupted = false;
     let mut savepoint_failed = None;
     rt.block_on(async {
-        let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+        use tokio::signal::unix::{signal, SignalKind};
+        // Streams, not `tokio::signal::ctrl_c()`: a second signal must be seen too.
+        let mut ctrl_c = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
         // SIGTERM (a service manager, `kill`) stops the job as Ctrl-C does: cleanly,
         // with a savepoint if asked, and the run's scratch state removed.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("listening for SIGTERM")?;
+        let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
         loop {
             if job.is_finished() {
                 break;
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = async { tokio::select! { _ = &mut ctrl_c => {}, _ = term.recv() => {} } }, if !interrupted => {
+                _ = async { tokio::select! { _ = ctrl_c.recv() => {}, _ = term.recv() => {} } } => {
+                    if interrupted {
+                        // A second Ctrl-C or SIGTERM: the user will not wait for a clean
+                        // stop (as most CLIs do). 130 = 128 + SIGINT, the shell's code.
+                        eprintln!("job {name}: stopping at once (second interrupt)");
+                        std::process::exit(130);
+                    }
                     interrupted = true;
+                    eprintln!("stopping job {name} (Ctrl-C again to stop at once)");
                     if let Some(dir) = &args.savepoint_dir {
-                        eprintln!("taking a savepoint before stopping (Ctrl-C again to stop at once)");
+                        eprintln!("taking a savepoint before stopping");
                         // Blocking is fine: nothing else runs on this runtime.
                         let sp = job.savepoint(dir);
                         match sp {

@@ -911,3 +911,111 @@ sinks:
         vec![serde_json::json!({"order": 1, "ts": 5, "amount": 3, "payments_ts": 100})]
     );
 }
+
+/// Issue 15, item 6: a hopping window with a tiny slide (here 500,000 windows per
+/// record, allowed by raising `max_windows_per_record`) keeps its task inside one batch
+/// for minutes. SIGTERM must still stop the job within seconds, on the fast path
+/// (`memory`: windows added a chunk at a time) and the general one (`rocksdb`: per
+/// window).
+#[test]
+fn sigterm_stops_a_job_busy_with_a_record_in_many_windows() {
+    for backend in ["memory", "rocksdb"] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = format!(
+            r#"
+name: runaway
+state_backend: {backend}
+sources:
+  - {{name: g, connector: generator, count: 1000000, keys: 1, watermark: {{}}}}
+steps:
+  - key_by: [key]
+  - name: win
+    window: {{kind: hopping, size: 500s, slide: 1ms, max_windows_per_record: 1000000}}
+    aggregate: {{n: count()}}
+sinks:
+  - {{name: o, connector: file, path: out.jsonl}}
+"#
+        );
+        std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", dir.path().join("job.yaml").to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Deep inside the first records' windows by then.
+        std::thread::sleep(Duration::from_millis(1500));
+        let term = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let o = common::wait_bounded(child, Duration::from_secs(10)).unwrap_or_else(|o| {
+            panic!(
+                "{backend}: still running 10 s after SIGTERM: {}",
+                stderr(&o)
+            )
+        });
+        let err = stderr(&o);
+        assert!(o.status.success(), "{backend}: {}: {err}", o.status);
+        assert!(err.contains("job runaway canceled"), "{backend}: {err}");
+        // The window was allowed, with a warning when the job started.
+        assert!(
+            err.contains("each record falls into up to 500000 windows"),
+            "{backend}: {err}"
+        );
+    }
+}
+
+/// Issue 15, item 8: a Kafka source or sink whose brokers cannot be reached fails
+/// after its `connect_timeout`, saying while it waits and at the end which address it
+/// could not reach (no broker needed: nothing listens on port 1).
+#[test]
+fn an_unreachable_kafka_broker_fails_naming_the_address() {
+    let cases = [
+        (
+            "source",
+            // 6 s: one 5 s attempt (then a warning), one of 1 s.
+            "sources:\n  - {name: k, connector: kafka, bootstrap: 127.0.0.1:1, topic: t, connect_timeout: 6s}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "6 s",
+        ),
+        (
+            "sink",
+            "sources:\n  - {name: g, connector: generator, count: 5}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 127.0.0.1:1, topic: t, connect_timeout: 2s}\n",
+            "2 s",
+        ),
+    ];
+    for (what, body, waited) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("job.yaml"),
+            format!("name: unreachable\n{body}"),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", dir.path().join("job.yaml").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = common::wait_bounded(child, Duration::from_secs(20))
+            .unwrap_or_else(|o| panic!("{what}: still running after 20 s: {}", stderr(&o)));
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{what}: {err}");
+        assert!(
+            err.contains(&format!(
+                "cannot reach Kafka at 127.0.0.1:1 within {waited} (connect_timeout)"
+            )),
+            "{what}: {err}"
+        );
+        if what == "source" {
+            assert!(
+                err.contains("cannot reach Kafka at 127.0.0.1:1 (retrying; 5 s of 6 s)"),
+                "{what}: {err}"
+            );
+        }
+    }
+}

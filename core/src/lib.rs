@@ -7,6 +7,7 @@
 //! - [`checkpoint`]: checkpoint barriers and the state snapshots operators, sources and
 //!   sinks hand to a checkpoint.
 //! - [`bad_record`]: the bad-record policy (fail, skip, dead-letter) of semantics.md §5.
+//! - [`cancel`]: the job's cancel flag as long-running operator loops check it.
 //! - [`config`]: parsing of the duration (`250ms`, `7d`) and size (`1GiB`) values that
 //!   appear in job specs and on the command line.
 //! - [`names`]: validation of user-given names (topics, groups, jobs) so that none can
@@ -25,6 +26,7 @@
 //! runtime: tasks, channels and scheduling live in `brook-engine`.
 
 pub mod bad_record;
+pub mod cancel;
 pub mod checkpoint;
 pub mod config;
 pub mod element;

@@ -10,6 +10,7 @@ use std::fmt;
 
 use thiserror::Error;
 
+use crate::cancel::CancelFlag;
 use crate::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
 use crate::element::{Batch, StreamRecord};
 use crate::keys::KeyGroupRange;
@@ -33,6 +34,10 @@ pub enum OperatorError {
     /// An error from a library (I/O, state, the log, ...).
     #[error(transparent)]
     Other(#[from] Box<dyn std::error::Error + Send + Sync>),
+    /// The job was cancelled while the operator worked (see
+    /// [`OperatorContext::cancel_flag`]): the task ends as cancelled, not failed.
+    #[error("the job was cancelled")]
+    Cancelled,
 }
 
 impl OperatorError {
@@ -90,10 +95,12 @@ pub struct OperatorContext {
     watermark: Watermark,
     processing_time_callback: Option<Millis>,
     late_records: u64,
+    cancel: CancelFlag,
 }
 
 impl OperatorContext {
-    /// A context for one subtask.
+    /// A context for one subtask (never cancelled; see
+    /// [`OperatorContext::with_cancel_flag`]).
     pub fn new(info: SubtaskInfo, clock: SharedClock) -> Self {
         OperatorContext {
             info,
@@ -101,7 +108,21 @@ impl OperatorContext {
             watermark: Watermark::MIN,
             processing_time_callback: None,
             late_records: 0,
+            cancel: CancelFlag::never(),
         }
+    }
+
+    /// The same context, cancelled when the job's `flag` is set (the runtime's).
+    pub fn with_cancel_flag(mut self, flag: CancelFlag) -> Self {
+        self.cancel = flag;
+        self
+    }
+
+    /// The job's cancel flag: an operator whose one call can run long (many windows
+    /// per record) checks it with a [`crate::cancel::CancelCheck`] and returns
+    /// [`OperatorError::Cancelled`] once it is set.
+    pub fn cancel_flag(&self) -> &CancelFlag {
+        &self.cancel
     }
 
     /// Name and subtask of this operator instance.

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use brook_core::checkpoint::{CheckpointBarrier, CheckpointId, RestoredState, StateSnapshot};
 use brook_core::element::Batch;
-use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
+use brook_core::operator::{
+    OpResult, Operator, OperatorContext, OperatorError, Output, SubtaskInfo,
+};
 use brook_core::sink::SinkWriter;
 use brook_core::time::{Millis, Stopwatch, Watermark};
 use std::sync::atomic::Ordering;
@@ -71,6 +73,8 @@ pub(crate) fn panic_message(p: Box<dyn Any + Send>) -> String {
 pub(crate) fn guarded<R>(info: &SubtaskInfo, f: impl FnOnce() -> OpResult<R>) -> TaskResult<R> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(r)) => Ok(r),
+        // The job was cancelled during the call: ended, not failed.
+        Ok(Err(OperatorError::Cancelled)) => Err(TaskFailure::Disconnected),
         Ok(Err(e)) => Err(TaskFailure::Failed(EngineError::Task {
             task: info.to_string(),
             message: e.to_string(),
@@ -142,6 +146,11 @@ impl<O: Operator> OperatorLink<O> {
                 return Ok(());
             }
             self.next.batch(chunk)?;
+            // Millions of rows from one call take a while downstream: a cancelled job
+            // stops between chunks.
+            if self.ctx.cancel_flag().is_cancelled() {
+                return Err(TaskFailure::Disconnected);
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
+use brook_core::cancel::CancelFlag;
 use brook_core::operator::{Operator, OperatorContext, SubtaskInfo};
 use brook_core::partition::Partitioner;
 use brook_core::sink::Sink;
@@ -161,7 +162,9 @@ where
     ) -> Result<ErasedLink, EngineError> {
         let next = combine_outputs::<O::Out>(outputs, &info.name)?;
         let op = (self.factory)(info, env, vertex)?;
-        let ctx = OperatorContext::new(info.clone(), env.clock.clone());
+        // Long calls (a record in many windows) stop early when the job is cancelled.
+        let ctx = OperatorContext::new(info.clone(), env.clock.clone())
+            .with_cancel_flag(CancelFlag::new(Arc::clone(&env.task.cancelled)));
         let restore = env
             .restore
             .as_ref()

@@ -572,6 +572,10 @@ impl<T: Send + 'static> InputTask<T> {
             let update = match msg {
                 StreamElement::Records(b) => {
                     self.head.batch(b)?;
+                    // Between batches too: under steady input the channels never run
+                    // empty, where the loop checks otherwise.
+                    self.env
+                        .check_cancelled_committing(self.head.as_mut(), &mut completed)?;
                     fire_callbacks(self.head.as_mut(), &self.env.clock)?;
                     continue;
                 }

@@ -9,9 +9,10 @@ use brook_operators::window::assigner::WindowAssigner;
 use brook_operators::window::trigger::Trigger;
 use brook_operators::window::{
     AggregateFunction, ProcessWindowFunction, WindowFunction, WindowOperator, WindowOutput,
-    WindowResult,
+    WindowResult, WARN_WINDOWS_PER_RECORD,
 };
 use brook_state::KeyedStateBackend;
+use tracing::warn;
 
 /// The key selector a window operator is built with.
 type KeySelector<K, T> = Box<dyn Fn(&T) -> K + Send + Sync>;
@@ -218,6 +219,17 @@ where
             + Sync
             + 'static,
     {
+        let windows = self.assigner.windows_per_record();
+        if windows > WARN_WINDOWS_PER_RECORD {
+            // Allowed (up to the assigner's limit), but most likely a typo in the slide.
+            warn!(
+                operator = %self.name,
+                windows,
+                "window {:?}: each record falls into up to {windows} windows (more than \
+                 {WARN_WINDOWS_PER_RECORD}); every record updates all of them",
+                self.name
+            );
+        }
         let key = Arc::clone(&self.keyed.key);
         let (trigger, lateness) = (self.trigger, self.allowed_lateness_ms);
         let emit_late = self.late.is_some();

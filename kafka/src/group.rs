@@ -21,7 +21,7 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::{KafkaConnectorError, TIMEOUT};
+use crate::KafkaConnectorError;
 use brook_core::operator::OpResult;
 
 /// Receives a group member's partition changes (called from [`GroupMember::poll`]).
@@ -202,23 +202,20 @@ impl GroupMember {
         }
     }
 
-    /// The topic's partition count.
+    /// The topic's partition count, waiting up to `connect_timeout_ms` for a broker to
+    /// answer (warning every few seconds; see [`crate::connect`]).
     ///
     /// # Errors
-    /// The broker cannot be reached or the topic does not exist.
-    pub fn partition_count(&self) -> OpResult<i32> {
-        let md = self
-            .consumer
-            .fetch_metadata(Some(&self.topic), TIMEOUT)
-            .map_err(|e| {
-                KafkaConnectorError::kafka(
-                    format!(
-                        "metadata of topic {:?} from {} (is a broker there?)",
-                        self.topic, self.bootstrap
-                    ),
-                    e,
-                )
-            })?;
+    /// [`KafkaConnectorError::Unreachable`] when no broker answered in time, or the
+    /// topic does not exist.
+    pub fn partition_count(&self, connect_timeout_ms: u64) -> OpResult<i32> {
+        let md = crate::connect::topic_metadata(
+            self.consumer.client(),
+            &self.bootstrap,
+            Some(&self.topic),
+            connect_timeout_ms,
+        )
+        .map_err(brook_core::operator::OperatorError::other)?;
         let n = md
             .topics()
             .iter()

@@ -68,6 +68,10 @@
 //! `properties:`) go to librdkafka as they are: security settings
 //! (`security.protocol`, `sasl.mechanism`, `sasl.username`, `ssl.ca.location`, ...)
 //! and tuning.
+//!
+//! When a source enumerates its partitions, and when a sink's writer starts, it waits
+//! for a broker at `bootstrap` for at most its [`connect_timeout`](KafkaSource::connect_timeout)
+//! (default 60 s), warning every 5 s, then fails naming the address (see [`connect`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -95,7 +99,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub mod admin;
+pub mod connect;
 pub mod group;
+
+pub use connect::DEFAULT_CONNECT_TIMEOUT_MS;
 
 pub use group::{GroupListener, GroupMember, OffsetCommitter};
 
@@ -116,6 +123,20 @@ pub enum KafkaConnectorError {
         /// What was being done (naming the topic, partition, transactional id).
         context: String,
         /// librdkafka's error.
+        source: KafkaError,
+    },
+    /// No broker at `bootstrap` answered within the connect timeout (see
+    /// [`connect`]).
+    #[error(
+        "cannot reach Kafka at {bootstrap} within {} s (connect_timeout): {source}",
+        timeout_ms.div_ceil(1000)
+    )]
+    Unreachable {
+        /// The brokers tried, as configured.
+        bootstrap: String,
+        /// How long was waited (ms).
+        timeout_ms: u64,
+        /// librdkafka's last error.
         source: KafkaError,
     },
     /// A setting or a checkpoint does not fit.
@@ -165,9 +186,20 @@ struct Conn {
     bootstrap: String,
     topic: String,
     properties: BTreeMap<String, String>,
+    /// How long to wait for the brokers when starting (ms; see [`connect`]).
+    connect_timeout_ms: u64,
 }
 
 impl Conn {
+    fn new(bootstrap: String, topic: String) -> Self {
+        Conn {
+            bootstrap,
+            topic,
+            properties: BTreeMap::new(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+        }
+    }
+
     fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
@@ -228,11 +260,7 @@ impl KafkaSource<()> {
         topic: impl Into<String>,
     ) -> KafkaSource<T> {
         KafkaSource {
-            conn: Conn {
-                bootstrap: bootstrap.into(),
-                topic: topic.into(),
-                properties: BTreeMap::new(),
-            },
+            conn: Conn::new(bootstrap.into(), topic.into()),
             group: None,
             start: KafkaStart::default(),
             bounded: false,
@@ -268,6 +296,14 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     /// A librdkafka property (security settings, tuning), passed as it is.
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.conn.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// How long the source waits for a broker at `bootstrap` to answer when the job
+    /// starts, warning every few seconds, before it fails (ms; default
+    /// [`DEFAULT_CONNECT_TIMEOUT_MS`]; see [`connect`]).
+    pub fn connect_timeout(mut self, ms: u64) -> Self {
+        self.conn.connect_timeout_ms = ms;
         self
     }
 
@@ -315,15 +351,13 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
 
     fn partition_count(&self, consumer: &BaseConsumer<ReaderContext>) -> OpResult<i32> {
         let topic = &self.conn.topic;
-        let md = consumer.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
-            KafkaConnectorError::kafka(
-                format!(
-                    "metadata of topic {topic:?} from {} (is a broker there?)",
-                    self.conn.bootstrap
-                ),
-                e,
-            )
-        })?;
+        let md = connect::topic_metadata(
+            consumer.client(),
+            &self.conn.bootstrap,
+            Some(topic),
+            self.conn.connect_timeout_ms,
+        )
+        .map_err(OperatorError::other)?;
         let t = md
             .topics()
             .iter()
@@ -869,11 +903,7 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
     /// Writes records as JSON to `topic` on the brokers `bootstrap`.
     pub fn json(bootstrap: impl Into<String>, topic: impl Into<String>) -> Self {
         KafkaSink {
-            conn: Conn {
-                bootstrap: bootstrap.into(),
-                topic: topic.into(),
-                properties: BTreeMap::new(),
-            },
+            conn: Conn::new(bootstrap.into(), topic.into()),
             key: None,
             txn_prefix: None,
         }
@@ -898,6 +928,14 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
     /// A librdkafka property (security settings, tuning), passed as it is.
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.conn.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// How long each writer waits for a broker at `bootstrap` to answer when it
+    /// starts, warning every few seconds, before it fails (ms; default
+    /// [`DEFAULT_CONNECT_TIMEOUT_MS`]; see [`connect`]).
+    pub fn connect_timeout(mut self, ms: u64) -> Self {
+        self.conn.connect_timeout_ms = ms;
         self
     }
 
@@ -927,9 +965,20 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
         if let Some(id) = txn_id {
             c.set("transactional.id", id);
         }
-        c.create_with_context(Deliveries::default()).map_err(|e| {
+        let p: CheckedProducer = c.create_with_context(Deliveries::default()).map_err(|e| {
             KafkaConnectorError::kafka(format!("producer for topic {:?}", self.conn.topic), e)
-        })
+        })?;
+        // A producer queues records for an unreachable broker without a word until
+        // `message.timeout.ms` (5 minutes): make sure a broker answers first. Cluster
+        // metadata, not the topic's: asking for a topic can create it.
+        connect::topic_metadata(
+            p.client(),
+            &self.conn.bootstrap,
+            None,
+            self.conn.connect_timeout_ms,
+        )
+        .map_err(OperatorError::other)?;
+        Ok(p)
     }
 
     fn encode(&self, v: &T, ts: Option<i64>) -> OpResult<Pending> {

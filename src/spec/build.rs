@@ -28,9 +28,9 @@ use serde_json::json;
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
 use super::{
-    file_format, late_input, FileFormat, Isolation, KafkaAssignment, KafkaStartSpec,
-    LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition,
-    StepOp, TableSpec, ValidSpec, Watermarks,
+    connect_timeout_ms, file_format, late_input, FileFormat, Isolation, KafkaAssignment,
+    KafkaStartSpec, LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec, SourceSpec, SpecError,
+    StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -258,6 +258,7 @@ fn build_with(
                 properties,
                 on_bad_record,
                 parallelism,
+                connect_timeout,
                 ..
             } => {
                 let start = match start.unwrap_or(KafkaStartSpec::Earliest) {
@@ -269,6 +270,10 @@ fn build_with(
                     }
                 };
                 let mut src = KafkaSource::json::<Row>(bootstrap.clone(), topic.clone())
+                    .connect_timeout(connect_timeout_ms(
+                        connect_timeout,
+                        &format!("{field}.connect_timeout"),
+                    )?)
                     .start(start)
                     .bounded(bounded.unwrap_or(false))
                     .on_bad_record(bad(*on_bad_record));
@@ -629,6 +634,7 @@ fn build_with(
                 key_field,
                 properties,
                 parallelism,
+                connect_timeout,
                 ..
             } => {
                 // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
@@ -638,7 +644,11 @@ fn build_with(
                     None => spec.name.clone(),
                 };
                 let mut sink = KafkaSink::<Row>::json(bootstrap.clone(), topic.clone())
-                    .transactional_id_prefix(prefix);
+                    .transactional_id_prefix(prefix)
+                    .connect_timeout(connect_timeout_ms(
+                        connect_timeout,
+                        &format!("{}.connect_timeout", s.name()),
+                    )?);
                 for (k, v) in properties {
                     sink = sink.property(k.clone(), v.clone());
                 }

@@ -259,6 +259,11 @@ pub enum SourceSpec {
         /// librdkafka properties passed as they are (security settings, tuning).
         #[serde(default)]
         properties: BTreeMap<String, String>,
+        /// How long to wait for a broker at `bootstrap` when the job starts, saying so
+        /// every 5 s, before failing (default 60s, as the Java clients'
+        /// `default.api.timeout.ms`).
+        #[serde(default)]
+        connect_timeout: Option<DurationSpec>,
         /// Bad-record policy for values that are not JSON objects.
         #[serde(default)]
         on_bad_record: Option<BadRecordPolicy>,
@@ -675,6 +680,11 @@ pub enum SinkSpec {
         /// librdkafka properties passed as they are (security settings, tuning).
         #[serde(default)]
         properties: BTreeMap<String, String>,
+        /// How long each writer waits for a broker at `bootstrap` when the job starts,
+        /// saying so every 5 s, before failing (default 60s, as the Java producer's
+        /// `max.block.ms`).
+        #[serde(default)]
+        connect_timeout: Option<DurationSpec>,
         /// Parallel writers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -739,6 +749,8 @@ pub struct GroupSource {
     pub properties: BTreeMap<String, String>,
     /// Whether each partition's job ends at the partition's end.
     pub bounded: bool,
+    /// How long to wait for a broker when joining (ms).
+    pub connect_timeout_ms: u64,
 }
 
 impl ValidSpec {
@@ -752,6 +764,7 @@ impl ValidSpec {
                 assignment: Some(KafkaAssignment::Group),
                 properties,
                 bounded,
+                connect_timeout,
                 ..
             } => Some(GroupSource {
                 bootstrap: bootstrap.clone(),
@@ -759,6 +772,9 @@ impl ValidSpec {
                 group: group.clone(),
                 properties: properties.clone(),
                 bounded: bounded.unwrap_or(false),
+                // Validated: a duration in ms, positive.
+                connect_timeout_ms: connect_timeout_ms(connect_timeout, "connect_timeout")
+                    .unwrap_or(brook_kafka::DEFAULT_CONNECT_TIMEOUT_MS),
             }),
             _ => None,
         })
@@ -1095,10 +1111,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 start_timestamp_ms,
                 on_bad_record,
                 parallelism,
+                connect_timeout,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
                 check_kafka(&field, bootstrap, topic)?;
+                connect_timeout_ms(connect_timeout, &format!("{field}.connect_timeout"))?;
                 if *assignment == Some(KafkaAssignment::Group) {
                     check_group_mode(&field, &spec, group.as_deref())?;
                 }
@@ -1374,10 +1392,12 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 bootstrap,
                 topic,
                 parallelism,
+                connect_timeout,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
                 check_kafka(&field, bootstrap, topic)?;
+                connect_timeout_ms(connect_timeout, &format!("{field}.connect_timeout"))?;
             }
             SinkSpec::Stdout { .. } => {}
         }
@@ -1610,6 +1630,18 @@ fn check_group_mode(field: &str, spec: &JobSpec, group: Option<&str>) -> Result<
         ));
     }
     Ok(())
+}
+
+/// A Kafka source's or sink's `connect_timeout` in ms (default
+/// [`brook_kafka::DEFAULT_CONNECT_TIMEOUT_MS`]); must be positive.
+pub(crate) fn connect_timeout_ms(d: &Option<DurationSpec>, field: &str) -> Result<u64, SpecError> {
+    let Some(d) = d else {
+        return Ok(brook_kafka::DEFAULT_CONNECT_TIMEOUT_MS);
+    };
+    match d.ms(field)? {
+        0 => Err(SpecError::new(field, "must be positive")),
+        ms => Ok(ms.unsigned_abs()),
+    }
 }
 
 /// A Kafka source's or sink's `bootstrap` and `topic` (Kafka's topic name rules:

@@ -223,6 +223,19 @@ fn a_window_step_resolves_its_window_and_late_output() {
 }
 
 #[test]
+fn max_windows_per_record_raises_the_limit() {
+    let raised = EVENTS.replace(
+        "{ kind: hopping, size: 1m, slide: 10s }",
+        "{ kind: hopping, size: 1h, slide: 1ms, max_windows_per_record: 3600000 }",
+    );
+    let v = check(&raised).unwrap();
+    let StepOp::Window(w) = &v.steps[1].op else {
+        panic!("not a window: {:?}", v.steps[1].op)
+    };
+    assert_eq!(w.assigner.windows_per_record(), 3_600_000);
+}
+
+#[test]
 fn broken_window_specs_are_rejected_naming_the_field() {
     let cases: &[(&str, &str, &str)] = &[
         (
@@ -249,6 +262,24 @@ fn broken_window_specs_are_rejected_naming_the_field() {
             "{ kind: hopping, size: 1m, slide: 10s }",
             "{ kind: weekly, size: 1m }",
             "unknown variant `weekly`",
+        ),
+        // Issue 15: 3.6 M windows per record, over the default limit of 100,000.
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: hopping, size: 1h, slide: 1ms }",
+            "steps[1] (agg).window.slide: 1 ms with size 3600000 ms puts each record into \
+             3600000 windows, more than max_windows_per_record (100000)",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: hopping, size: 1m, slide: 1s, max_windows_per_record: 59 }",
+            "steps[1] (agg).window.slide: 1000 ms with size 60000 ms puts each record into 60 \
+             windows, more than max_windows_per_record (59)",
+        ),
+        (
+            "{ kind: hopping, size: 1m, slide: 10s }",
+            "{ kind: hopping, size: 1m, slide: 10s, max_windows_per_record: 0 }",
+            "steps[1] (agg).window.max_windows_per_record: must be at least 1",
         ),
         (
             "late_output: late",
@@ -376,6 +407,14 @@ fn kafka_sources_and_sinks_are_checked_naming_the_field() {
         (
             "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: consumers}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n",
             "unknown variant `consumers`, expected `brook` or `group`",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, connect_timeout: 0}\nsinks:\n  - {name: o, connector: stdout}\n",
+            "sources[0] (s).connect_timeout: must be positive",
+        ),
+        (
+            "name: x\nsources:\n  - {name: s, connector: file, path: examples/data/snack_sales.jsonl}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out, connect_timeout: soon}\n",
+            "sinks[0] (o).connect_timeout: \"soon\"",
         ),
     ];
     let group = "name: x\nsources:\n  - {name: s, connector: kafka, bootstrap: 'h:1', topic: in, group: g, assignment: group}\nsinks:\n  - {name: o, connector: kafka, bootstrap: 'h:1', topic: out}\n";

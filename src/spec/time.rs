@@ -25,7 +25,7 @@ use brook_operators::row_time::{EventTimeField, TimestampFormat};
 use brook_operators::window::assigner::{
     EventTimeSessionWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
     SlidingProcessingTimeWindows, TumblingEventTimeWindows, TumblingProcessingTimeWindows,
-    WindowAssigner,
+    WindowAssigner, WindowConfigError, DEFAULT_MAX_WINDOWS_PER_RECORD,
 };
 use brook_operators::window::trigger::Trigger;
 use indexmap::IndexMap;
@@ -195,6 +195,11 @@ pub enum WindowSpec {
         /// `event` (default) or `processing`.
         #[serde(default)]
         time: TimeKind,
+        /// The most windows one record may fall into, `ceil(size / slide)` (default
+        /// 100,000; above 1,000 the job warns): a small slide by mistake (`size: 1h,
+        /// slide: 1ms`) is refused instead of running for hours.
+        #[serde(default)]
+        max_windows_per_record: Option<u64>,
     },
     /// Sessions of a key that end after `gap` without records.
     Session {
@@ -230,14 +235,37 @@ impl WindowSpec {
                 slide,
                 offset,
                 time,
+                max_windows_per_record,
             } => {
                 let (size, slide, offset) = (d(size, "size")?, d(slide, "slide")?, off(offset)?);
-                match time {
-                    TimeKind::Event => SlidingEventTimeWindows::with_offset(size, slide, offset),
-                    TimeKind::Processing => {
-                        SlidingProcessingTimeWindows::with_offset(size, slide, offset)
-                    }
+                let limit = max_windows_per_record.unwrap_or(DEFAULT_MAX_WINDOWS_PER_RECORD);
+                if limit == 0 {
+                    return Err(SpecError::new(
+                        format!("{field}.max_windows_per_record"),
+                        "must be at least 1",
+                    ));
                 }
+                let r = match time {
+                    TimeKind::Event => SlidingEventTimeWindows::with_max_windows_per_record(
+                        size, slide, offset, limit,
+                    ),
+                    TimeKind::Processing => {
+                        SlidingProcessingTimeWindows::with_max_windows_per_record(
+                            size, slide, offset, limit,
+                        )
+                    }
+                };
+                if let Err(WindowConfigError::TooManyWindows { windows, .. }) = r {
+                    return Err(SpecError::new(
+                        format!("{field}.slide"),
+                        format!(
+                            "{slide} ms with size {size} ms puts each record into {windows} \
+                             windows, more than max_windows_per_record ({limit}): use a larger \
+                             slide, or raise {field}.max_windows_per_record"
+                        ),
+                    ));
+                }
+                r
             }
             WindowSpec::Session { gap, time } => {
                 let gap = d(gap, "gap")?;

@@ -10,6 +10,7 @@ pub(crate) mod kafka;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Output};
 use std::time::Duration;
 
 use brook::core::time::Stopwatch;
@@ -200,4 +201,18 @@ pub(crate) fn file_rows(dir: &Path, stem: &str) -> Vec<String> {
     }
     rows.sort();
     rows
+}
+
+/// Waits up to `limit` for `child` to exit (polling every 50 ms: a count, not a clock
+/// read), then collects what it wrote to its piped outputs: `Ok` when it exited in
+/// time, `Err` when it was still running and was killed (SIGKILL) at the limit.
+pub(crate) fn wait_bounded(mut child: Child, limit: Duration) -> Result<Output, Output> {
+    for _ in 0..limit.as_millis().div_ceil(50) {
+        if child.try_wait().expect("poll the child").is_some() {
+            return Ok(child.wait_with_output().expect("collect the output"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    Err(child.wait_with_output().expect("collect the output"))
 }

@@ -5,6 +5,17 @@ use thiserror::Error;
 
 use super::TimeWindow;
 
+/// Above this many windows per record (`ceil(size / slide)`) a sliding window is worth
+/// a warning: every record updates that many windows, and each window emits a row per
+/// key. A typo such as `size: 1h, slide: 1ms` (3.6 M windows per record) ran for ten
+/// minutes at 1.7 GB before this limit existed (issue 15).
+pub const WARN_WINDOWS_PER_RECORD: u64 = 1_000;
+
+/// The most windows per record a sliding assigner accepts unless it is given a higher
+/// limit ([`SlidingEventTimeWindows::with_max_windows_per_record`]; in a YAML job the
+/// window's `max_windows_per_record`).
+pub const DEFAULT_MAX_WINDOWS_PER_RECORD: u64 = 100_000;
+
 /// An invalid window parameter, named as in the constructor (all values in ms).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum WindowConfigError {
@@ -35,6 +46,23 @@ pub enum WindowConfigError {
         size: Millis,
         /// The slide given.
         slide: Millis,
+    },
+    /// A sliding window putting each record into more windows (`ceil(size / slide)`)
+    /// than the limit (default [`DEFAULT_MAX_WINDOWS_PER_RECORD`]).
+    #[error(
+        "window slide {slide} ms with size {size} ms puts each record into {windows} windows, \
+         more than the limit of {limit} windows per record: use a larger slide, or raise the \
+         limit (max_windows_per_record)"
+    )]
+    TooManyWindows {
+        /// The size given.
+        size: Millis,
+        /// The slide given.
+        slide: Millis,
+        /// Windows per record, `ceil(size / slide)`.
+        windows: u64,
+        /// The limit.
+        limit: u64,
     },
 }
 
@@ -87,6 +115,11 @@ pub fn window_start_with_offset(t: Millis, offset: Millis, size: Millis) -> Mill
     }
 }
 
+/// `ceil(size / slide)` for `0 < slide <= size` (ms).
+fn sliding_windows_per_record(size: Millis, slide: Millis) -> u64 {
+    size.unsigned_abs().div_ceil(slide.unsigned_abs().max(1))
+}
+
 fn positive(param: &'static str, value: Millis) -> Result<(), WindowConfigError> {
     if value > 0 {
         Ok(())
@@ -126,6 +159,7 @@ impl WindowAssigner {
         slide: Millis,
         offset: Millis,
         event_time: bool,
+        max_windows_per_record: u64,
     ) -> Result<Self, WindowConfigError> {
         positive("size", size)?;
         positive("slide", slide)?;
@@ -133,6 +167,15 @@ impl WindowAssigner {
             return Err(WindowConfigError::SlideLargerThanSize { size, slide });
         }
         offset_below(offset, "slide", slide)?;
+        let windows = sliding_windows_per_record(size, slide);
+        if windows > max_windows_per_record {
+            return Err(WindowConfigError::TooManyWindows {
+                size,
+                slide,
+                windows,
+                limit: max_windows_per_record,
+            });
+        }
         Ok(WindowAssigner {
             kind: WindowKind::Sliding {
                 size,
@@ -154,6 +197,15 @@ impl WindowAssigner {
     /// The windows' shape.
     pub fn kind(&self) -> WindowKind {
         self.kind
+    }
+
+    /// The most windows [`WindowAssigner::assign_windows`] gives one record:
+    /// `ceil(size / slide)` for sliding windows, 1 otherwise (before session merging).
+    pub fn windows_per_record(&self) -> u64 {
+        match self.kind {
+            WindowKind::Sliding { size, slide, .. } => sliding_windows_per_record(size, slide),
+            WindowKind::Tumbling { .. } | WindowKind::Session { .. } => 1,
+        }
     }
 
     /// Whether windows follow event time (record timestamps and watermarks) rather than
@@ -265,10 +317,11 @@ impl SlidingEventTimeWindows {
     /// Windows of `size_ms` starting every `slide_ms`.
     ///
     /// # Errors
-    /// [`WindowConfigError`] unless `size_ms > 0`, `slide_ms > 0` and
-    /// `slide_ms <= size_ms`.
+    /// [`WindowConfigError`] unless `size_ms > 0`, `slide_ms > 0`,
+    /// `slide_ms <= size_ms` and `ceil(size_ms / slide_ms)` is at most
+    /// [`DEFAULT_MAX_WINDOWS_PER_RECORD`] ([`WindowConfigError::TooManyWindows`]).
     pub fn of(size_ms: Millis, slide_ms: Millis) -> Result<WindowAssigner, WindowConfigError> {
-        WindowAssigner::sliding(size_ms, slide_ms, 0, true)
+        Self::with_offset(size_ms, slide_ms, 0)
     }
 
     /// As [`SlidingEventTimeWindows::of`], the grid shifted by `offset_ms`.
@@ -280,7 +333,26 @@ impl SlidingEventTimeWindows {
         slide_ms: Millis,
         offset_ms: Millis,
     ) -> Result<WindowAssigner, WindowConfigError> {
-        WindowAssigner::sliding(size_ms, slide_ms, offset_ms, true)
+        Self::with_max_windows_per_record(
+            size_ms,
+            slide_ms,
+            offset_ms,
+            DEFAULT_MAX_WINDOWS_PER_RECORD,
+        )
+    }
+
+    /// As [`SlidingEventTimeWindows::with_offset`], accepting up to `limit` windows
+    /// per record instead of [`DEFAULT_MAX_WINDOWS_PER_RECORD`].
+    ///
+    /// # Errors
+    /// As [`SlidingEventTimeWindows::with_offset`], with `limit`.
+    pub fn with_max_windows_per_record(
+        size_ms: Millis,
+        slide_ms: Millis,
+        offset_ms: Millis,
+        limit: u64,
+    ) -> Result<WindowAssigner, WindowConfigError> {
+        WindowAssigner::sliding(size_ms, slide_ms, offset_ms, true, limit)
     }
 }
 
@@ -294,7 +366,7 @@ impl SlidingProcessingTimeWindows {
     /// # Errors
     /// As [`SlidingEventTimeWindows::of`].
     pub fn of(size_ms: Millis, slide_ms: Millis) -> Result<WindowAssigner, WindowConfigError> {
-        WindowAssigner::sliding(size_ms, slide_ms, 0, false)
+        Self::with_offset(size_ms, slide_ms, 0)
     }
 
     /// As [`SlidingProcessingTimeWindows::of`], the grid shifted by `offset_ms`.
@@ -306,7 +378,26 @@ impl SlidingProcessingTimeWindows {
         slide_ms: Millis,
         offset_ms: Millis,
     ) -> Result<WindowAssigner, WindowConfigError> {
-        WindowAssigner::sliding(size_ms, slide_ms, offset_ms, false)
+        Self::with_max_windows_per_record(
+            size_ms,
+            slide_ms,
+            offset_ms,
+            DEFAULT_MAX_WINDOWS_PER_RECORD,
+        )
+    }
+
+    /// As [`SlidingProcessingTimeWindows::with_offset`], accepting up to `limit`
+    /// windows per record instead of [`DEFAULT_MAX_WINDOWS_PER_RECORD`].
+    ///
+    /// # Errors
+    /// As [`SlidingEventTimeWindows::with_max_windows_per_record`].
+    pub fn with_max_windows_per_record(
+        size_ms: Millis,
+        slide_ms: Millis,
+        offset_ms: Millis,
+        limit: u64,
+    ) -> Result<WindowAssigner, WindowConfigError> {
+        WindowAssigner::sliding(size_ms, slide_ms, offset_ms, false, limit)
     }
 }
 
@@ -468,6 +559,44 @@ mod tests {
         );
         let msg = SlidingEventTimeWindows::of(10, 11).unwrap_err().to_string();
         assert!(msg.contains("slide") && msg.contains("size"), "{msg}");
+    }
+
+    #[test]
+    fn windows_per_record_are_limited() {
+        use WindowConfigError::TooManyWindows;
+        // The limit itself is allowed; one window more is not.
+        let at = SlidingEventTimeWindows::of(DEFAULT_MAX_WINDOWS_PER_RECORD as i64, 1).unwrap();
+        assert_eq!(at.windows_per_record(), DEFAULT_MAX_WINDOWS_PER_RECORD);
+        assert_eq!(
+            SlidingEventTimeWindows::of(DEFAULT_MAX_WINDOWS_PER_RECORD as i64 + 1, 1),
+            Err(TooManyWindows {
+                size: DEFAULT_MAX_WINDOWS_PER_RECORD as i64 + 1,
+                slide: 1,
+                windows: DEFAULT_MAX_WINDOWS_PER_RECORD + 1,
+                limit: DEFAULT_MAX_WINDOWS_PER_RECORD
+            })
+        );
+        // The issue's typo: 1 h windows every 1 ms.
+        let typo = SlidingProcessingTimeWindows::of(3_600_000, 1).unwrap_err();
+        assert!(typo.to_string().contains("3600000 windows"), "{typo}");
+        // Raised by hand.
+        let raised =
+            SlidingEventTimeWindows::with_max_windows_per_record(3_600_000, 1, 0, 5_000_000)
+                .unwrap();
+        assert_eq!(raised.windows_per_record(), 3_600_000);
+        // ceil: a slide that does not divide the size.
+        assert_eq!(
+            SlidingEventTimeWindows::of(1000, 400)
+                .unwrap()
+                .windows_per_record(),
+            3
+        );
+        assert_eq!(
+            TumblingEventTimeWindows::of(10)
+                .unwrap()
+                .windows_per_record(),
+            1
+        );
     }
 
     proptest! {

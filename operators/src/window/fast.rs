@@ -17,6 +17,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::Hash;
 
+use brook_core::cancel::{CancelCheck, CancelFlag};
 use brook_core::operator::Output;
 use brook_core::time::Millis;
 use brook_state::{FastHashMap, NamespaceMajorTable, TimerQueue};
@@ -175,22 +176,28 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
     }
 
     /// Fires the windows the watermark `wm` passed since the last one (in order of max
-    /// timestamp), then drops those whose cleanup time it reached.
+    /// timestamp), then drops those whose cleanup time it reached. Returns `false`,
+    /// part-way, when `cancel` is set (checked per window fired, counted in `check`):
+    /// one watermark can pass millions of windows.
     pub(crate) fn on_watermark<T, F: WindowFunction<K, T, State = S>>(
         &mut self,
         wm: Millis,
         allowed_lateness: Millis,
         func: &mut F,
         out: &mut Output<WindowOutput<F::Out, T>>,
-    ) {
+        (check, cancel): (&mut CancelCheck, &CancelFlag),
+    ) -> bool {
         if wm <= self.fired {
-            return;
+            return true;
         }
         let fired = self.fired;
         let mut pos = self.table.partition_point(|w| w.0.max_timestamp() <= fired);
         while let Some(&ByEnd(w)) = self.table.namespace_at(pos) {
             if w.max_timestamp() > wm {
                 break;
+            }
+            if check.tick(1, cancel) {
+                return false;
             }
             for (key, state) in self.table.entries_at(pos) {
                 if !self.skip.is_empty() && self.skip.remove(&(w, key.clone())).is_some() {
@@ -210,6 +217,7 @@ impl<K: Hash + Eq + Clone, S> FixedWindows<K, S> {
             self.table.remove_first();
         }
         self.fired = wm;
+        true
     }
 }
 

@@ -27,7 +27,7 @@ pub use aggregate::{Avg, Count, CountDistinct, First, Last, Max, Min, Reduce, Su
 pub use assigner::{
     EventTimeSessionWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
     SlidingProcessingTimeWindows, TumblingEventTimeWindows, TumblingProcessingTimeWindows,
-    WindowAssigner, WindowConfigError,
+    WindowAssigner, WindowConfigError, DEFAULT_MAX_WINDOWS_PER_RECORD, WARN_WINDOWS_PER_RECORD,
 };
 pub use function::{ProcessWindowFunction, WindowFunction};
 pub use operator::WindowOperator;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
+use brook_core::cancel::{CancelCheck, CancelFlag};
 use brook_core::checkpoint::{CheckpointId, RestoredState, StateSnapshot};
 use brook_core::element::Batch;
 use brook_core::keys::{key_group_for_key, KeyGroup};
@@ -142,6 +143,9 @@ pub struct WindowOperator<T, K, KS, F: WindowFunction<K, T>> {
     merged: Vec<TimeWindow>,
     removed: Vec<Slot<F::State>>,
     late_records: u64,
+    /// Windows and timers handled since the job's cancel flag was last read: one
+    /// record can fall into millions of sliding windows.
+    cancel_check: CancelCheck,
     _in: PhantomData<fn(T)>,
 }
 
@@ -248,6 +252,7 @@ where
             merged: Vec::new(),
             removed: Vec::new(),
             late_records: 0,
+            cancel_check: CancelCheck::new(),
             _in: PhantomData,
         };
         op.choose_path();
@@ -363,7 +368,8 @@ where
         Ok(())
     }
 
-    /// Tumbling and sliding windows. Returns whether every window was late.
+    /// Tumbling and sliding windows. Returns whether every window was late; stops with
+    /// [`OperatorError::Cancelled`] when `cancel` is set.
     #[allow(clippy::too_many_arguments)]
     fn process_fixed(
         &mut self,
@@ -372,6 +378,7 @@ where
         ts: Millis,
         value: &T,
         clocks: (Millis, Millis),
+        cancel: &CancelFlag,
         out: &mut Output<WindowOutput<F::Out, T>>,
     ) -> OpResult<bool> {
         let mut windows = std::mem::take(&mut self.windows);
@@ -381,6 +388,9 @@ where
             .assign_windows(ts, clocks.1, &mut windows);
         let mut skipped = true;
         for w in &windows {
+            if self.cancel_check.tick(1, cancel) {
+                return Err(OperatorError::Cancelled);
+            }
             if self.core.is_window_late(w, clocks.0) {
                 continue;
             }
@@ -541,6 +551,9 @@ where
                 break;
             };
             for (key, w) in batch.drain(..) {
+                if self.cancel_check.tick(1, ctx.cancel_flag()) {
+                    return Err(OperatorError::Cancelled);
+                }
                 let kg = self.key_group(&key, ctx);
                 self.on_timer(domain, t, kg, &key, w, clocks, out)?;
             }
@@ -780,21 +793,33 @@ where
                     self.core
                         .assigner
                         .assign_windows(ts, clocks.1, &mut self.windows);
-                    f.add(
-                        &key,
-                        &r.value,
-                        &self.windows,
-                        clocks.0,
-                        lateness,
-                        &mut self.func,
-                        out,
-                    )
+                    // A chunk of windows at a time: a cancelled job stops within one
+                    // chunk even when a record is in millions of windows.
+                    let mut skipped = true;
+                    for chunk in self.windows.chunks(CancelCheck::EVERY) {
+                        if self.cancel_check.tick(chunk.len(), ctx.cancel_flag()) {
+                            return Err(OperatorError::Cancelled);
+                        }
+                        skipped &= f.add(
+                            &key,
+                            &r.value,
+                            chunk,
+                            clocks.0,
+                            lateness,
+                            &mut self.func,
+                            out,
+                        );
+                    }
+                    skipped
                 }
                 Path::Sessions(s) => {
                     self.windows.clear();
                     self.core
                         .assigner
                         .assign_windows(ts, clocks.1, &mut self.windows);
+                    if self.cancel_check.tick(1, ctx.cancel_flag()) {
+                        return Err(OperatorError::Cancelled);
+                    }
                     let mut skipped = true;
                     for &w in &self.windows {
                         skipped &=
@@ -807,7 +832,8 @@ where
                     if self.core.assigner.is_merging() {
                         self.process_merging(kg, &key, ts, &r.value, clocks, out)?
                     } else {
-                        self.process_fixed(kg, &key, ts, &r.value, clocks, out)?
+                        let cancel = ctx.cancel_flag();
+                        self.process_fixed(kg, &key, ts, &r.value, clocks, cancel, out)?
                     }
                 }
             };
@@ -836,7 +862,12 @@ where
     ) -> OpResult<Option<Watermark>> {
         let lateness = self.core.allowed_lateness;
         match &mut self.path {
-            Path::Fixed(f) => f.on_watermark(wm.millis(), lateness, &mut self.func, out),
+            Path::Fixed(f) => {
+                let cancel = (&mut self.cancel_check, ctx.cancel_flag());
+                if !f.on_watermark(wm.millis(), lateness, &mut self.func, out, cancel) {
+                    return Err(OperatorError::Cancelled);
+                }
+            }
             Path::Sessions(s) => s.on_watermark(wm.millis(), lateness, &mut self.func, out),
             Path::General => self.fire_timers(Domain::Event, wm.millis(), ctx, out)?,
         }
