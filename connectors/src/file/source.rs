@@ -18,6 +18,7 @@ use super::format::{decode_csv_row, CsvState, Format};
 use super::{is_gzip, open_input};
 use crate::bad_record;
 use crate::error::ConnectorError;
+use crate::split::restored_position;
 use crate::BATCH;
 
 /// Lines a reader looks at per poll at most (so that a run of bad lines does not
@@ -240,15 +241,7 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
         let mut finished = Vec::new();
         for (i, s) in splits.into_iter().enumerate() {
             let id = s.split_id();
-            let pos = match positions.get(&id) {
-                None => FilePosition::default(),
-                Some(b) => FilePosition::decode(b).ok_or_else(|| {
-                    ConnectorError::config(
-                        "restore",
-                        format!("the checkpointed position of {id} is not one this source wrote"),
-                    )
-                })?,
-            };
+            let pos = restored_position(positions, &id, FilePosition::decode)?.unwrap_or_default();
             if pos.finished && !self.follow {
                 finished.push((i as u32, id, pos));
                 continue;
