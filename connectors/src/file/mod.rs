@@ -123,11 +123,13 @@ mod source;
 mod two_phase;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
 use brook_core::operator::OpResult;
 use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
 
 use crate::error::ConnectorError;
 
@@ -152,4 +154,52 @@ fn open_input(path: &Path) -> OpResult<Box<dyn BufRead + Send>> {
     } else {
         Box::new(BufReader::with_capacity(1 << 16, f))
     })
+}
+
+/// Where a writer's bytes go.
+enum Out {
+    Plain(BufWriter<File>),
+    Gzip(GzEncoder<BufWriter<File>>),
+}
+
+impl Out {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.write_all(bytes),
+            Out::Gzip(w) => w.write_all(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.flush(),
+            // A sync flush: everything so far can be decompressed.
+            Out::Gzip(w) => w.flush(),
+        }
+    }
+
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Out::Plain(mut w) => w.flush(),
+            Out::Gzip(w) => w.finish()?.flush(),
+        }
+    }
+
+    /// Finishes (a complete gzip member) and gives the file back.
+    fn into_file(self) -> io::Result<File> {
+        let w = match self {
+            Out::Plain(w) => w,
+            Out::Gzip(w) => w.finish()?,
+        };
+        w.into_inner().map_err(|e| e.into_error())
+    }
+
+    fn new(file: File, gzip: bool) -> Self {
+        let buffered = BufWriter::with_capacity(1 << 16, file);
+        if gzip {
+            Out::Gzip(GzEncoder::new(buffered, Compression::default()))
+        } else {
+            Out::Plain(buffered)
+        }
+    }
 }

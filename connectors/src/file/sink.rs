@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::io::BufWriter;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use super::committable::{decode_committables, Committable};
 use super::format::{encode_batch, CsvEncoder, Encoder, Format};
-use super::is_gzip;
 use super::two_phase::TwoPhaseWriter;
+use super::{is_gzip, Out};
 use crate::error::ConnectorError;
 
 /// A sink writing JSON lines or CSV files (see the [module docs](super)).
@@ -177,54 +177,6 @@ impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
             dirty: false,
             _in: PhantomData,
         }))
-    }
-}
-
-/// Where a writer's bytes go.
-pub(super) enum Out {
-    Plain(BufWriter<File>),
-    Gzip(GzEncoder<BufWriter<File>>),
-}
-
-impl Out {
-    pub(super) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            Out::Plain(w) => w.write_all(bytes),
-            Out::Gzip(w) => w.write_all(bytes),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Out::Plain(w) => w.flush(),
-            // A sync flush: everything so far can be decompressed.
-            Out::Gzip(w) => w.flush(),
-        }
-    }
-
-    fn finish(self) -> io::Result<()> {
-        match self {
-            Out::Plain(mut w) => w.flush(),
-            Out::Gzip(w) => w.finish()?.flush(),
-        }
-    }
-
-    /// Finishes (a complete gzip member) and gives the file back.
-    pub(super) fn into_file(self) -> io::Result<File> {
-        let w = match self {
-            Out::Plain(w) => w,
-            Out::Gzip(w) => w.finish()?,
-        };
-        w.into_inner().map_err(|e| e.into_error())
-    }
-
-    pub(super) fn new(file: File, gzip: bool) -> Self {
-        let buffered = BufWriter::with_capacity(1 << 16, file);
-        if gzip {
-            Out::Gzip(GzEncoder::new(buffered, Compression::default()))
-        } else {
-            Out::Plain(buffered)
-        }
     }
 }
 

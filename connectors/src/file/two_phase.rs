@@ -18,8 +18,7 @@ use super::committable::{
     Committable,
 };
 use super::format::{encode_batch, CsvEncoder, Encoder, Format};
-use super::sink::Out;
-use super::{is_gzip, open_input};
+use super::{is_gzip, open_input, Out};
 use crate::error::ConnectorError;
 
 /// The columns of the CSV file `path` (its first row), if it has one.
