@@ -26,6 +26,7 @@ mod error;
 pub mod file;
 pub mod generator;
 pub mod log;
+mod split;
 pub mod stdout;
 
 pub use error::ConnectorError;

@@ -126,6 +126,7 @@ use brook_core::bad_record::{BadRecordCounts, BadRecords};
 
 use crate::bad_record;
 use crate::error::ConnectorError;
+use crate::split::restored_position;
 use crate::BATCH;
 
 /// Where a [`LogSource`] starts reading each partition.
@@ -274,18 +275,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
             // Where this reader's records end now: the last stable offset when reading
             // committed records.
             let readable = partition.end_offset(self.isolation);
-            let restored = match positions.get(&split.split_id()) {
-                None => None,
-                Some(bytes) => Some(decode_offset_position(bytes).ok_or_else(|| {
-                    ConnectorError::config(
-                        "restore",
-                        format!(
-                            "the checkpointed position of {}/{} is not one this source wrote",
-                            self.topic, split.partition
-                        ),
-                    )
-                })?),
-            };
+            let restored = restored_position(positions, &split.split_id(), decode_offset_position)?;
             let position = match (restored, &self.start) {
                 (Some(o), _) if o < first => {
                     return Err(ConnectorError::config(

@@ -2,6 +2,7 @@
 //! The file source and sink through the engine: round trips (JSON lines, CSV, gzip,
 //! parallel output), bad-record policies and follow mode.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -9,6 +10,8 @@ use std::time::Duration;
 
 use brook_connectors::{FileSink, FileSource};
 use brook_core::bad_record::BadRecords;
+use brook_core::operator::SubtaskInfo;
+use brook_core::source::Source;
 use brook_core::time::Stopwatch;
 use brook_engine::testing::{CollectSink, VecSource};
 use brook_engine::{EngineError, JobConfig, StreamEnvironment};
@@ -340,4 +343,33 @@ fn gzip_files_cannot_be_followed() {
     write(vec![1i64], FileSink::jsonl(&path), 1);
     let err = read(FileSource::jsonl::<i64>(&path).follow(true), 1).unwrap_err();
     assert!(err.to_string().contains("follow"), "{err}");
+}
+
+#[test]
+fn a_checkpointed_position_it_did_not_write_fails_the_restore_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    fs::write(&a, "1\n").unwrap();
+    fs::write(&b, "2\n").unwrap();
+    let src = FileSource::jsonl::<i64>(vec![&a, &b]);
+    let splits = src.enumerate_splits(1).unwrap();
+    let info = SubtaskInfo {
+        name: "source".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    // a's position has a version this source never wrote; b has none (starts as new).
+    let positions = HashMap::from([(a.display().to_string(), vec![9; 18])]);
+    let err = match src.restore_reader(&info, splits, &positions) {
+        Ok(_) => panic!("a position this source did not write was restored"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        err,
+        format!(
+            "invalid restore: the checkpointed position of {} is not one this source wrote",
+            a.display()
+        )
+    );
 }

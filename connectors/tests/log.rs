@@ -2,7 +2,7 @@
 //! The log source and sink through the engine: every record exactly once in partition
 //! order, starting offsets, following new appends, bad records, key routing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use brook_connectors::{LogSink, LogSource, StartingOffsets};
@@ -122,6 +122,25 @@ fn splits_are_partitions_and_readers_track_positions() {
     }
     assert_eq!(out.take().len(), 80);
     assert_eq!(reader.positions(), BTreeMap::from([(0, 40), (2, 40)]));
+}
+
+#[test]
+fn a_checkpointed_position_it_did_not_write_fails_the_restore_naming_the_split() {
+    let (_dir, log) = open();
+    log.create_topic("events", 2, TopicConfig::default())
+        .unwrap();
+    let src = LogSource::json::<Ev>(&log, "events");
+    let splits = src.enumerate_splits(1).unwrap();
+    // Partition 0's position is not an offset; partition 1 has none (starts as new).
+    let positions = HashMap::from([("events/0".to_string(), vec![9, 9])]);
+    let err = match src.restore_reader(&info(0, 1), splits, &positions) {
+        Ok(_) => panic!("a position this source did not write was restored"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        err,
+        "invalid restore: the checkpointed position of events/0 is not one this source wrote"
+    );
 }
 
 #[test]
