@@ -140,13 +140,73 @@ fn hold_job_lock(data_dir: &std::path::Path, name: &str) -> Result<ProcessLock> 
     let path = dir.join(format!("{name}.lock"));
     ProcessLock::try_acquire(&path).map_err(|e| match e {
         LockError::Held { pid, .. } => anyhow::anyhow!(
-            "job {name} is already running on data directory {} ({} holds {}): wait for it to end or stop it, or run this one under another name (--set name=...)",
+            "job {name} is already running on data directory {} ({} holds {}): wait for it to end or stop it, or run this one under another name with its own outputs (--set name=... --set sinks.NAME.path=...)",
             data_dir.display(),
             holder(pid),
             path.display()
         ),
         other => anyhow::Error::new(other),
     })
+}
+
+/// The files a job writes (its file sinks' paths and its dead-letter file), each with
+/// the spec field that names it and the `--set` key that moves it.
+fn output_files(spec: &spec::JobSpec) -> Vec<(String, String, PathBuf)> {
+    let mut files: Vec<(String, String, PathBuf)> = spec
+        .sinks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            SinkSpec::File { path, .. } => Some((
+                format!("sinks[{i}] ({}).path", s.name()),
+                format!("sinks.{}.path", s.name()),
+                path.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    if let Some(d) = &spec.dead_letter {
+        files.push(("dead_letter".into(), "dead_letter".into(), d.clone()));
+    }
+    files
+}
+
+/// The lock of an output file: `.{name}.lock` next to it (where its writers' pending
+/// parts `.{name}.{subtask}.part-{n}` are), so it also keeps apart runs on other data
+/// directories and under other job names.
+fn output_lock_path(path: &std::path::Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.lock"))
+}
+
+/// One `brook run` writes an output file at a time (each file sink's `path` and the
+/// dead-letter file, held until the process ends): two runs under different names
+/// writing one file cut each other's output back to their own committed lengths on
+/// commit and restore, and one fails mid-run ("the file has N bytes, fewer than the M
+/// committed before it"). The runner refuses such a job at submit (409) instead.
+fn hold_output_locks(spec: &spec::JobSpec) -> Result<Vec<ProcessLock>> {
+    let mut locks = Vec::new();
+    for (field, key, path) in output_files(spec) {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The sink would create it anyway.
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("{field}: creating {}", dir.display()))?;
+        }
+        let lock = output_lock_path(&path);
+        locks.push(ProcessLock::try_acquire(&lock).map_err(|e| match e {
+            LockError::Held { pid, .. } => anyhow::anyhow!(
+                "{field}: {} is being written by another run ({} holds {}): wait for it to end, or write elsewhere (--set {key}=...)",
+                path.display(),
+                holder(pid),
+                lock.display()
+            ),
+            other => anyhow::Error::new(other).context(field),
+        })?);
+    }
+    Ok(locks)
 }
 
 /// A job whose Kafka source has `assignment: group`: this process becomes one of the
@@ -279,6 +339,10 @@ pub(crate) fn run(
     let _lock = match &runner {
         Some(_) => None,
         None => Some(hold_job_lock(data_dir, &valid.spec.name)?),
+    };
+    let _outputs = match &runner {
+        Some(_) => Vec::new(),
+        None => hold_output_locks(&valid.spec)?,
     };
     let log = if uses_log(&valid.spec) {
         Some(open_log()?)

@@ -32,7 +32,7 @@ use brook_core::keys::KeyGroupRange;
 use brook_core::time::{Millis, SharedClock};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::graph::VertexId;
 
@@ -655,9 +655,13 @@ pub(crate) fn run_coordinator(
         control.requested.store(id, Ordering::SeqCst);
         let mut files = Vec::with_capacity(tasks);
         let mut failure = None;
+        // Aborted because the job stops (canceled, Ctrl-C, a closed stdout): its normal
+        // end, not a degraded checkpoint, so not a warning.
+        let mut ending = false;
         while files.len() < tasks && failure.is_none() {
             if stopped() {
                 failure = Some("the job is ending".to_string());
+                ending = true;
                 break;
             }
             if clock.now_ms() - started > config.timeout_ms {
@@ -737,11 +741,12 @@ pub(crate) fn run_coordinator(
             }
         } else {
             stats.failed.fetch_add(1, Ordering::Relaxed);
-            warn!(
-                checkpoint = id,
-                reason = failure.as_deref().unwrap_or("?"),
-                "checkpoint aborted"
-            );
+            let reason = failure.as_deref().unwrap_or("?");
+            if ending {
+                debug!(checkpoint = id, reason, "checkpoint aborted");
+            } else {
+                warn!(checkpoint = id, reason, "checkpoint aborted");
+            }
             let _ = fs::remove_dir_all(&dir);
             if is_final && final_attempts >= FINAL_ATTEMPTS {
                 warn!(
