@@ -1,9 +1,6 @@
 //! The `brook` command-line tool.
 
-mod group_worker;
-mod metrics_http;
-mod run;
-mod runner_cli;
+mod cli;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
@@ -18,6 +15,8 @@ use brook::log::{
 };
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
+
+use cli::{run, runner_cli};
 
 /// brook: a stream-processing engine with an embedded partitioned log.
 #[derive(Debug, Parser)]

@@ -187,7 +187,7 @@ fn run_group(
         Some(spec::StateBackendKind::Memory) => None,
         Some(spec::StateBackendKind::Rocksdb) | None => Some(data_dir.join("state").join(&name)),
     };
-    crate::group_worker::run(crate::group_worker::GroupRun {
+    super::group_worker::run(super::group_worker::GroupRun {
         checkpoint_root,
         valid,
         source,
@@ -292,7 +292,7 @@ pub(crate) fn run(
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();
     let _server = match args.metrics_addr {
-        Some(addr) => Some(crate::metrics_http::serve(addr, metrics.clone())?),
+        Some(addr) => Some(super::metrics_http::serve(addr, metrics.clone())?),
         None => None,
     };
     let job = built.env.start_with_metrics(&name, metrics.clone())?;
