@@ -9,3 +9,4 @@ pub(crate) mod log_cli;
 pub(crate) mod metrics_http;
 pub(crate) mod run;
 pub(crate) mod runner_cli;
+pub(crate) mod totals;

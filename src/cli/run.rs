@@ -21,6 +21,8 @@ use brook::state::RocksDbOptions;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::totals::totals;
+
 /// Arguments of `brook run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -212,21 +214,6 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
                 })
             )
         })
-}
-
-pub(crate) fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
-    metrics
-        .vertices()
-        .iter()
-        .filter(|v| names.contains(&v.name))
-        .map(|v| {
-            if input {
-                v.totals().records_in
-            } else {
-                v.totals().records_out
-            }
-        })
-        .sum()
 }
 
 pub(crate) fn run(
