@@ -22,8 +22,8 @@
 //! otherwise. A [`bounded`](KafkaSource::bounded) source ends when it has reached the
 //! end of every partition (librdkafka's partition EOF, once past the end offset seen
 //! when the reader started); otherwise it follows the topic. A value that is not JSON
-//! of `T` follows the [`BadRecords`] policy (default: fail, naming
-//! `topic/partition@offset`).
+//! of `T` follows the [`BadRecords`](brook_core::bad_record::BadRecords) policy
+//! (default: fail, naming `topic/partition@offset`).
 //!
 //! Partitions are read in the order librdkafka delivers them, which differs from run
 //! to run: with event-time watermarks (the minimum over partitions) results are the

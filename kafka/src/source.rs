@@ -153,8 +153,8 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     }
 
     /// Commits a completed checkpoint's offsets through `committer` (a
-    /// [`GroupMember`] of the group) rather than the reader's own consumer, which an
-    /// active group would refuse. Implies committing.
+    /// [`GroupMember`](crate::GroupMember) of the group) rather than the reader's own
+    /// consumer, which an active group would refuse. Implies committing.
     pub fn commit_offsets_through(mut self, committer: Arc<dyn OffsetCommitter>) -> Self {
         self.committer = Some(committer);
         self
