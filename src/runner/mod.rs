@@ -31,8 +31,8 @@ mod token;
 use std::path::PathBuf;
 
 pub use child::{execute, job_config, ChildContext};
-pub use service::{serve, RunnerConfig, ENV_TOKEN};
-pub use token::{read_token, token_file};
+pub use service::{serve, RunnerConfig};
+pub use token::{read_token, token_file, ENV_TOKEN};
 
 /// Errors of the runner, its clients and job processes.
 #[derive(Debug, thiserror::Error)]

@@ -15,11 +15,8 @@ use axum::{Json, Router};
 use super::api::{validate_job_id, CancelRequest, ErrorBody, ResumeRequest, SubmitRequest};
 use super::lock::{LockError, ProcessLock};
 use super::supervisor::Supervisor;
+use super::token::ENV_TOKEN;
 use super::RunnerError;
-
-/// The environment variable holding the runner's token (for the service and its
-/// clients).
-pub const ENV_TOKEN: &str = "BROOK_RUNNER_TOKEN";
 
 /// Settings of `brook runner`.
 #[derive(Debug, Clone)]

@@ -551,7 +551,7 @@ impl Supervisor {
             }
         };
         // The token is the runner's, not the job's.
-        cmd.env_remove(super::service::ENV_TOKEN);
+        cmd.env_remove(super::token::ENV_TOKEN);
         cmd.envs(ctx.to_env());
         cmd.current_dir(&dir);
         cmd

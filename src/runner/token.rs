@@ -14,6 +14,10 @@ use rand::RngCore;
 
 use super::RunnerError;
 
+/// The environment variable holding the runner's token (for the service and its
+/// clients).
+pub const ENV_TOKEN: &str = "BROOK_RUNNER_TOKEN";
+
 /// Random bytes of a token (256 bits, written as 64 hex digits).
 const TOKEN_BYTES: usize = 32;
 

@@ -21,6 +21,8 @@ use brook::state::RocksDbOptions;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::totals::totals;
+
 /// Arguments of `brook run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -247,7 +249,7 @@ fn run_group(
         Some(spec::StateBackendKind::Memory) => None,
         Some(spec::StateBackendKind::Rocksdb) | None => Some(data_dir.join("state").join(&name)),
     };
-    crate::group_worker::run(crate::group_worker::GroupRun {
+    super::group_worker::run(super::group_worker::GroupRun {
         checkpoint_root,
         valid,
         source,
@@ -272,21 +274,6 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
                 })
             )
         })
-}
-
-pub(crate) fn totals(metrics: &JobMetrics, names: &[String], input: bool) -> u64 {
-    metrics
-        .vertices()
-        .iter()
-        .filter(|v| names.contains(&v.name))
-        .map(|v| {
-            if input {
-                v.totals().records_in
-            } else {
-                v.totals().records_out
-            }
-        })
-        .sum()
 }
 
 pub(crate) fn run(
@@ -356,7 +343,7 @@ pub(crate) fn run(
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();
     let _server = match args.metrics_addr {
-        Some(addr) => Some(crate::metrics_http::serve(addr, metrics.clone())?),
+        Some(addr) => Some(super::metrics_http::serve(addr, metrics.clone())?),
         None => None,
     };
     let job = built.env.start_with_metrics(&name, metrics.clone())?;

@@ -65,8 +65,8 @@ struct Report {
 impl Report {
     /// `read R, written W` (and bad records, if any).
     fn counts(&self) -> String {
-        let read = crate::run::totals(&self.metrics, &self.sources, false);
-        let written = crate::run::totals(&self.metrics, &self.sinks, true);
+        let read = super::totals::totals(&self.metrics, &self.sources, false);
+        let written = super::totals::totals(&self.metrics, &self.sinks, true);
         let mut s = format!("read {read}, written {written}");
         let (skipped, dead) = (self.bad.skipped(), self.bad.dead_lettered());
         if skipped + dead > 0 {
