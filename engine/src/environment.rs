@@ -26,8 +26,9 @@ use crate::error::EngineError;
 use crate::execute::{start, JobHandle, JobResult};
 use crate::graph::{
     BuildEnv, JobEdge, JobGraph, JobVertex, OperatorVertex, SinkVertex, StateBackendFactory,
-    TypedEdge, TypedSource, VertexId, VertexKind,
+    TypedEdge, TypedSource, VertexKind,
 };
+use crate::ids::VertexId;
 
 /// Settings of a job.
 #[derive(Clone)]

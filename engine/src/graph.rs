@@ -20,11 +20,9 @@ use crate::chain::{combine_outputs, erase, unerase, ErasedLink, OperatorLink, Si
 use crate::channel::{channels, ChannelWriter, EdgeChannels, InputGate, KeyHasher};
 use crate::checkpoint::RestoredCheckpoint;
 use crate::error::EngineError;
+use crate::ids::VertexId;
 use crate::metrics::OperatorMetrics;
 use crate::task::{InputTask, SourceTask, TaskEnv, TaskRunner};
-
-/// Index of a vertex in the job graph.
-pub(crate) type VertexId = usize;
 
 pub(crate) use crate::state_backend::StateBackendFactory;
 

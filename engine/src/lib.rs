@@ -38,6 +38,7 @@ pub mod environment;
 mod error;
 mod execute;
 mod graph;
+mod ids;
 pub mod join;
 pub mod metrics;
 pub mod state_backend;

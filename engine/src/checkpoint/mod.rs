@@ -34,7 +34,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::graph::VertexId;
+use crate::ids::VertexId;
 
 /// Version of the task-file and metadata formats.
 /// 2: operator state may hold native (RocksDB) state files.
