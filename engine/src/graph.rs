@@ -114,7 +114,7 @@ pub(crate) enum VertexKind {
 /// with their partitioner, and the job's configuration, including `max_parallelism`
 /// (the key-group count), which is stored here and never re-derived.
 pub(crate) struct JobGraph {
-    pub(crate) config: crate::environment::JobConfig,
+    pub(crate) config: crate::config::JobConfig,
     pub(crate) vertices: Vec<JobVertex>,
     pub(crate) edges: Vec<JobEdge>,
 }

@@ -34,6 +34,7 @@
 mod chain;
 mod channel;
 pub mod checkpoint;
+mod config;
 pub mod environment;
 mod error;
 mod execute;
@@ -47,7 +48,8 @@ pub mod testing;
 pub mod window;
 
 pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, RestoredCheckpoint};
-pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
+pub use config::JobConfig;
+pub use environment::{DataStream, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
 pub use join::JoinedStreams;
