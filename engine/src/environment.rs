@@ -19,16 +19,15 @@ use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::build::{OperatorVertex, SinkVertex, TypedEdge, TypedSource};
 use crate::channel::KeyHasher;
-// Where it was defined before config.rs: `brook_engine::environment::JobConfig` stays.
-pub use crate::config::JobConfig;
 use crate::error::EngineError;
 use crate::execute::{start, JobHandle, JobResult};
-use crate::graph::{
-    BuildEnv, JobEdge, JobGraph, JobVertex, OperatorVertex, SinkVertex, TypedEdge, TypedSource,
-    VertexKind,
-};
+use crate::graph::{BuildEnv, JobEdge, JobGraph, JobVertex, VertexKind};
 use crate::ids::VertexId;
+
+// Defined here before config.rs: `brook_engine::environment::JobConfig` stays a path.
+pub use crate::config::JobConfig;
 
 /// Where a job is defined; cheap to clone (clones share the job being built).
 #[derive(Clone)]

@@ -31,6 +31,7 @@
 //! assert_eq!(got, vec![20, 40, 60, 80, 100]);
 //! ```
 
+mod build;
 mod chain;
 mod channel;
 pub mod checkpoint;
