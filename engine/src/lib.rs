@@ -31,23 +31,23 @@
 //! assert_eq!(got, vec![20, 40, 60, 80, 100]);
 //! ```
 
+mod api;
 mod build;
 mod chain;
 mod channel;
 pub mod checkpoint;
 mod config;
-pub mod environment;
 mod error;
 mod execute;
 mod graph;
 mod ids;
-pub mod join;
 pub mod metrics;
 pub mod state_backend;
 mod task;
 pub mod testing;
-pub mod window;
 
+// The API's modules keep their paths: `brook_engine::environment`, `::join`, `::window`.
+pub use api::{environment, join, window};
 pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, RestoredCheckpoint};
 pub use config::JobConfig;
 pub use environment::{DataStream, KeyedStream, SinkHandle, StreamEnvironment};

@@ -19,7 +19,7 @@ type KeySelector<K, T> = Box<dyn Fn(&T) -> K + Send + Sync>;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::environment::{DataStream, KeyedStream};
+use super::environment::{DataStream, KeyedStream};
 use crate::EngineError;
 
 /// Names a side output of type `T`, as Flink's `OutputTag`; clones share it.
