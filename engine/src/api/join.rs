@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::environment::{DataStream, KeyedStream};
-use super::window::OutputTag;
+use super::output_tag::OutputTag;
 
 /// Which join.
 #[derive(Debug, Clone, Copy)]

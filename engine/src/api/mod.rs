@@ -6,4 +6,5 @@
 
 pub mod environment;
 pub mod join;
+mod output_tag;
 pub mod window;
