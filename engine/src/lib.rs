@@ -1,9 +1,13 @@
 //! brook's runtime.
 //!
-//! - [`environment`]: the builder API ([`StreamEnvironment`], [`DataStream`],
-//!   [`KeyedStream`]) in Flink's vocabulary.
+//! - `api`: the builder API in Flink's vocabulary, re-exported as [`environment`]
+//!   ([`StreamEnvironment`], [`DataStream`], [`KeyedStream`]), [`window`] and [`join`];
+//!   nothing below imports it.
 //! - `graph`: the job graph of sources, operators and sinks with per-vertex
-//!   parallelism and partitioned edges.
+//!   parallelism and partitioned edges; `build`: the typed builders behind it.
+//! - [`checkpoint`]: configuration and errors, task snapshots and their file format,
+//!   storage and restore, the coordinator.
+//! - `ids`, `config` ([`JobConfig`]): the names every other module may use.
 //! - `execute`: planning (chaining forward edges of equal parallelism into one task),
 //!   one thread per task, failure reporting ([`JobHandle`], [`JobResult`]).
 //! - `chain`, `channel`, `task`: operator chains, bounded channels of batches
