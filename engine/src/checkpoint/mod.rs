@@ -17,7 +17,12 @@
 //! it completed. So everything the job wrote is committed by a completed checkpoint
 //! that records the sources at their end: a job killed after its sinks' last commit
 //! but before it exited restores at the end and writes nothing twice. After
-//! [`FINAL_ATTEMPTS`](coordinator::FINAL_ATTEMPTS) aborted final checkpoints the sources end without one (warned).
+//! [`FINAL_ATTEMPTS`](coordinator::FINAL_ATTEMPTS) aborted final checkpoints the
+//! sources end without one (warned).
+//!
+//! By role: this file holds the settings and errors; `snapshot` what a task writes and
+//! its file format; `storage` the checkpoints on disk and reading one back; and
+//! `coordinator` the thread that runs them.
 
 mod coordinator;
 mod snapshot;
