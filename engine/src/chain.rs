@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use crate::checkpoint::TaskSnapshot;
 use crate::error::{EngineError, TaskFailure, TaskResult};
-use crate::graph::VertexId;
+use crate::ids::VertexId;
 use crate::metrics::OperatorMetrics;
 
 /// Outputs larger than this many records are passed on in chunks of this size.

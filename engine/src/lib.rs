@@ -1,9 +1,13 @@
 //! brook's runtime.
 //!
-//! - [`environment`]: the builder API ([`StreamEnvironment`], [`DataStream`],
-//!   [`KeyedStream`]) in Flink's vocabulary.
+//! - `api`: the builder API in Flink's vocabulary, re-exported as [`environment`]
+//!   ([`StreamEnvironment`], [`DataStream`], [`KeyedStream`]), [`window`] and [`join`];
+//!   nothing below imports it.
 //! - `graph`: the job graph of sources, operators and sinks with per-vertex
-//!   parallelism and partitioned edges.
+//!   parallelism and partitioned edges; `build`: the typed builders behind it.
+//! - [`checkpoint`]: configuration and errors, task snapshots and their file format,
+//!   storage and restore, the coordinator.
+//! - `ids`, `config` ([`JobConfig`]): the names every other module may use.
 //! - `execute`: planning (chaining forward edges of equal parallelism into one task),
 //!   one thread per task, failure reporting ([`JobHandle`], [`JobResult`]).
 //! - `chain`, `channel`, `task`: operator chains, bounded channels of batches
@@ -31,22 +35,26 @@
 //! assert_eq!(got, vec![20, 40, 60, 80, 100]);
 //! ```
 
+mod api;
+mod build;
 mod chain;
 mod channel;
 pub mod checkpoint;
-pub mod environment;
+mod config;
 mod error;
 mod execute;
 mod graph;
-pub mod join;
+mod ids;
 pub mod metrics;
 pub mod state_backend;
 mod task;
 pub mod testing;
-pub mod window;
 
+// The API's modules keep their paths: `brook_engine::environment`, `::join`, `::window`.
+pub use api::{environment, join, window};
 pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, RestoredCheckpoint};
-pub use environment::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
+pub use config::JobConfig;
+pub use environment::{DataStream, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;
 pub use execute::{JobHandle, JobResult};
 pub use join::JoinedStreams;

@@ -18,7 +18,7 @@ use crate::chain::{guarded, Link};
 use crate::channel::{note_queue, queued, InputGate, WatermarkTracker};
 use crate::checkpoint::{CheckpointControl, SourceSnapshot, TaskSnapshot};
 use crate::error::{TaskFailure, TaskResult};
-use crate::graph::VertexId;
+use crate::ids::VertexId;
 use crate::metrics::{OperatorMetrics, SplitMetrics};
 
 /// How long a task waits for input before checking timers and cancellation (ms).

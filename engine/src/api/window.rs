@@ -2,7 +2,7 @@
 //! `keyed.window(assigner).allowed_lateness(ms).side_output_late_data(&tag).aggregate(f)`.
 
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use brook_core::time::Millis;
 use brook_operators::window::assigner::WindowAssigner;
@@ -19,69 +19,9 @@ type KeySelector<K, T> = Box<dyn Fn(&T) -> K + Send + Sync>;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::environment::{DataStream, KeyedStream};
-use crate::EngineError;
-
-/// Names a side output of type `T`, as Flink's `OutputTag`; clones share it.
-///
-/// Give it to [`WindowedStream::side_output_late_data`], then get the late records with
-/// [`DataStream::get_side_output`].
-pub struct OutputTag<T> {
-    id: String,
-    pub(crate) stream: Arc<Mutex<Option<DataStream<T>>>>,
-}
-
-impl<T> Clone for OutputTag<T> {
-    fn clone(&self) -> Self {
-        OutputTag {
-            id: self.id.clone(),
-            stream: Arc::clone(&self.stream),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for OutputTag<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutputTag").field("id", &self.id).finish()
-    }
-}
-
-impl<T> OutputTag<T> {
-    /// A tag named `id` (for error messages).
-    pub fn new(id: impl Into<String>) -> Self {
-        OutputTag {
-            id: id.into(),
-            stream: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    /// The tag's name.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-impl<T: Clone + Send + 'static> DataStream<T> {
-    /// The side output named by `tag`, as Flink's `getSideOutput`.
-    ///
-    /// # Errors
-    /// [`EngineError::InvalidGraph`] when no operator was given the tag.
-    pub fn get_side_output<U: Clone + Send + 'static>(
-        &self,
-        tag: &OutputTag<U>,
-    ) -> Result<DataStream<U>, EngineError> {
-        tag.stream
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                EngineError::InvalidGraph(format!(
-                    "no operator writes the side output {:?}",
-                    tag.id
-                ))
-            })
-    }
-}
+use super::environment::{DataStream, KeyedStream};
+// Defined here before output_tag.rs: `brook_engine::window::OutputTag` stays a path.
+pub use super::output_tag::OutputTag;
 
 /// A keyed stream cut into windows; finish it with [`WindowedStream::aggregate`] or
 /// [`WindowedStream::process`].

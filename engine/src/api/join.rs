@@ -15,8 +15,8 @@ use brook_operators::window::assigner::WindowAssigner;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::environment::{DataStream, KeyedStream};
-use crate::window::OutputTag;
+use super::environment::{DataStream, KeyedStream};
+use super::output_tag::OutputTag;
 
 /// Which join.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,258 @@
+//! Checkpoints on disk: the `_metadata` file written last, finding the newest complete
+//! checkpoint, reading one back for a restore, and deleting shared files no retained
+//! checkpoint lists.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use brook_core::checkpoint::{CheckpointId, RestoredState};
+use brook_core::keys::KeyGroupRange;
+use brook_core::time::Millis;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::snapshot::{
+    read_task_file, FileEntry, TaskSnapshot, FORMAT_VERSION, OLDEST_FORMAT_VERSION,
+};
+use super::{io, CheckpointError, SHARED};
+use crate::ids::VertexId;
+
+const METADATA: &str = "_metadata";
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Metadata {
+    pub(super) format_version: u32,
+    pub(super) job: String,
+    pub(super) checkpoint_id: CheckpointId,
+    pub(super) timestamp_ms: Millis,
+    pub(super) max_parallelism: u32,
+    pub(super) vertices: Vec<String>,
+    pub(super) files: Vec<FileEntry>,
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Split positions by split id.
+pub(crate) type SplitPositions = HashMap<String, Vec<u8>>;
+/// Watermark progress by split id.
+pub(crate) type SplitWatermarks = HashMap<String, SplitProgress>;
+
+/// A split's watermark progress in a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitProgress {
+    /// The largest event time seen (ms), if any.
+    pub(crate) max_timestamp: Option<Millis>,
+    /// Whether the split was idle.
+    pub(crate) idle: bool,
+    /// The watermark its subtask had handed out (ms).
+    pub(crate) subtask_watermark: Millis,
+}
+
+/// A complete checkpoint read back for a restore.
+#[derive(Debug)]
+pub struct RestoredCheckpoint {
+    /// Its id; the restored job continues with `id + 1`.
+    pub id: CheckpointId,
+    /// Its directory.
+    pub path: PathBuf,
+    vertices: Vec<String>,
+    max_parallelism: u32,
+    tasks: Vec<TaskSnapshot>,
+}
+
+impl RestoredCheckpoint {
+    /// Reads and checks the checkpoint in `path` (a `chk-<id>` directory).
+    ///
+    /// # Errors
+    /// [`CheckpointError`] when the metadata or a file is missing, damaged, or of
+    /// another format version.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let meta_path = path.join(METADATA);
+        let text = fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
+        let meta: Metadata = serde_json::from_str(&text).map_err(|e| CheckpointError::Corrupt {
+            path: meta_path.clone(),
+            reason: e.to_string(),
+        })?;
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&meta.format_version) {
+            return Err(CheckpointError::Corrupt {
+                path: meta_path,
+                reason: format!(
+                    "format version {}, this brook reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}",
+                    meta.format_version
+                ),
+            });
+        }
+        let tasks = meta
+            .files
+            .iter()
+            .map(|f| read_task_file(&path.join(&f.name), f))
+            .collect::<Result<_, _>>()?;
+        Ok(RestoredCheckpoint {
+            id: meta.checkpoint_id,
+            path: path.to_path_buf(),
+            vertices: meta.vertices,
+            max_parallelism: meta.max_parallelism,
+            tasks,
+        })
+    }
+
+    /// Checks that the checkpoint was taken by a job of the same shape.
+    pub(crate) fn check_graph(
+        &self,
+        vertices: &[String],
+        max_parallelism: u32,
+    ) -> Result<(), String> {
+        if self.max_parallelism != max_parallelism {
+            return Err(format!(
+                "the checkpoint has {} key groups, the job {max_parallelism}: max_parallelism cannot change",
+                self.max_parallelism
+            ));
+        }
+        if self.vertices != vertices {
+            return Err(format!(
+                "the checkpoint was taken by a job with operators {:?}, this job has {:?}",
+                self.vertices, vertices
+            ));
+        }
+        Ok(())
+    }
+
+    /// The state of operator `vertex` for a subtask owning `range`.
+    pub(crate) fn operator_state(&self, vertex: VertexId, range: KeyGroupRange) -> RestoredState {
+        let state = RestoredState::collect(
+            self.tasks
+                .iter()
+                .flat_map(|t| t.operators.iter())
+                .filter(|(v, _, _)| *v == vertex)
+                .map(|(_, _, s)| s),
+            range,
+        );
+        // Native state files are named relative to the directory of `chk-<id>`.
+        match self.path.parent() {
+            Some(root) => state.with_root(root),
+            None => state,
+        }
+    }
+
+    /// Split positions and watermark progress of source `vertex`, by split id.
+    pub(crate) fn source_state(&self, vertex: VertexId) -> (SplitPositions, SplitWatermarks) {
+        let mut positions = HashMap::new();
+        let mut watermarks = HashMap::new();
+        for s in self
+            .tasks
+            .iter()
+            .flat_map(|t| t.sources.iter())
+            .filter(|s| s.vertex == vertex)
+        {
+            positions.extend(s.positions.iter().cloned());
+            watermarks.extend(s.watermarks.iter().map(|(id, t, idle)| {
+                let p = SplitProgress {
+                    max_timestamp: *t,
+                    idle: *idle,
+                    subtask_watermark: s.watermark,
+                };
+                (id.clone(), p)
+            }));
+        }
+        (positions, watermarks)
+    }
+
+    /// Committables of sink `vertex` by former subtask, `(subtask, committables in
+    /// order)`; the sink decides which new subtask commits which
+    /// ([`brook_core::sink::Sink::restored_committables`]).
+    pub(crate) fn sink_committables(&self, vertex: VertexId) -> Vec<(u32, Vec<Vec<u8>>)> {
+        self.tasks
+            .iter()
+            .flat_map(|t| t.sinks.iter())
+            .filter(|(v, _, _)| *v == vertex)
+            .map(|(_, j, c)| (*j, c.clone()))
+            .collect()
+    }
+}
+
+/// Complete checkpoints in `dir`, newest first, as `(id, path)`.
+pub(super) fn checkpoint_dirs(dir: &Path) -> Vec<(CheckpointId, PathBuf)> {
+    let mut v: Vec<(CheckpointId, PathBuf)> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_prefix("chk-")?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.0));
+    v
+}
+
+/// The largest checkpoint id used in `dir` (complete or not), 0 for none: a new run
+/// continues after it and never overwrites a checkpoint.
+pub(crate) fn newest_id(dir: &Path) -> CheckpointId {
+    checkpoint_dirs(dir).first().map_or(0, |(id, _)| *id)
+}
+
+/// The newest complete checkpoint in `dir`; incomplete or damaged ones are skipped
+/// with a warning.
+///
+/// # Errors
+/// [`CheckpointError::NoneComplete`] when there is none.
+pub fn latest_complete(dir: &Path) -> Result<RestoredCheckpoint, CheckpointError> {
+    for (_, path) in checkpoint_dirs(dir) {
+        match RestoredCheckpoint::load(&path) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                warn!(checkpoint = %path.display(), error = %e, "skipping an incomplete or damaged checkpoint")
+            }
+        }
+    }
+    Err(CheckpointError::NoneComplete(dir.to_path_buf()))
+}
+
+/// Deletes the files of the shared directory that no complete checkpoint in `root`
+/// lists (their checkpoints were dropped by retention, or were never complete). Runs
+/// between checkpoints and after the job's tasks ended, so no checkpoint in progress
+/// is writing there.
+pub(crate) fn remove_unreferenced_shared_files(root: &Path) {
+    let shared = root.join(SHARED);
+    let Ok(entries) = fs::read_dir(&shared) else {
+        return;
+    };
+    let mut live = std::collections::HashSet::new();
+    for (_, path) in checkpoint_dirs(root) {
+        let Ok(text) = fs::read_to_string(path.join(METADATA)) else {
+            continue;
+        };
+        match serde_json::from_str::<Metadata>(&text) {
+            Ok(meta) => live.extend(meta.files.into_iter().flat_map(|f| f.shared)),
+            // A damaged metadata file: keep everything rather than guess.
+            Err(_) => return,
+        }
+    }
+    for entry in entries.flatten() {
+        let name = format!("{SHARED}/{}", entry.file_name().to_string_lossy());
+        if !live.contains(&name) {
+            // Best effort: a file that stays is tried again after the next checkpoint.
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+pub(super) fn write_metadata(dir: &Path, meta: &Metadata) -> Result<(), CheckpointError> {
+    let tmp = dir.join("_metadata.tmp");
+    let text = serde_json::to_vec_pretty(meta).map_err(|e| CheckpointError::Corrupt {
+        path: tmp.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut f = File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(&text).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    fsync_dir(dir)?;
+    let path = dir.join(METADATA);
+    fs::rename(&tmp, &path).map_err(io(&path))?;
+    fsync_dir(dir)
+}
