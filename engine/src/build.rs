@@ -221,6 +221,7 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
     fn runner(
         &self,
         name: String,
+        vertex: VertexId,
         gates: Vec<ErasedGate>,
         head: ErasedLink,
         metrics: Arc<OperatorMetrics>,
@@ -238,6 +239,8 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
         let head = unerase::<T>(head, &name)?;
         Ok(Box::new(InputTask {
             name,
+            vertex,
+            restored_watermark: env.restore.as_ref().and_then(|r| r.input_watermark(vertex)),
             gate: merged,
             head,
             metrics,

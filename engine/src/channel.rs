@@ -236,6 +236,22 @@ impl WatermarkTracker {
         }
     }
 
+    /// A tracker of a restored task that resumes from `floor`, the watermark its
+    /// inputs had reached at the checkpoint: it never hands out a smaller one, so a
+    /// record late before the crash is late after it (semantics.md §4), whatever the
+    /// restored sources send first.
+    pub(crate) fn resuming_from(n: usize, floor: Watermark) -> Self {
+        WatermarkTracker {
+            current: floor,
+            ..WatermarkTracker::new(n)
+        }
+    }
+
+    /// The watermark handed out last (the floor until the inputs pass it).
+    pub(crate) fn current(&self) -> Watermark {
+        self.current
+    }
+
     pub(crate) fn on_watermark(&mut self, ch: usize, wm: Watermark) -> WatermarkUpdate {
         let c = &mut self.channels[ch];
         c.0 = c.0.max(wm);
@@ -290,6 +306,22 @@ pub(crate) fn note_queue(metrics: &OperatorMetrics, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_tracker_never_goes_below_its_floor() {
+        let mut t = WatermarkTracker::resuming_from(2, Watermark(48));
+        assert_eq!(t.current(), Watermark(48));
+        // A restored source that starts lower (it was idle at the checkpoint) moves
+        // nothing back.
+        assert_eq!(t.on_watermark(0, Watermark(11)).advanced, None);
+        assert_eq!(t.on_watermark(1, Watermark(60)).advanced, None);
+        assert_eq!(t.current(), Watermark(48));
+        // Past the floor on every channel: advances as usual.
+        assert_eq!(
+            t.on_watermark(0, Watermark(99)).advanced,
+            Some(Watermark(60))
+        );
+    }
 
     #[test]
     fn input_watermark_is_the_minimum_of_active_channels() {

@@ -387,6 +387,7 @@ pub(crate) fn start(
             let builder = &g.edges[in_edges[v][0]].builder;
             runners.push(builder.runner(
                 info(v, i).to_string(),
+                v,
                 gs,
                 head,
                 Arc::clone(&vmetrics[v][i as usize]),

@@ -85,10 +85,12 @@ pub(crate) trait EdgeBuilder: Send + Sync {
         up_metrics: &[Arc<OperatorMetrics>],
         env: &BuildEnv,
     ) -> (Vec<ErasedLink>, Vec<ErasedGate>);
-    /// The task reading `gates` (of edges of this record type) into `head`.
+    /// The task reading `gates` (of edges of this record type) into `head`, the chain
+    /// of vertex `vertex` (its restored input watermark, if any, from `env.restore`).
     fn runner(
         &self,
         name: String,
+        vertex: VertexId,
         gates: Vec<ErasedGate>,
         head: ErasedLink,
         metrics: Arc<OperatorMetrics>,

@@ -490,6 +490,11 @@ impl<T: Send + 'static> TaskRunner for SourceTask<T> {
 /// A subtask fed by input channels.
 pub(crate) struct InputTask<T> {
     pub(crate) name: String,
+    /// The vertex at the head of the task's chain (its input watermark is checkpointed
+    /// under it).
+    pub(crate) vertex: VertexId,
+    /// Restored: the watermark the task's inputs had reached at the checkpoint.
+    pub(crate) restored_watermark: Option<Watermark>,
     pub(crate) gate: InputGate<T>,
     pub(crate) head: Box<dyn Link<T>>,
     pub(crate) metrics: Arc<OperatorMetrics>,
@@ -518,7 +523,19 @@ impl<T: Send + 'static> InputTask<T> {
         self.head.open()?;
         let receivers = self.gate.receivers.clone();
         let n = receivers.len();
-        let mut tracker = WatermarkTracker::new(n);
+        let mut tracker = match self.restored_watermark {
+            Some(floor) => {
+                // The chain resumes where its inputs were at the checkpoint, before
+                // any record: the restored sources may start lower (a split idle at
+                // the checkpoint, subtasks merged by a rescale) or send a record
+                // before their watermark (semantics.md §4).
+                if floor > Watermark::MIN {
+                    self.head.watermark(floor)?;
+                }
+                WatermarkTracker::resuming_from(n, floor)
+            }
+            None => WatermarkTracker::new(n),
+        };
         // A channel is usable while it is open and not holding back after a barrier.
         let mut ended = vec![false; n];
         let mut blocked = vec![false; n];
@@ -618,7 +635,7 @@ impl<T: Send + 'static> InputTask<T> {
                     aligning = None;
                     blocked.iter_mut().for_each(|x| *x = false);
                     reselect = true;
-                    self.checkpoint(b)?;
+                    self.checkpoint(b, tracker.current())?;
                 }
             }
             if reselect {
@@ -632,12 +649,14 @@ impl<T: Send + 'static> InputTask<T> {
         self.head.end()
     }
 
-    /// Every input delivered barrier `b`: snapshot the chain, write the file, ack.
-    fn checkpoint(&mut self, b: CheckpointBarrier) -> TaskResult {
+    /// Every input delivered barrier `b`: snapshot the chain and the inputs' combined
+    /// `watermark`, write the file, ack.
+    fn checkpoint(&mut self, b: CheckpointBarrier, watermark: Watermark) -> TaskResult {
         let Some(control) = self.env.checkpoints.clone() else {
             return self.head.barrier(b, &mut TaskSnapshot::default());
         };
         let mut snap = control.new_snapshot(b.id, &self.name);
+        snap.inputs.push((self.vertex, watermark.millis()));
         self.head.barrier(b, &mut snap)?;
         control.write_and_ack(b.id, &self.name, &snap);
         Ok(())

@@ -14,8 +14,9 @@ use crate::ids::VertexId;
 
 /// Version of the task-file and metadata formats.
 /// 2: operator state may hold native (RocksDB) state files.
-/// 3: a source subtask's snapshot holds the watermark it had handed out (version 2
-/// files are still read: see `migrate_v2`).
+/// 3: a source subtask's snapshot holds the watermark it had handed out, and an input
+/// task's the watermark of its inputs (version 2 files are still read: see
+/// `migrate_v2`).
 pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this brook reads.
 pub(super) const OLDEST_FORMAT_VERSION: u32 = 2;
@@ -29,6 +30,9 @@ pub(crate) struct TaskSnapshot {
     pub(crate) operators: Vec<(VertexId, u32, StateSnapshot)>,
     pub(crate) sources: Vec<SourceSnapshot>,
     pub(crate) sinks: Vec<(VertexId, u32, Vec<Vec<u8>>)>,
+    /// (head vertex, combined watermark of the task's inputs at the barrier, ms) of an
+    /// input task: where a restored task of that vertex resumes (semantics.md §4).
+    pub(crate) inputs: Vec<(VertexId, Millis)>,
     /// Where the task's operators may write native state files (checkpoints, not
     /// savepoints); not stored.
     #[serde(skip)]
@@ -105,6 +109,7 @@ fn migrate_v2(v2: TaskSnapshotV2) -> TaskSnapshot {
             })
             .collect(),
         sinks: v2.sinks,
+        inputs: Vec::new(),
         storage: None,
         declined: None,
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use brook_core::checkpoint::{CheckpointId, RestoredState};
 use brook_core::keys::KeyGroupRange;
-use brook_core::time::Millis;
+use brook_core::time::{Millis, Watermark};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -159,6 +159,19 @@ impl RestoredCheckpoint {
             }));
         }
         (positions, watermarks)
+    }
+
+    /// The watermark a restored input task of `vertex` resumes from: the smallest its
+    /// former subtasks had at the barrier (their inputs' combined watermarks; equal
+    /// behind an all-to-all exchange, and the smallest is the one no former subtask
+    /// had passed after a rescale); `None` when the checkpoint has none.
+    pub(crate) fn input_watermark(&self, vertex: VertexId) -> Option<Watermark> {
+        self.tasks
+            .iter()
+            .flat_map(|t| t.inputs.iter())
+            .filter(|(v, _)| *v == vertex)
+            .map(|(_, w)| Watermark(*w))
+            .min()
     }
 
     /// Committables of sink `vertex` by former subtask, `(subtask, committables in
