@@ -7,10 +7,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use brook::log::partitioner::partition_for_key;
 use serde_json::{json, Value};
+
+mod common;
+use common::KillOnDrop;
 
 struct Brook {
     dir: tempfile::TempDir,
@@ -546,16 +549,6 @@ fn bad_input_fails_with_one_line_and_keeps_what_was_written() {
     expected.push("\"ok3\"".to_string());
     expected.sort();
     assert_eq!(kept(&b), expected);
-}
-
-/// Kills the child when dropped, so a failing test does not leave it running.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

@@ -227,7 +227,7 @@ sinks:
     let checkpoints = data.join("checkpoints/idle");
     let timeout = Duration::from_secs(20);
     let addr = common::free_addr();
-    let mut child = run(false, &addr);
+    let mut child = common::KillOnDrop(run(false, &addr));
     common::wait_for("the split to go idle at watermark 11", timeout, || {
         common::scrape_metrics(&addr)?
             .contains("idle=\"true\"} 11")
@@ -250,7 +250,7 @@ sinks:
         .open(&input)
         .unwrap();
     std::io::Write::write_all(&mut f, [7, 15].map(row).concat().as_bytes()).unwrap();
-    let mut child = run(true, &common::free_addr());
+    let mut child = common::KillOnDrop(run(true, &common::free_addr()));
     // ts 7 reaches an output: the late one, or (the bug) a second [0,10) row.
     common::wait_for("the row at ts 7 in an output", timeout, || {
         let n = json_rows(&dir.path().join("late.jsonl")).len()

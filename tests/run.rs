@@ -931,15 +931,17 @@ sinks:
 "#;
     std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
     let addr = common::free_addr();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--quiet", "--metrics-addr", &addr])
-        .arg(dir.path().join("job.yaml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = common::KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", "--quiet", "--metrics-addr", &addr])
+            .arg(dir.path().join("job.yaml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let timeout = Duration::from_secs(20);
     let scrape = |series: &str| common::metric(&common::scrape_metrics(&addr)?, series);
     common::wait_for("the join's watermark at 99", timeout, || {

@@ -216,3 +216,28 @@ pub(crate) fn wait_bounded(mut child: Child, limit: Duration) -> Result<Output, 
     let _ = child.kill();
     Err(child.wait_with_output().expect("collect the output"))
 }
+
+/// A child process killed (SIGKILL) and reaped when dropped, so a test that fails while
+/// a `brook` that never ends on its own (a followed file, an unbounded topic) runs
+/// does not leave it running for the rest of the suite.
+pub(crate) struct KillOnDrop(pub(crate) Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
