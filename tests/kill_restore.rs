@@ -539,10 +539,11 @@ sinks:
 /// (semantics.md §4; issue 15, item 2). A temporal join of orders (left) with rates
 /// (right), two followed files, bound 0: rates EUR 1.1 at 0 and USD 0.9 at 7, order o3
 /// (EUR) at 8 bring the join's watermark to 6; a checkpoint records it, SIGKILL. Then
-/// rate EUR 1.2 at 4, orders o1 (EUR) at 2 and o4 (USD) at 20, rate USD 0.95 at 30;
-/// restored at 2 as a run without the crash: o1 is behind 6, so late (to the late
-/// output and counted), not joined; o3 gets EUR valid at 8 (1.2); o4 waits (the
-/// orders' watermark is 19).
+/// order o1 (EUR) at 2, the only new row; restored at 2 as a run without the crash: o1
+/// is behind 6, so late (to the late output and counted). The bug: the restored join
+/// starts below 2 and, with no new row to move it, neither outputs nor counts o1 (seen
+/// in about half the runs on the unfixed engine: it races the sources' restored
+/// watermarks).
 #[test]
 fn a_join_restored_at_parallelism_2_keeps_the_checkpointed_watermark() {
     let dir = tempfile::tempdir().unwrap();
@@ -590,32 +591,14 @@ sinks:
         let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
         std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
     };
-    append(&rates, rate("EUR", 1.2, 4));
-    append(&orders, order("o1", "EUR", 2) + &order("o4", "USD", 20));
-    append(&rates, rate("USD", 0.95, 30));
+    append(&orders, order("o1", "EUR", 2));
     let addr = common::free_addr();
     let mut child = run_at(&data, &job, &addr, 2, true);
-    let priced = |rows: &[serde_json::Value]| -> Vec<(String, f64)> {
-        let mut v: Vec<(String, f64)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r["order"].as_str().unwrap().to_string(),
-                    r["rate"].as_f64().unwrap(),
-                )
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    };
-    // o3 (at 8) is joined once the orders passed 8 (o4 at 20), after o1 was read: late
-    // on arrival, or (the bug) joined with it. One more checkpoint commits what was
-    // emitted until then in both file sinks.
-    common::wait_for("o3 joined", TIMEOUT, || {
-        json_file_rows(dir.path(), "priced")
-            .iter()
-            .any(|r| r["order"] == "o3")
-            .then_some(())
+    // Once the join has taken o1 in, it is late or (the bug) waits for a watermark
+    // that no new row brings; one more checkpoint commits a late row in its sink.
+    common::wait_for("o1 at the join", TIMEOUT, || {
+        let body = common::scrape_metrics(&addr)?;
+        (common::metric(&body, "brook_records_in_total{operator=\"priced\"")? >= 1.0).then_some(())
     });
     wait_for_a_new_checkpoint(&checkpoints);
     let late_count = common::metric(
@@ -625,13 +608,17 @@ sinks:
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
-        priced(&json_file_rows(dir.path(), "priced")),
-        vec![("o3".to_string(), 1.2)],
-        "o1 at 2, behind the checkpointed watermark 6, was joined after 2 -> 2"
+        late_count,
+        Some(1.0),
+        "o1 at 2, behind the checkpointed watermark 6, was not counted late after 2 -> 2"
     );
     assert_eq!(
         json_file_rows(dir.path(), "late"),
         vec![serde_json::json!({"order": "o1", "cur": "EUR", "ts": 2})]
     );
-    assert_eq!(late_count, Some(1.0), "o1 counted as late");
+    // o3 at 8 waits for the watermark to pass 8.
+    assert_eq!(
+        json_file_rows(dir.path(), "priced"),
+        Vec::<serde_json::Value>::new()
+    );
 }
