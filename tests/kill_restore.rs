@@ -434,7 +434,8 @@ fn append_to_t2(data: &Path, rows: &[(u32, &str, i64)]) {
 /// task's floor. Topic `t2` of 2 partitions, 10 ms tumbling counts per key, bound 0,
 /// idle after 1 s. Partition 0 holds a at 1, 5, 12 (idle at 11), partition 1 d at 3,
 /// then (after a checkpoint with both idle and a SIGKILL) 20, 35, 49: at parallelism 2
-/// the windows' watermark reaches 48, a checkpoint records it, SIGKILL. Then a at 7, 21, 100 and d at 100; restored at parallelism 1, a:7 and
+/// the windows' watermark reaches 48, a checkpoint with both partitions idle records
+/// it, SIGKILL. Then a at 7, 21, 100 and d at 100; restored at parallelism 1, a:7 and
 /// a:21 are behind 48, so late: no second `[20,30)` row for a. (No d at 60: partition
 /// 1 is restored idle, so whether a:100 or d:60 is read first would decide its fate.)
 #[test]
@@ -480,18 +481,24 @@ sinks:
     // so the windows' watermark follows partition 1 alone to 48 (were both read at
     // once, whichever split went idle first would decide where the watermark stops).
     let addr = common::free_addr();
+    let both_idle = |addr: &str| {
+        common::wait_for("both partitions idle", TIMEOUT, || {
+            let body = common::scrape_metrics(addr)?;
+            (body.matches("idle=\"true\"").count() == 2).then_some(())
+        });
+        wait_for_a_new_checkpoint(&checkpoints);
+    };
     let mut child = run_at(&data, &job, &addr, 2, false);
-    common::wait_for("both partitions idle", TIMEOUT, || {
-        let body = common::scrape_metrics(&addr)?;
-        (body.matches("idle=\"true\"").count() == 2).then_some(())
-    });
-    wait_for_a_new_checkpoint(&checkpoints);
+    both_idle(&addr);
     child.kill().unwrap();
     child.wait().unwrap();
     append_to_t2(&data, &[(1, "d", 20), (1, "d", 35), (1, "d", 49)]);
     let addr = common::free_addr();
     let mut child = run_at(&data, &job, &addr, 2, true);
     wait_for_checkpointed_watermark(&addr, "counts", 48.0, &checkpoints);
+    // Both idle again in the checkpoint restored: the restored source subtask then
+    // has no active split to take its watermark from.
+    both_idle(&addr);
     child.kill().unwrap();
     child.wait().unwrap();
 
