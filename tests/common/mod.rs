@@ -176,6 +176,16 @@ pub(crate) fn metric(body: &str, series: &str) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
+/// The smallest value of the Prometheus samples whose name and labels start with
+/// `series` (e.g. `brook_watermark_ms{operator="counts"`), over the subtasks: a
+/// watermark every subtask has reached.
+pub(crate) fn metric_min(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .reduce(f64::min)
+}
+
 /// The id of the newest complete checkpoint (`chk-<id>` with its `_metadata`) in
 /// `dir`, if any.
 pub(crate) fn latest_checkpoint(dir: &Path) -> Option<u64> {
