@@ -371,17 +371,17 @@ fn file_sink_keeps_committed_rows_across_any_sequence_of_parallelisms() {
 }
 
 /// Spawns `brook run job` on `data` with metrics at `addr`, at `parallelism`, restoring
-/// the latest checkpoint when `restore`.
+/// the latest checkpoint when `restore` (killed when dropped: the job never ends).
 fn run_at(
     data: &Path,
     job: &Path,
     addr: &str,
     parallelism: u32,
     restore: bool,
-) -> std::process::Child {
+) -> common::KillOnDrop {
     let mut c = brook(data, job, restore, parallelism);
     c.args(["--metrics-addr", addr]).stderr(Stdio::null());
-    c.spawn().unwrap()
+    common::KillOnDrop(c.spawn().unwrap())
 }
 
 /// Waits until `operator`'s watermark (the least over its subtasks) is at least `wm` ms
