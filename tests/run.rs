@@ -317,22 +317,30 @@ fn run_until_stdout_closes(spec: &str) {
     );
 }
 
+/// Writes job `slow` (300 generated rows at 200 a second, checkpoints every 100 ms, a
+/// file sink `out.jsonl`) into `dir` and starts a `brook run` of it on `dir/data`:
+/// the spec's path and the running child.
+fn start_slow_job(dir: &Path) -> (std::path::PathBuf, std::process::Child) {
+    let spec = "name: slow\ncheckpoint_interval: 100ms\nsources:\n  - {name: g, connector: generator, count: 300, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
+    let job = dir.join("job.yaml");
+    std::fs::write(&job, spec).unwrap();
+    let first = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["run", "--quiet"])
+        .arg(&job)
+        .spawn()
+        .unwrap();
+    (job, first)
+}
+
 /// One `brook run` of a job per data directory: a second is refused at once naming the
 /// first's process, and the first finishes with all its output (two used to commit
 /// over each other: "cannot commit ... the pending part ... is gone").
 #[test]
 fn a_second_run_of_a_running_job_is_refused_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = "name: slow\ncheckpoint_interval: 100ms\nsources:\n  - {name: g, connector: generator, count: 300, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
-    let job = dir.path().join("job.yaml");
-    std::fs::write(&job, spec).unwrap();
-    let mut first = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--quiet"])
-        .arg(&job)
-        .spawn()
-        .unwrap();
+    let (job, mut first) = start_slow_job(dir.path());
     // It holds the job's lock from its start (before it reads or writes anything).
     let lock = dir.path().join("data/jobs/slow.lock");
     let pid = first.id().to_string();
@@ -368,16 +376,7 @@ fn a_second_run_of_a_running_job_is_refused_naming_the_first() {
 #[test]
 fn a_second_run_writing_a_running_jobs_output_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = "name: slow\ncheckpoint_interval: 100ms\nsources:\n  - {name: g, connector: generator, count: 300, rate: 200}\nsinks:\n  - {name: o, connector: file, path: out.jsonl}\n";
-    let job = dir.path().join("job.yaml");
-    std::fs::write(&job, spec).unwrap();
-    let mut first = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--quiet"])
-        .arg(&job)
-        .spawn()
-        .unwrap();
+    let (job, mut first) = start_slow_job(dir.path());
     // It takes its locks before it writes anything: once its first checkpoint has
     // committed rows, it holds them.
     let out = dir.path().join("out.jsonl");
