@@ -325,3 +325,13 @@ fn keyed_harnesses_get_a_fresh_backend_of_each_kind() {
         assert_eq!(h.info().name, "keyed");
     }
 }
+
+#[test]
+fn one_batch_runs_through_an_opened_operator() {
+    let out = OperatorHarness::run_batch(
+        SumPerKey::default(),
+        vec![StreamRecord::with_timestamp((1, 2), 3)],
+    )
+    .unwrap();
+    assert!(out.is_empty(), "sums wait for a watermark");
+}

@@ -202,6 +202,18 @@ impl<O: Operator> OperatorHarness<O> {
         HarnessSetup::new("operator").build(op)
     }
 
+    /// Opens `op`, passes it `batch` and returns what it emitted: for operators
+    /// tested one batch at a time (stateless ones).
+    ///
+    /// # Errors
+    /// The operator's error from `open` or `process_batch`.
+    pub fn run_batch(op: O, batch: Batch<O::In>) -> OpResult<Batch<O::Out>> {
+        let mut h = OperatorHarness::new(op);
+        h.open()?;
+        h.process_batch(batch)?;
+        Ok(h.take_records())
+    }
+
     /// Records passed to the operator also go to `generator`, and
     /// [`OperatorHarness::process_generated_watermark`] sends its watermark, as a
     /// source with a watermark strategy would (semantics.md §2).
