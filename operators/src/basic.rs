@@ -145,18 +145,7 @@ where
 mod tests {
     use super::*;
     use brook_core::element::StreamRecord;
-    use brook_core::operator::SubtaskInfo;
-    use brook_core::time::ManualClock;
-
-    fn ctx() -> OperatorContext {
-        let info = SubtaskInfo {
-            name: "t".into(),
-            index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-        };
-        OperatorContext::new(info, ManualClock::new(0).shared())
-    }
+    use brook_testkit::operator::OperatorHarness;
 
     fn batch(v: &[i64]) -> Batch<i64> {
         v.iter()
@@ -164,32 +153,30 @@ mod tests {
             .collect()
     }
 
+    /// What `op` emits for `input`.
+    fn run<O: Operator<In = i64>>(op: O, input: Batch<i64>) -> Batch<O::Out> {
+        OperatorHarness::run_batch(op, input).unwrap()
+    }
+
     #[test]
     fn map_filter_flat_map() {
-        let mut out = Output::new();
-        Map::new(|x: i64| x + 1)
-            .process_batch(batch(&[1, 2]), &mut ctx(), &mut out)
-            .unwrap();
         assert_eq!(
-            out.take(),
+            run(Map::new(|x: i64| x + 1), batch(&[1, 2])),
             vec![
                 StreamRecord::with_timestamp(2, 10),
                 StreamRecord::with_timestamp(3, 20)
             ]
         );
-        Filter::new(|x: &i64| x % 2 == 0)
-            .process_batch(batch(&[1, 2, 3, 4]), &mut ctx(), &mut out)
-            .unwrap();
         assert_eq!(
-            out.take(),
+            run(Filter::new(|x: &i64| x % 2 == 0), batch(&[1, 2, 3, 4])),
             vec![
                 StreamRecord::with_timestamp(2, 20),
                 StreamRecord::with_timestamp(4, 40)
             ]
         );
-        FlatMap::new(|x: i64| vec![x; x as usize])
-            .process_batch(batch(&[0, 2]), &mut ctx(), &mut out)
-            .unwrap();
-        assert_eq!(out.take(), vec![StreamRecord::with_timestamp(2, 20); 2]);
+        assert_eq!(
+            run(FlatMap::new(|x: i64| vec![x; x as usize]), batch(&[0, 2])),
+            vec![StreamRecord::with_timestamp(2, 20); 2]
+        );
     }
 }

@@ -198,8 +198,7 @@ mod tests {
     use super::*;
     use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
     use brook_core::element::StreamRecord;
-    use brook_core::operator::SubtaskInfo;
-    use brook_core::time::ManualClock;
+    use brook_testkit::operator::{HarnessSetup, OperatorHarness};
     use serde_json::json;
     use std::sync::{Arc, Mutex};
 
@@ -215,35 +214,30 @@ mod tests {
         }
     }
 
-    fn ctx() -> OperatorContext {
-        let info = SubtaskInfo {
-            name: "enrich".into(),
-            index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-        };
-        OperatorContext::new(info, ManualClock::new(0).shared())
+    /// An opened harness for `op`.
+    fn opened(op: LookupEnrich) -> OperatorHarness<LookupEnrich> {
+        let mut h = HarnessSetup::new("enrich").harness(op).unwrap();
+        h.open().unwrap();
+        h
     }
 
-    fn run(op: &mut LookupEnrich, rows: Vec<Row>) -> Vec<Row> {
-        let mut out = Output::new();
+    fn run(h: &mut OperatorHarness<LookupEnrich>, rows: Vec<Row>) -> Vec<Row> {
         let batch = rows.into_iter().map(StreamRecord::new).collect();
-        op.process_batch(batch, &mut ctx(), &mut out).unwrap();
-        out.take().into_iter().map(|r| r.value).collect()
+        h.process_batch(batch).unwrap();
+        h.take_values()
     }
 
     #[test]
     fn updates_take_effect_for_later_rows_only() {
         let pushed = Arc::new(Mutex::new(Vec::new()));
-        let mut op = LookupEnrich::new(
+        let mut op = opened(LookupEnrich::new(
             "class",
             Box::new(Pushed(Arc::clone(&pushed))),
             vec!["student".into()],
             vec!["student".into()],
             None,
             MissingKey::Nulls,
-        );
-        op.open(&mut ctx()).unwrap();
+        ));
         let before = run(
             &mut op,
             vec![json!({"student": "mia"}), json!({"student": "leo"})],
@@ -274,36 +268,34 @@ mod tests {
                 json!({"student": "leo", "class": "2c"})
             ]
         );
-        assert_eq!(op.len(), 2);
+        assert_eq!(op.operator().len(), 2);
     }
 
     #[test]
     fn missing_keys_are_dropped_or_rejected() {
         let table = || Box::new(StaticTable(vec![json!({"id": 1, "name": "one"})]));
-        let mut drop = LookupEnrich::new(
+        let mut drop = opened(LookupEnrich::new(
             "d",
             table(),
             vec!["n".into()],
             vec!["id".into()],
             None,
             MissingKey::Drop,
-        );
-        drop.open(&mut ctx()).unwrap();
+        ));
         assert_eq!(
             run(&mut drop, vec![json!({"n": 1}), json!({"n": 2})]),
             vec![json!({"n": 1, "name": "one"})]
         );
         let counts = Arc::new(BadRecordCounts::default());
         let bad = BadRecords::new(BadRecordPolicy::Skip, Arc::clone(&counts), None);
-        let mut reject = LookupEnrich::new(
+        let mut reject = opened(LookupEnrich::new(
             "r",
             table(),
             vec!["n".into()],
             vec!["id".into()],
             None,
             MissingKey::Reject(bad),
-        );
-        reject.open(&mut ctx()).unwrap();
+        ));
         assert_eq!(run(&mut reject, vec![json!({"n": 2})]), Vec::<Row>::new());
         assert_eq!(counts.skipped(), 1);
     }

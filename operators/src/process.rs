@@ -311,9 +311,8 @@ where
 mod tests {
     use super::*;
     use brook_core::element::StreamRecord;
-    use brook_core::operator::SubtaskInfo;
-    use brook_core::time::ManualClock;
-    use brook_state::{MemoryStateBackend, StateDescriptor};
+    use brook_state::StateDescriptor;
+    use brook_testkit::operator::{HarnessSetup, TestBackend};
 
     /// Counts records per key and emits the count when the watermark passes the last
     /// record's time + 10.
@@ -369,35 +368,29 @@ mod tests {
 
     #[test]
     fn state_and_event_time_timers_per_key() {
-        let info = SubtaskInfo {
-            name: "p".into(),
-            index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-        };
-        let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
-        let mut op = KeyedProcessOperator::new(
-            CountThenEmit,
-            |v: &(String, i64)| v.0.clone(),
-            Box::new(MemoryStateBackend::new()),
-        );
-        let mut out = Output::new();
+        let mut h = HarnessSetup::new("p")
+            .keyed(TestBackend::Heap, |b| {
+                KeyedProcessOperator::new(CountThenEmit, |v: &(String, i64)| v.0.clone(), b)
+            })
+            .unwrap();
+        h.open().unwrap();
         let batch = vec![
             StreamRecord::new(("a".to_string(), 1)),
             StreamRecord::new(("b".to_string(), 5)),
             StreamRecord::new(("a".to_string(), 3)),
         ];
-        op.process_batch(batch, &mut ctx, &mut out).unwrap();
-        assert!(out.is_empty());
-        ctx.set_current_watermark(Watermark(12));
-        op.on_watermark(Watermark(12), &mut ctx, &mut out).unwrap();
+        h.process_batch(batch).unwrap();
+        assert!(h.output().is_empty());
+        h.process_watermark(12).unwrap();
         // a's timers at 11 and 13, b's at 15: only a@11 fired, with a's count so far.
         assert_eq!(
-            out.take(),
+            h.take_records(),
             vec![StreamRecord::with_timestamp(("a".to_string(), 2), 11)]
         );
-        op.on_watermark(Watermark::MAX, &mut ctx, &mut out).unwrap();
-        let got: Vec<_> = out.take().into_iter().map(|r| r.value).collect();
-        assert_eq!(got, vec![("a".to_string(), 0), ("b".to_string(), 1)]);
+        h.process_watermark(Watermark::MAX.millis()).unwrap();
+        assert_eq!(
+            h.take_values(),
+            vec![("a".to_string(), 0), ("b".to_string(), 1)]
+        );
     }
 }

@@ -297,19 +297,8 @@ mod tests {
     use super::*;
     use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
     use brook_core::element::StreamRecord;
-    use brook_core::operator::SubtaskInfo;
-    use brook_core::time::ManualClock;
+    use brook_testkit::operator::OperatorHarness;
     use serde_json::json;
-
-    fn ctx() -> OperatorContext {
-        let info = SubtaskInfo {
-            name: "step".into(),
-            index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-        };
-        OperatorContext::new(info, ManualClock::new(0).shared())
-    }
 
     fn rows(v: Vec<Value>) -> Batch<Row> {
         v.into_iter().map(StreamRecord::new).collect()
@@ -322,20 +311,19 @@ mod tests {
             Arc::new(BadRecordCounts::default()),
             None,
         );
-        let mut f = RowFilter::new(
+        let f = RowFilter::new(
             Expr::compile("item == \"milk\" && price > 50").unwrap(),
             skip.clone(),
         );
-        let mut out = Output::new();
         let input = rows(vec![
             json!({"item": "milk", "price": 60}),
             json!({"item": "milk", "price": 40}),
             json!({"item": "tea", "price": 90}),
             json!({"price": 1}),
         ]);
-        f.process_batch(input, &mut ctx(), &mut out).unwrap();
+        let out = OperatorHarness::run_batch(f, input).unwrap();
         assert_eq!(
-            out.take().into_iter().map(|r| r.value).collect::<Vec<_>>(),
+            out.into_iter().map(|r| r.value).collect::<Vec<_>>(),
             vec![json!({"item": "milk", "price": 60})]
         );
         assert_eq!(skip.counts().skipped(), 1, "the row without item");
@@ -350,35 +338,24 @@ mod tests {
                 Expr::compile("row[\"item\"] + \"!\"").unwrap(),
             ),
         ];
-        let mut m = RowMap::map(fields, BadRecords::default());
-        m.process_batch(
-            rows(vec![json!({"item": "milk", "price": 60})]),
-            &mut ctx(),
-            &mut out,
-        )
-        .unwrap();
+        let m = RowMap::map(fields, BadRecords::default());
+        let out = OperatorHarness::run_batch(m, rows(vec![json!({"item": "milk", "price": 60})]))
+            .unwrap();
         assert_eq!(
-            out.take()[0].value,
+            out[0].value,
             json!({"item": "milk", "price": 60, "dollars": 0.6, "label": "milk!"})
         );
 
-        let mut s = RowMap::select(
+        let s = RowMap::select(
             vec![("p".to_string(), Expr::compile("price * 2").unwrap())],
             BadRecords::default(),
         );
-        s.process_batch(
-            rows(vec![json!({"item": "milk", "price": 60})]),
-            &mut ctx(),
-            &mut out,
-        )
-        .unwrap();
-        assert_eq!(out.take()[0].value, json!({"p": 120}));
+        let out = OperatorHarness::run_batch(s, rows(vec![json!({"item": "milk", "price": 60})]))
+            .unwrap();
+        assert_eq!(out[0].value, json!({"p": 120}));
 
-        let mut failing =
-            RowFilter::new(Expr::compile("price > 1").unwrap(), BadRecords::default());
-        let e = failing
-            .process_batch(rows(vec![json!({"item": "x"})]), &mut ctx(), &mut out)
-            .unwrap_err();
+        let failing = RowFilter::new(Expr::compile("price > 1").unwrap(), BadRecords::default());
+        let e = OperatorHarness::run_batch(failing, rows(vec![json!({"item": "x"})])).unwrap_err();
         assert!(
             e.to_string()
                 .contains("price > 1: Undeclared reference to 'price'"),

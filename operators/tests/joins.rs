@@ -9,14 +9,13 @@
 
 use std::collections::BTreeMap;
 
-use brook_core::element::StreamRecord;
-use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
-use brook_core::time::{ManualClock, Millis, Watermark};
+use brook_core::time::Millis;
+use brook_core::watermark::BoundedOutOfOrderness;
 use brook_operators::join::{Either, IntervalJoin, JoinOutput, JoinType, TemporalJoin, WindowJoin};
 use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
 use brook_operators::window::assigner::{SlidingEventTimeWindows, TumblingEventTimeWindows};
 use brook_operators::window::TimeWindow;
-use brook_state::MemoryStateBackend;
+use brook_testkit::operator::{HarnessSetup, OperatorHarness, TestBackend};
 use proptest::prelude::*;
 
 /// A record of either side: (key, id).
@@ -48,56 +47,55 @@ struct Ran {
     end_state: usize,
 }
 
+type Join<F> = KeyedProcessOperator<F, fn(&In) -> u8>;
+
+/// An opened harness for the join `f` (heap state).
+fn harness<F>(f: F) -> OperatorHarness<Join<F>>
+where
+    F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
+{
+    let mut h = HarnessSetup::new("join")
+        .keyed(TestBackend::Heap, |b| {
+            KeyedProcessOperator::new(f, key as fn(&In) -> u8, b)
+        })
+        .unwrap();
+    h.open().unwrap();
+    h
+}
+
+/// Moves what the join emitted so far into `ran`: joined pairs and late ids.
+fn take<F>(h: &mut OperatorHarness<Join<F>>, ran: &mut Ran)
+where
+    F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
+{
+    for out in h.take_values() {
+        match out {
+            JoinOutput::Joined(p) => ran.joined.push(p),
+            JoinOutput::LateLeft(a) | JoinOutput::LateRight(a) => ran.late.push(a.1),
+        }
+    }
+}
+
 /// Feeds `input` `(record, ts)` one by one; after each, the watermark
 /// `max ts - BOUND - 1` if it advanced; then the final watermark.
 fn drive<F>(f: F, input: &[(In, Millis)]) -> Ran
 where
     F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
 {
-    let info = SubtaskInfo {
-        name: "join".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
-    let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
-    let mut op = KeyedProcessOperator::new(f, key, Box::new(MemoryStateBackend::new()));
-    let mut out = Output::new();
+    let mut h = harness(f).with_watermark_generator(BoundedOutOfOrderness::new(BOUND));
     let mut ran = Ran::default();
-    let mut max_ts = Millis::MIN;
-    let mut wm = Millis::MIN;
-    let take = |out: &mut Output<Out>, ran: &mut Ran| {
-        for r in out.take() {
-            match r.value {
-                JoinOutput::Joined(p) => ran.joined.push(p),
-                JoinOutput::LateLeft(a) | JoinOutput::LateRight(a) => ran.late.push(a.1),
-            }
-        }
-    };
     for (rec, ts) in input {
-        op.process_batch(
-            vec![StreamRecord::with_timestamp(rec.clone(), *ts)],
-            &mut ctx,
-            &mut out,
-        )
-        .unwrap();
-        max_ts = max_ts.max(*ts);
-        let next = max_ts - BOUND - 1;
-        if next > wm {
-            wm = next;
-            ctx.set_current_watermark(Watermark(wm));
-            op.on_watermark(Watermark(wm), &mut ctx, &mut out).unwrap();
-        }
-        take(&mut out, &mut ran);
-        let (entries, timers) = op.state_size();
+        h.process_element(rec.clone(), *ts).unwrap();
+        h.process_generated_watermark().unwrap();
+        take(&mut h, &mut ran);
+        let (entries, timers) = h.operator().state_size();
         ran.max_state = ran.max_state.max(entries + timers);
     }
-    ctx.set_current_watermark(Watermark::MAX);
-    op.on_watermark(Watermark::MAX, &mut ctx, &mut out).unwrap();
-    take(&mut out, &mut ran);
-    let (entries, timers) = op.state_size();
+    h.end_input().unwrap();
+    take(&mut h, &mut ran);
+    let (entries, timers) = h.operator().state_size();
     ran.end_state = entries + timers;
-    ran.late_count = ctx.late_records();
+    ran.late_count = h.context().late_records();
     ran.joined.sort_unstable();
     ran.late.sort_unstable();
     ran
@@ -330,37 +328,19 @@ fn drive_steps<F>(f: F, steps: &[Step]) -> Ran
 where
     F: KeyedProcessFunction<Key = u8, In = In, Out = Out>,
 {
-    let info = SubtaskInfo {
-        name: "join".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
-    let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
-    let mut op = KeyedProcessOperator::new(f, key, Box::new(MemoryStateBackend::new()));
-    let mut out = Output::new();
+    let mut h = harness(f);
     let mut ran = Ran::default();
-    let all = steps.iter().chain([&Step::Watermark(Millis::MAX)]);
-    for step in all {
+    for step in steps {
         match step {
-            Step::Record(rec, ts) => {
-                let batch = vec![StreamRecord::with_timestamp(rec.clone(), *ts)];
-                op.process_batch(batch, &mut ctx, &mut out).unwrap();
-            }
-            Step::Watermark(wm) => {
-                ctx.set_current_watermark(Watermark(*wm));
-                op.on_watermark(Watermark(*wm), &mut ctx, &mut out).unwrap();
-            }
+            Step::Record(rec, ts) => h.process_element(rec.clone(), *ts).unwrap(),
+            Step::Watermark(wm) => h.process_watermark(*wm).unwrap(),
         }
-        for r in out.take() {
-            match r.value {
-                JoinOutput::Joined(p) => ran.joined.push(p),
-                JoinOutput::LateLeft(a) | JoinOutput::LateRight(a) => ran.late.push(a.1),
-            }
-        }
+        take(&mut h, &mut ran);
     }
-    ran.late_count = ctx.late_records();
-    let (entries, timers) = op.state_size();
+    h.end_input().unwrap();
+    take(&mut h, &mut ran);
+    ran.late_count = h.context().late_records();
+    let (entries, timers) = h.operator().state_size();
     ran.end_state = entries + timers;
     ran
 }

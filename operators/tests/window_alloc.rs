@@ -3,13 +3,11 @@
 #![allow(clippy::unwrap_used)]
 
 use brook_core::element::StreamRecord;
-use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
-use brook_core::time::{ManualClock, Watermark};
 use brook_operators::window::{
     Count, Max, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows, WindowAssigner,
     WindowOperator,
 };
-use brook_state::MemoryStateBackend;
+use brook_testkit::operator::{HarnessSetup, TestBackend};
 
 /// Counts allocations per thread. Test-only; the one `unsafe` delegates to the system
 /// allocator.
@@ -54,25 +52,23 @@ mod counting {
 /// Records `(key, value)` at times `0..1000`, 100 keys; returns allocations made while
 /// the second round of batches is processed (all windows exist by then).
 fn allocations_in_second_round(assigner: WindowAssigner) -> u64 {
-    let mut op = WindowOperator::aggregate(
-        assigner,
-        |e: &(u64, i64)| e.0,
-        (
-            Count,
-            Sum::of(|e: &(u64, i64)| e.1),
-            Max::of(|e: &(u64, i64)| e.1),
-        ),
-        Box::new(MemoryStateBackend::new()),
-    );
-    let info = SubtaskInfo {
-        name: "window".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
-    let mut ctx = OperatorContext::new(info, ManualClock::new(0).shared());
-    ctx.set_current_watermark(Watermark(-1));
-    let mut out = Output::with_capacity(16);
+    let mut h = HarnessSetup::new("window")
+        .keyed(TestBackend::Heap, |b| {
+            WindowOperator::aggregate(
+                assigner,
+                |e: &(u64, i64)| e.0,
+                (
+                    Count,
+                    Sum::of(|e: &(u64, i64)| e.1),
+                    Max::of(|e: &(u64, i64)| e.1),
+                ),
+                b,
+            )
+        })
+        .unwrap();
+    h.open().unwrap();
+    // Records at 0.. are not late.
+    h.process_watermark(-1).unwrap();
     let batches = |round: i64| -> Vec<Vec<StreamRecord<(u64, i64)>>> {
         (0..10)
             .map(|b| {
@@ -86,15 +82,15 @@ fn allocations_in_second_round(assigner: WindowAssigner) -> u64 {
             .collect()
     };
     for batch in batches(0) {
-        op.process_batch(batch, &mut ctx, &mut out).unwrap();
+        h.process_batch(batch).unwrap();
     }
     let second = batches(7);
     let before = counting::allocations();
     for batch in second {
-        op.process_batch(batch, &mut ctx, &mut out).unwrap();
+        h.process_batch(batch).unwrap();
     }
     let n = counting::allocations() - before;
-    assert!(out.is_empty(), "nothing fires before the watermark");
+    assert!(h.output().is_empty(), "nothing fires before the watermark");
     n
 }
 

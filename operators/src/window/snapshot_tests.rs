@@ -20,22 +20,18 @@ const HEAP: usize = 0;
 const BYTES: usize = 1;
 const HEAP_GENERAL: usize = 2;
 
-fn build(cfg: &Cfg) -> CountSumOp {
-    let mut op = aggregate_op(cfg.assigner, backends()[cfg.backend].1())
-        .allowed_lateness(cfg.lateness)
-        .emit_late_records(true);
-    if let Some(t) = cfg.trigger {
-        op = op.trigger(t);
-    }
-    op
-}
-
-/// One parallel subtask: operator, context, pending processing-time callback.
-struct Sub {
-    op: CountSumOp,
-    ctx: OperatorContext,
-    out: Output<<CountSumOp as Operator>::Out>,
-    callback: Option<Millis>,
+/// A harness (not opened) for the operator `cfg` describes, as the subtask `setup`
+/// names.
+fn build(cfg: &Cfg, setup: HarnessSetup) -> OperatorHarness<CountSumOp> {
+    backends()[cfg.backend].1.harness(setup, |b| {
+        let mut op = aggregate_op(cfg.assigner, b)
+            .allowed_lateness(cfg.lateness)
+            .emit_late_records(true);
+        if let Some(t) = cfg.trigger {
+            op = op.trigger(t);
+        }
+        op
+    })
 }
 
 /// How records are routed to the subtasks of a [`Run`].
@@ -49,44 +45,29 @@ enum Route {
 }
 
 /// A window operator at some parallelism fed the same steps as a job would: records
-/// routed, watermarks and the clock broadcast.
+/// routed, watermarks and the clock broadcast. One harness per subtask.
 struct Run {
-    subs: Vec<Sub>,
+    subs: Vec<OperatorHarness<CountSumOp>>,
     route: Route,
     max_parallelism: u32,
     wm: Millis,
-    /// `(watermark when emitted, output)`, rendered.
-    got: Vec<(Millis, String)>,
 }
 
-fn ctx_for(
-    clock: &ManualClock,
-    max_parallelism: u32,
-    parallelism: u32,
-    index: u32,
-) -> OperatorContext {
-    let info = SubtaskInfo {
-        name: "window".into(),
-        index,
-        parallelism,
-        max_parallelism,
-    };
-    OperatorContext::new(info, clock.shared())
+/// Subtask `index` of `parallelism` on `clock`.
+fn setup(clock: &ManualClock, max_parallelism: u32, parallelism: u32, index: u32) -> HarnessSetup {
+    HarnessSetup::new("window")
+        .subtask(index, parallelism)
+        .max_parallelism(max_parallelism)
+        .clock(clock)
 }
 
 impl Run {
     fn new(cfg: &Cfg, parallelism: u32, max_parallelism: u32, clock: &ManualClock) -> Self {
         let subs = (0..parallelism)
             .map(|i| {
-                let mut ctx = ctx_for(clock, max_parallelism, parallelism, i);
-                let mut op = build(cfg);
-                op.open(&mut ctx).unwrap();
-                Sub {
-                    op,
-                    ctx,
-                    out: Output::new(),
-                    callback: None,
-                }
+                let mut h = build(cfg, setup(clock, max_parallelism, parallelism, i));
+                h.open().unwrap();
+                h
             })
             .collect();
         Run {
@@ -94,7 +75,6 @@ impl Run {
             route: Route::ByKey,
             max_parallelism,
             wm: Millis::MIN,
-            got: Vec::new(),
         }
     }
 
@@ -102,11 +82,7 @@ impl Run {
     fn snapshot(&mut self) -> Vec<StateSnapshot> {
         self.subs
             .iter_mut()
-            .map(|s| {
-                let mut snap = StateSnapshot::new();
-                s.op.snapshot_state(1, &mut s.ctx, &mut snap).unwrap();
-                snap
-            })
+            .map(|h| h.snapshot(1).unwrap())
             .collect()
     }
 
@@ -122,19 +98,10 @@ impl Run {
     ) -> Self {
         let subs = (0..parallelism)
             .map(|i| {
-                let mut ctx = ctx_for(clock, max_parallelism, parallelism, i);
-                let range = key_group_range(max_parallelism, parallelism, i);
-                let restored = RestoredState::collect(snaps, range);
-                let mut op = build(cfg);
-                op.restore_state(&mut ctx, &restored).unwrap();
-                op.open(&mut ctx).unwrap();
-                let callback = ctx.take_processing_time_callback();
-                Sub {
-                    op,
-                    ctx,
-                    out: Output::new(),
-                    callback,
-                }
+                let mut h = build(cfg, setup(clock, max_parallelism, parallelism, i));
+                h.restore(snaps).unwrap();
+                h.open().unwrap();
+                h
             })
             .collect();
         let mut run = Run {
@@ -142,21 +109,9 @@ impl Run {
             route: Route::ByKeyGroup,
             max_parallelism,
             wm: Millis::MIN,
-            got: Vec::new(),
         };
         run.watermark(wm);
         run
-    }
-
-    fn collect(&mut self, i: usize) {
-        let s = &mut self.subs[i];
-        for r in s.out.take() {
-            self.got
-                .push((self.wm, format!("{:?} @{:?}", r.value, r.timestamp)));
-        }
-        if let Some(t) = s.ctx.take_processing_time_callback() {
-            s.callback = Some(s.callback.map_or(t, |c| c.min(t)));
-        }
     }
 
     fn record(&mut self, e: Ev) {
@@ -169,52 +124,43 @@ impl Run {
             }
         };
         let ts = e.ts;
-        let s = &mut self.subs[i];
-        s.op.process_batch(
-            vec![StreamRecord::with_timestamp(e, ts)],
-            &mut s.ctx,
-            &mut s.out,
-        )
-        .unwrap();
-        self.collect(i);
+        self.subs[i].process_element(e, ts).unwrap();
     }
 
     fn watermark(&mut self, wm: Millis) {
         if wm > self.wm {
             self.wm = wm;
-            for i in 0..self.subs.len() {
-                let s = &mut self.subs[i];
-                s.ctx.set_current_watermark(Watermark(wm));
-                s.op.on_watermark(Watermark(wm), &mut s.ctx, &mut s.out)
-                    .unwrap();
-                self.collect(i);
+            for h in &mut self.subs {
+                h.process_watermark(wm).unwrap();
             }
         }
     }
 
     /// Processing time is now `now`: subtasks whose callback is due get it.
     fn clock(&mut self, now: Millis) {
-        for i in 0..self.subs.len() {
-            let s = &mut self.subs[i];
-            if s.callback.is_some_and(|t| t <= now) {
-                s.callback = None;
-                s.op.on_processing_time(now, &mut s.ctx, &mut s.out)
-                    .unwrap();
-                self.collect(i);
-            }
+        for h in &mut self.subs {
+            h.set_processing_time(now).unwrap();
         }
     }
 
     fn window_count(&self) -> usize {
-        self.subs.iter().map(|s| s.op.window_count()).sum()
+        self.subs.iter().map(|h| h.operator().window_count()).sum()
     }
 
     fn late_records(&self) -> u64 {
-        self.subs.iter().map(|s| s.op.late_records()).sum()
+        self.subs.iter().map(|h| h.operator().late_records()).sum()
     }
 
+    /// `(watermark when emitted, output)` of every subtask, rendered.
     fn take_got(&mut self) -> Vec<(Millis, String)> {
-        std::mem::take(&mut self.got)
+        self.subs
+            .iter_mut()
+            .flat_map(|h| h.take_output())
+            .map(|e| {
+                let rendered = format!("{:?} @{:?}", e.value, e.timestamp);
+                (e.watermark.millis(), rendered)
+            })
+            .collect()
     }
 }
 
@@ -468,12 +414,10 @@ fn restore_err(bytes: &[u8]) -> OperatorError {
     snap.put_keyed(3, bytes);
     let restored = RestoredState::collect([&snap], key_group_range(128, 1, 0));
     let clock = ManualClock::new(0);
-    let mut ctx = ctx_for(&clock, 128, 1, 0);
-    let mut op = aggregate_op(
-        TumblingEventTimeWindows::of(10).unwrap(),
-        backends()[HEAP].1(),
-    );
-    op.restore_state(&mut ctx, &restored).unwrap_err()
+    let mut h = backends()[HEAP].1.harness(setup(&clock, 128, 1, 0), |b| {
+        aggregate_op(TumblingEventTimeWindows::of(10).unwrap(), b)
+    });
+    h.restore_state(&restored).unwrap_err()
 }
 
 #[test]
@@ -510,10 +454,8 @@ fn a_blob_of_an_unknown_version_or_damaged_is_an_error() {
     let mut snap = StateSnapshot::new();
     snap.put_keyed(*kg, &blob);
     let restored = RestoredState::collect([&snap], key_group_range(128, 1, 0));
-    let mut ctx = ctx_for(&clock, 128, 1, 0);
-    let mut op = build(&cfg);
-    let err = op
-        .restore_state(&mut ctx, &restored)
+    let err = build(&cfg, setup(&clock, 128, 1, 0))
+        .restore_state(&restored)
         .unwrap_err()
         .to_string();
     assert!(err.contains("version 2"), "{err}");
@@ -534,9 +476,8 @@ fn a_restore_at_another_max_parallelism_is_an_error() {
     }
     let snaps = a.snapshot();
     let restored = RestoredState::collect(&snaps, key_group_range(128, 1, 0));
-    let mut ctx = ctx_for(&clock, 128, 1, 0);
-    let err = build(&cfg)
-        .restore_state(&mut ctx, &restored)
+    let err = build(&cfg, setup(&clock, 128, 1, 0))
+        .restore_state(&restored)
         .unwrap_err()
         .to_string();
     assert!(err.contains("max parallelism"), "{err}");
@@ -563,7 +504,7 @@ fn processing_time_timers_come_back() {
         a.record(ev("k2", 0, 2));
         let snaps = a.snapshot();
         let mut b = Run::restore(&cfg, &snaps, 1, 128, Millis::MIN, &clock);
-        assert_eq!(b.subs[0].callback, Some(19), "{name}");
+        assert_eq!(b.subs[0].pending_processing_time(), Some(19), "{name}");
         b.clock(19);
         assert_eq!(b.take_got().len(), 2, "{name}");
         assert_eq!(b.window_count(), 0, "{name}");
@@ -604,11 +545,8 @@ fn restore_from_subtasks_at_different_watermarks() {
                     a.record(e.clone());
                 }
                 for (i, wm) in [(0, 12), (1, 31)] {
-                    let s = &mut a.subs[i];
-                    s.ctx.set_current_watermark(Watermark(wm));
-                    s.op.on_watermark(Watermark(wm), &mut s.ctx, &mut s.out)
-                        .unwrap();
-                    s.out.take();
+                    a.subs[i].process_watermark(wm).unwrap();
+                    a.subs[i].take_output();
                 }
                 let snaps = a.snapshot();
                 let mut b = Run::restore(&cfg, &snaps, 1, 4, 12, &clock);

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use brook_core::element::StreamRecord;
 use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
 use brook_core::time::{ManualClock, Millis, Watermark};
+use brook_core::watermark::BoundedOutOfOrderness;
 use brook_state::{KeyedStateBackend, MemoryStateBackend};
+use brook_testkit::operator::{Emitted, HarnessSetup, OperatorHarness, TestBackend};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -35,27 +37,44 @@ fn ev(key: &str, ts: Millis, value: i64) -> Ev {
     }
 }
 
-/// Every kind of state: `(name, backend)`. Making the backend also sets whether the
-/// operator built next (on this thread) may take a fast path: "heap" takes one where
-/// the configuration allows (event time, default trigger), "heap-general" and "bytes"
-/// never do.
-type MakeBackend = fn() -> Box<dyn KeyedStateBackend>;
-
-fn backends() -> [(&'static str, MakeBackend); 3] {
+/// Every kind of state: `(name, backend)`. Building an operator on the backend (see
+/// [`Backend::harness`]) also sets whether it may take a fast path: "heap" takes one
+/// where the configuration allows (event time, default trigger), "heap-general" and
+/// "bytes" never do.
+fn backends() -> [(&'static str, Backend); 3] {
     [
-        ("heap", || {
-            operator::FORCE_GENERAL.with(|f| f.set(false));
-            Box::new(MemoryStateBackend::new())
-        }),
-        ("bytes", || {
-            operator::FORCE_GENERAL.with(|f| f.set(false));
-            Box::new(MemoryStateBackend::serialized())
-        }),
-        ("heap-general", || {
-            operator::FORCE_GENERAL.with(|f| f.set(true));
-            Box::new(MemoryStateBackend::new())
-        }),
+        ("heap", Backend::new(TestBackend::Heap, false)),
+        ("bytes", Backend::new(TestBackend::Serialized, false)),
+        ("heap-general", Backend::new(TestBackend::Heap, true)),
     ]
+}
+
+/// A keyed state backend of the harness and whether the operator built on it is kept
+/// off its fast paths.
+#[derive(Debug, Clone, Copy)]
+struct Backend {
+    state: TestBackend,
+    general: bool,
+}
+
+impl Backend {
+    fn new(state: TestBackend, general: bool) -> Self {
+        Backend { state, general }
+    }
+
+    /// A harness (not opened) for the operator `make` builds on this backend.
+    fn harness<O: Operator>(
+        self,
+        setup: HarnessSetup,
+        make: impl FnOnce(Box<dyn KeyedStateBackend>) -> O,
+    ) -> OperatorHarness<O> {
+        setup
+            .keyed(self.state, |state| {
+                operator::FORCE_GENERAL.with(|f| f.set(self.general));
+                make(state)
+            })
+            .unwrap()
+    }
 }
 
 fn context(clock: &ManualClock) -> OperatorContext {
@@ -85,74 +104,39 @@ fn aggregate_op(assigner: WindowAssigner, backend: Box<dyn KeyedStateBackend>) -
     )
 }
 
-/// Drives an operator as a source with bounded out-of-orderness and a watermark after
-/// every record would (semantics.md §2), recording the watermark at each output.
-struct Driver<O: Operator> {
-    op: O,
-    ctx: OperatorContext,
-    out: Output<O::Out>,
-    max_ts: Millis,
-    wm: Millis,
+/// An opened harness for the operator `make` builds on `backend`, fed as a source with
+/// bounded out-of-orderness `ooo` would be (see [`feed`]).
+fn driver<O: Operator<In = Ev>>(
+    backend: Backend,
     ooo: Millis,
-    /// `(watermark when emitted, output, timestamp)`.
-    got: Vec<(Millis, O::Out, Option<Millis>)>,
+    make: impl FnOnce(Box<dyn KeyedStateBackend>) -> O,
+) -> OperatorHarness<O> {
+    let mut h = backend
+        .harness(HarnessSetup::new("window"), make)
+        .with_watermark_generator(BoundedOutOfOrderness::new(ooo));
+    h.open().unwrap();
+    h
 }
 
-impl<O: Operator<In = Ev>> Driver<O> {
-    fn new(mut op: O, ooo: Millis, clock: &ManualClock) -> Self {
-        let mut ctx = context(clock);
-        op.open(&mut ctx).unwrap();
-        Driver {
-            op,
-            ctx,
-            out: Output::new(),
-            max_ts: Millis::MIN,
-            wm: Millis::MIN,
-            ooo,
-            got: Vec::new(),
-        }
-    }
+/// Feeds one record without moving the watermark.
+fn record<O: Operator<In = Ev>>(h: &mut OperatorHarness<O>, e: Ev) {
+    let ts = e.ts;
+    h.process_element(e, ts).unwrap();
+}
 
-    fn collect(&mut self) {
-        for r in self.out.take() {
-            self.got.push((self.wm, r.value, r.timestamp));
-        }
-    }
+/// Feeds a record, then the watermark `max_ts - ooo - 1` if it advanced (a watermark
+/// after every record, semantics.md §2).
+fn feed<O: Operator<In = Ev>>(h: &mut OperatorHarness<O>, e: Ev) {
+    record(h, e);
+    h.process_generated_watermark().unwrap();
+}
 
-    /// Feeds one record without moving the watermark.
-    fn record(&mut self, e: Ev) {
-        let ts = e.ts;
-        self.op
-            .process_batch(
-                vec![StreamRecord::with_timestamp(e, ts)],
-                &mut self.ctx,
-                &mut self.out,
-            )
-            .unwrap();
-        self.collect();
-        self.max_ts = self.max_ts.max(ts);
-    }
-
-    fn watermark(&mut self, wm: Millis) {
-        if wm > self.wm {
-            self.wm = wm;
-            self.ctx.set_current_watermark(Watermark(wm));
-            self.op
-                .on_watermark(Watermark(wm), &mut self.ctx, &mut self.out)
-                .unwrap();
-            self.collect();
-        }
-    }
-
-    /// Feeds a record, then the watermark `max_ts - ooo - 1` if it advanced.
-    fn feed(&mut self, e: Ev) {
-        self.record(e);
-        self.watermark(self.max_ts - self.ooo - 1);
-    }
-
-    fn end(&mut self) {
-        self.watermark(Millis::MAX);
-    }
+/// What the harness collected: `(watermark when emitted, output, timestamp)`.
+fn got<T: Clone>(output: &[Emitted<T>]) -> Vec<(Millis, T, Option<Millis>)> {
+    output
+        .iter()
+        .map(|e| (e.watermark.millis(), e.value.clone(), e.timestamp))
+        .collect()
 }
 
 /// Results as `(watermark, row)` JSON strings, sorted: equal when the same rows were
@@ -200,7 +184,8 @@ fn flink_rows(jsonl: &str) -> Vec<(Option<Millis>, String)> {
     v
 }
 
-fn conformance(case: &str, flink: &str) {
+/// Runs one conformance case (`case` is its name, for messages) on every backend.
+fn conformance(name: &str, case: &str, flink: &str) {
     let case: Value = serde_json::from_str(case).unwrap();
     let w = &case["window"];
     let offset = w.get("offset_ms").and_then(Value::as_i64).unwrap_or(0);
@@ -211,27 +196,34 @@ fn conformance(case: &str, flink: &str) {
             SlidingEventTimeWindows::with_offset(ms("size_ms"), ms("slide_ms"), offset)
         }
         "session" => EventTimeSessionWindows::with_gap(ms("gap_ms")),
-        k => panic!("unknown kind {k}"),
+        k => panic!("{name}: unknown kind {k}"),
     }
     .unwrap();
     let events: Vec<Ev> = serde_json::from_value(case["events"].clone()).unwrap();
+    let case_name = name;
     for (name, backend) in backends() {
-        let op = aggregate_op(assigner, backend())
-            .allowed_lateness(case["allowed_lateness_ms"].as_i64().unwrap())
-            .emit_late_records(true);
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, case["out_of_orderness_ms"].as_i64().unwrap(), &clock);
+        let ooo = case["out_of_orderness_ms"].as_i64().unwrap();
+        let mut d = driver(backend, ooo, |b| {
+            aggregate_op(assigner, b)
+                .allowed_lateness(case["allowed_lateness_ms"].as_i64().unwrap())
+                .emit_late_records(true)
+        });
         for e in &events {
-            d.feed(e.clone());
+            feed(&mut d, e.clone());
         }
-        d.end();
-        assert_eq!(rows(&d.got), flink_rows(flink), "{name} table");
+        d.end_input().unwrap();
+        let got = got(d.output());
+        assert_eq!(rows(&got), flink_rows(flink), "{case_name}: {name} table");
         let late = flink.lines().filter(|l| l.contains("\"late\"")).count() as u64;
-        assert_eq!(d.op.late_records(), late);
-        assert_eq!(d.ctx.late_records(), late);
-        assert_eq!(d.op.window_count(), 0, "all state cleaned up at the end");
+        assert_eq!(d.operator().late_records(), late, "{case_name}");
+        assert_eq!(d.context().late_records(), late, "{case_name}");
+        assert_eq!(
+            d.operator().window_count(),
+            0,
+            "{case_name}: all state cleaned up at the end"
+        );
         // Results carry the window's max timestamp, late records their own.
-        for (_, o, ts) in &d.got {
+        for (_, o, ts) in &got {
             match o {
                 WindowOutput::Result(r) => assert_eq!(*ts, Some(r.window.max_timestamp())),
                 WindowOutput::Late(e) => assert_eq!(*ts, Some(e.ts)),
@@ -240,20 +232,46 @@ fn conformance(case: &str, flink: &str) {
     }
 }
 
-#[test]
-fn conformance_tumbling_late() {
-    conformance(
-        include_str!("testdata/tumbling_late.json"),
-        include_str!("testdata/tumbling_late.flink.jsonl"),
-    );
+/// The shared conformance samples, `tests/conformance/` at the repository root (also
+/// run as brook jobs by the root package's `tests/conformance.rs`).
+fn conformance_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance")
 }
 
+/// Every case in `tests/conformance/` (`NAME.json` with its `NAME.flink.jsonl`), so a
+/// case added there runs here too. Any other file but the README fails the test
+/// rather than being skipped (a result file without its case, a misnamed case).
 #[test]
-fn conformance_session_merge() {
-    conformance(
-        include_str!("testdata/session_merge.json"),
-        include_str!("testdata/session_merge.flink.jsonl"),
-    );
+fn conformance_cases_match_flink() {
+    let dir = conformance_dir();
+    let mut cases = Vec::new();
+    let mut results = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let file = e.unwrap().file_name().into_string().unwrap();
+        if let Some(name) = file.strip_suffix(".flink.jsonl") {
+            results.push(name.to_string());
+        } else if let Some(name) = file.strip_suffix(".json") {
+            cases.push(name.to_string());
+        } else {
+            assert_eq!(
+                file,
+                "README.md",
+                "not a conformance case: {}",
+                dir.display()
+            );
+        }
+    }
+    cases.sort();
+    results.sort();
+    assert_eq!(cases, results, "each case NAME.json needs NAME.flink.jsonl");
+    // The cases this test was written with are there (the folder is the right one).
+    for known in ["session_merge", "tumbling_late"] {
+        assert!(cases.iter().any(|c| c == known), "{known} missing");
+    }
+    for name in &cases {
+        let read = |ext: &str| std::fs::read_to_string(dir.join(format!("{name}{ext}"))).unwrap();
+        conformance(name, &read(".json"), &read(".flink.jsonl"));
+    }
 }
 
 /// `(watermark, key, start, end, count, sum)` of results; `(watermark, key, ts)` of late
@@ -281,21 +299,21 @@ fn flat(got: &Got) -> Vec<(Millis, String, Millis, Millis, u64, i64)> {
 #[test]
 fn tumbling_allowed_lateness() {
     for (name, backend) in backends() {
-        let op = aggregate_op(TumblingEventTimeWindows::of(1000).unwrap(), backend())
-            .allowed_lateness(500)
-            .emit_late_records(true);
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 0, &clock);
-        d.feed(ev("a", 100, 1)); // wm 99
-        d.feed(ev("a", 1200, 2)); // wm 1199: a [0,1000) fires
-        d.feed(ev("a", 500, 4)); // within lateness: re-fires with 2 records
-        d.feed(ev("b", 300, 8)); // b's window created late: fires at once
-        d.feed(ev("a", 1499, 16)); // wm 1498: [0,1000) kept (cleanup at 1499)
-        d.feed(ev("a", 999, 32)); // still kept: fires again with 3 records
-        d.feed(ev("a", 1600, 64)); // wm 1599: [0,1000) of a and b cleaned up
-        d.feed(ev("a", 700, 128)); // late
-        d.feed(ev("b", 999, 256)); // late
-        d.end();
+        let mut d = driver(backend, 0, |b| {
+            aggregate_op(TumblingEventTimeWindows::of(1000).unwrap(), b)
+                .allowed_lateness(500)
+                .emit_late_records(true)
+        });
+        feed(&mut d, ev("a", 100, 1)); // wm 99
+        feed(&mut d, ev("a", 1200, 2)); // wm 1199: a [0,1000) fires
+        feed(&mut d, ev("a", 500, 4)); // within lateness: re-fires with 2 records
+        feed(&mut d, ev("b", 300, 8)); // b's window created late: fires at once
+        feed(&mut d, ev("a", 1499, 16)); // wm 1498: [0,1000) kept (cleanup at 1499)
+        feed(&mut d, ev("a", 999, 32)); // still kept: fires again with 3 records
+        feed(&mut d, ev("a", 1600, 64)); // wm 1599: [0,1000) of a and b cleaned up
+        feed(&mut d, ev("a", 700, 128)); // late
+        feed(&mut d, ev("b", 999, 256)); // late
+        d.end_input().unwrap();
         let a = |wm, s, e, n, sum| (wm, "a".to_string(), s, e, n, sum);
         let want = vec![
             a(1199, 0, 1000, 1, 1),
@@ -306,9 +324,9 @@ fn tumbling_allowed_lateness() {
             (1599, "b".into(), 999, -1, 0, 256),
             a(Millis::MAX, 1000, 2000, 3, 82),
         ];
-        assert_eq!(flat(&d.got), want, "{name} table");
-        assert_eq!(d.op.late_records(), 2);
-        assert_eq!(d.op.window_count(), 0);
+        assert_eq!(flat(&got(d.output())), want, "{name} table");
+        assert_eq!(d.operator().late_records(), 2);
+        assert_eq!(d.operator().window_count(), 0);
     }
 }
 
@@ -318,20 +336,20 @@ fn tumbling_allowed_lateness() {
 #[test]
 fn session_allowed_lateness() {
     for (name, backend) in backends() {
-        let op = aggregate_op(EventTimeSessionWindows::with_gap(100).unwrap(), backend())
-            .allowed_lateness(1000)
-            .emit_late_records(true);
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 0, &clock);
-        d.feed(ev("s", 0, 1)); // [0,100)
-        d.feed(ev("s", 150, 2)); // wm 149: [0,100) fires
-        d.feed(ev("s", 60, 4)); // [60,160) bridges to [0,250): fires at wm 249, not now
-        d.feed(ev("s", 400, 8)); // wm 399: [0,250) fires (3 records)
-        d.feed(ev("s", 90, 16)); // inside [0,250): fires again at once
-        d.feed(ev("s", 1300, 32)); // wm 1299: [0,250) gone (1249); [400,500) fires
-        d.feed(ev("s", 200, 64)); // touches the purged [0,250): own window late
-        d.feed(ev("s", 450, 128)); // [400,550): fires at once (max 549 <= 1299)
-        d.end();
+        let mut d = driver(backend, 0, |b| {
+            aggregate_op(EventTimeSessionWindows::with_gap(100).unwrap(), b)
+                .allowed_lateness(1000)
+                .emit_late_records(true)
+        });
+        feed(&mut d, ev("s", 0, 1)); // [0,100)
+        feed(&mut d, ev("s", 150, 2)); // wm 149: [0,100) fires
+        feed(&mut d, ev("s", 60, 4)); // [60,160) bridges to [0,250): fires at wm 249, not now
+        feed(&mut d, ev("s", 400, 8)); // wm 399: [0,250) fires (3 records)
+        feed(&mut d, ev("s", 90, 16)); // inside [0,250): fires again at once
+        feed(&mut d, ev("s", 1300, 32)); // wm 1299: [0,250) gone (1249); [400,500) fires
+        feed(&mut d, ev("s", 200, 64)); // touches the purged [0,250): own window late
+        feed(&mut d, ev("s", 450, 128)); // [400,550): fires at once (max 549 <= 1299)
+        d.end_input().unwrap();
         let s = |wm, st, e, n, sum| (wm, "s".to_string(), st, e, n, sum);
         let want = vec![
             s(149, 0, 100, 1, 1),
@@ -342,37 +360,40 @@ fn session_allowed_lateness() {
             s(1299, 400, 550, 2, 136),
             s(Millis::MAX, 1300, 1400, 1, 32),
         ];
-        assert_eq!(flat(&d.got), want, "{name} table");
-        assert_eq!(d.op.window_count(), 0);
+        assert_eq!(flat(&got(d.output())), want, "{name} table");
+        assert_eq!(d.operator().window_count(), 0);
     }
 }
 
 #[test]
 fn late_records_are_dropped_unless_emitted() {
     for (_, backend) in backends() {
-        let op = aggregate_op(TumblingEventTimeWindows::of(10).unwrap(), backend());
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 0, &clock);
-        d.feed(ev("k", 25, 1));
-        d.feed(ev("k", 3, 1));
-        d.end();
-        assert_eq!(flat(&d.got), vec![(Millis::MAX, "k".into(), 20, 30, 1, 1)]);
-        assert_eq!(d.op.late_records(), 1);
-        assert_eq!(d.ctx.late_records(), 1);
+        let mut d = driver(backend, 0, |b| {
+            aggregate_op(TumblingEventTimeWindows::of(10).unwrap(), b)
+        });
+        feed(&mut d, ev("k", 25, 1));
+        feed(&mut d, ev("k", 3, 1));
+        d.end_input().unwrap();
+        assert_eq!(
+            flat(&got(d.output())),
+            vec![(Millis::MAX, "k".into(), 20, 30, 1, 1)]
+        );
+        assert_eq!(d.operator().late_records(), 1);
+        assert_eq!(d.context().late_records(), 1);
     }
 }
 
 #[test]
 fn sliding_windows_fire_in_time_order() {
     for (name, backend) in backends() {
-        let op = aggregate_op(SlidingEventTimeWindows::of(20, 10).unwrap(), backend());
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 0, &clock);
-        d.record(ev("k", 5, 1));
-        d.record(ev("k", 15, 2));
-        d.record(ev("k", -3, 4));
-        d.watermark(19);
-        d.end();
+        let mut d = driver(backend, 0, |b| {
+            aggregate_op(SlidingEventTimeWindows::of(20, 10).unwrap(), b)
+        });
+        record(&mut d, ev("k", 5, 1));
+        record(&mut d, ev("k", 15, 2));
+        record(&mut d, ev("k", -3, 4));
+        d.process_watermark(19).unwrap();
+        d.end_input().unwrap();
         let k = |wm, s, e, n, sum| (wm, "k".to_string(), s, e, n, sum);
         let want = vec![
             k(19, -20, 0, 1, 4),
@@ -380,45 +401,44 @@ fn sliding_windows_fire_in_time_order() {
             k(19, 0, 20, 2, 3),
             k(Millis::MAX, 10, 30, 1, 2),
         ];
-        assert_eq!(flat(&d.got), want, "{name} table");
+        assert_eq!(flat(&got(d.output())), want, "{name} table");
     }
 }
 
 #[test]
 fn count_trigger_fires_every_n_and_not_at_the_end() {
     for (name, backend) in backends() {
-        let op = aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), backend())
-            .trigger(Trigger::Count(2));
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 1000, &clock);
+        let mut d = driver(backend, 1000, |b| {
+            aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), b).trigger(Trigger::Count(2))
+        });
         for (i, ts) in [1, 2, 3, 4, 5].into_iter().enumerate() {
-            d.record(ev("k", ts, 1 << i));
+            record(&mut d, ev("k", ts, 1 << i));
         }
-        d.end();
+        d.end_input().unwrap();
         let k = |s, e, n, sum| (Millis::MIN, "k".to_string(), s, e, n, sum);
         assert_eq!(
-            flat(&d.got),
+            flat(&got(d.output())),
             vec![k(0, 100, 2, 3), k(0, 100, 4, 15)],
             "{name} table"
         );
-        assert_eq!(d.op.window_count(), 0);
+        assert_eq!(d.operator().window_count(), 0);
     }
 }
 
 #[test]
 fn count_trigger_merges_counts_of_sessions() {
     for (name, backend) in backends() {
-        let op = aggregate_op(EventTimeSessionWindows::with_gap(15).unwrap(), backend())
-            .trigger(Trigger::Count(3));
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 1000, &clock);
-        d.record(ev("k", 0, 1));
-        d.record(ev("k", 30, 2));
-        d.record(ev("k", 35, 4));
+        let mut d = driver(backend, 1000, |b| {
+            aggregate_op(EventTimeSessionWindows::with_gap(15).unwrap(), b)
+                .trigger(Trigger::Count(3))
+        });
+        record(&mut d, ev("k", 0, 1));
+        record(&mut d, ev("k", 30, 2));
+        record(&mut d, ev("k", 35, 4));
         // Bridges [0,15) (count 1) and [30,50) (count 2): 3, plus this record -> fires.
-        d.record(ev("k", 15, 8));
+        record(&mut d, ev("k", 15, 8));
         assert_eq!(
-            flat(&d.got),
+            flat(&got(d.output())),
             vec![(Millis::MIN, "k".to_string(), 0, 50, 4, 15)],
             "{name} table"
         );
@@ -428,51 +448,48 @@ fn count_trigger_merges_counts_of_sessions() {
 #[test]
 fn continuous_event_time_trigger_fires_early() {
     for (name, backend) in backends() {
-        let op = aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), backend())
-            .trigger(Trigger::ContinuousEventTime(30));
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 0, &clock);
-        d.record(ev("k", 5, 1));
-        d.record(ev("k", 40, 2));
-        d.watermark(30); // early firing at 30
-        d.watermark(59); // nothing: next at 60
-        d.record(ev("k", 70, 4));
-        d.watermark(95); // early firing at 60 and 90
-        d.watermark(99); // end of window
+        let mut d = driver(backend, 0, |b| {
+            aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), b)
+                .trigger(Trigger::ContinuousEventTime(30))
+        });
+        record(&mut d, ev("k", 5, 1));
+        record(&mut d, ev("k", 40, 2));
+        d.process_watermark(30).unwrap(); // early firing at 30
+        d.process_watermark(59).unwrap(); // nothing: next at 60
+        record(&mut d, ev("k", 70, 4));
+        d.process_watermark(95).unwrap(); // early firing at 60 and 90
+        d.process_watermark(99).unwrap(); // end of window
         let k = |wm, n, sum| (wm, "k".to_string(), 0, 100, n, sum);
         assert_eq!(
-            flat(&d.got),
+            flat(&got(d.output())),
             vec![k(30, 2, 3), k(95, 3, 7), k(95, 3, 7), k(99, 3, 7)],
             "{name} table"
         );
-        assert_eq!(d.op.window_count(), 0);
+        assert_eq!(d.operator().window_count(), 0);
     }
 }
 
 #[test]
 fn continuous_trigger_needs_a_positive_interval() {
-    let mut op = aggregate_op(
-        TumblingEventTimeWindows::of(100).unwrap(),
-        Box::new(MemoryStateBackend::new()),
-    )
-    .trigger(Trigger::ContinuousEventTime(0));
-    let err = op.open(&mut context(&ManualClock::new(0))).unwrap_err();
+    let mut h = OperatorHarness::new(
+        aggregate_op(
+            TumblingEventTimeWindows::of(100).unwrap(),
+            TestBackend::Heap.create().unwrap(),
+        )
+        .trigger(Trigger::ContinuousEventTime(0)),
+    );
+    let err = h.open().unwrap_err();
     assert!(err.to_string().contains("interval"), "{err}");
 }
 
 #[test]
 fn records_without_event_time_are_an_error_naming_the_operator() {
-    let mut op = aggregate_op(
-        TumblingEventTimeWindows::of(100).unwrap(),
-        Box::new(MemoryStateBackend::new()),
-    );
-    let mut ctx = context(&ManualClock::new(0));
-    let err = op
-        .process_batch(
-            vec![StreamRecord::new(ev("k", 1, 1))],
-            &mut ctx,
-            &mut Output::new(),
-        )
+    let mut h = Backend::new(TestBackend::Heap, false).harness(HarnessSetup::new("window"), |b| {
+        aggregate_op(TumblingEventTimeWindows::of(100).unwrap(), b)
+    });
+    h.open().unwrap();
+    let err = h
+        .process_record(StreamRecord::new(ev("k", 1, 1)))
         .unwrap_err()
         .to_string();
     assert!(err.contains("window (subtask 1/1)"), "{err}");
@@ -482,24 +499,25 @@ fn records_without_event_time_are_an_error_naming_the_operator() {
 #[test]
 fn processing_time_windows_fire_on_the_clock() {
     for (name, backend) in backends() {
-        let mut op = aggregate_op(TumblingProcessingTimeWindows::of(10).unwrap(), backend());
         let clock = ManualClock::new(3);
-        let mut ctx = context(&clock);
-        let mut out = Output::new();
+        let mut h = backend.harness(HarnessSetup::new("window").clock(&clock), |b| {
+            aggregate_op(TumblingProcessingTimeWindows::of(10).unwrap(), b)
+        });
+        h.open().unwrap();
         let batch = vec![
             StreamRecord::new(ev("a", 0, 1)),
             StreamRecord::new(ev("b", 0, 2)),
         ];
-        op.process_batch(batch, &mut ctx, &mut out).unwrap();
-        assert_eq!(ctx.take_processing_time_callback(), Some(9));
+        h.process_batch(batch).unwrap();
+        assert_eq!(h.pending_processing_time(), Some(9));
+        // The clock moves on without the callback (the task has not polled yet).
         clock.set(12);
-        op.process_batch(vec![StreamRecord::new(ev("a", 0, 4))], &mut ctx, &mut out)
-            .unwrap();
-        assert!(out.is_empty());
-        assert_eq!(ctx.take_processing_time_callback(), Some(9));
-        op.on_processing_time(12, &mut ctx, &mut out).unwrap();
-        let got: Vec<_> = out
-            .take()
+        h.process_record(StreamRecord::new(ev("a", 0, 4))).unwrap();
+        assert!(h.output().is_empty());
+        assert_eq!(h.pending_processing_time(), Some(9));
+        h.set_processing_time(12).unwrap();
+        let got: Vec<_> = h
+            .take_records()
             .into_iter()
             .map(|rec| match rec.value {
                 WindowOutput::Result(r) => (r.key, r.window, r.value, rec.timestamp.unwrap()),
@@ -512,34 +530,32 @@ fn processing_time_windows_fire_on_the_clock() {
             vec![("a".into(), w, (1, 1), 9), ("b".into(), w, (1, 2), 9)],
             "{name} table"
         );
-        assert_eq!(ctx.take_processing_time_callback(), Some(19));
-        op.on_processing_time(19, &mut ctx, &mut out).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(op.window_count(), 0);
+        assert_eq!(h.pending_processing_time(), Some(19));
+        h.set_processing_time(19).unwrap();
+        assert_eq!(h.output().len(), 1);
+        assert_eq!(h.operator().window_count(), 0);
     }
 }
 
 #[test]
 fn processing_time_sessions_merge() {
     for (name, backend) in backends() {
-        let mut op = aggregate_op(
-            ProcessingTimeSessionWindows::with_gap(10).unwrap(),
-            backend(),
-        );
         let clock = ManualClock::new(0);
-        let mut ctx = context(&clock);
-        let mut out = Output::new();
+        let mut h = backend.harness(HarnessSetup::new("window").clock(&clock), |b| {
+            aggregate_op(ProcessingTimeSessionWindows::with_gap(10).unwrap(), b)
+        });
+        h.open().unwrap();
         for now in [0, 5, 14, 30] {
+            // The clock moves on without callbacks: the sessions merge first.
             clock.set(now);
-            op.process_batch(vec![StreamRecord::new(ev("a", 0, now))], &mut ctx, &mut out)
+            h.process_record(StreamRecord::new(ev("a", 0, now)))
                 .unwrap();
         }
-        clock.set(100);
-        op.on_processing_time(100, &mut ctx, &mut out).unwrap();
-        let got: Vec<_> = out
-            .take()
+        h.set_processing_time(100).unwrap();
+        let got: Vec<_> = h
+            .take_values()
             .into_iter()
-            .map(|r| match r.value {
+            .map(|v| match v {
                 WindowOutput::Result(r) => (r.window, r.value),
                 WindowOutput::Late(_) => panic!("late"),
             })
@@ -576,23 +592,22 @@ impl ProcessWindowFunction<String, Ev> for Collect {
 #[test]
 fn process_window_function_sees_all_records() {
     for (name, backend) in backends() {
-        let op = WindowOperator::process(
-            EventTimeSessionWindows::with_gap(15).unwrap(),
-            |e: &Ev| e.key.clone(),
-            Collect,
-            backend(),
-        );
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(op, 100, &clock);
+        let mut d = driver(backend, 100, |b| {
+            WindowOperator::process(
+                EventTimeSessionWindows::with_gap(15).unwrap(),
+                |e: &Ev| e.key.clone(),
+                Collect,
+                b,
+            )
+        });
         for (ts, v) in [(0, 1), (30, 2), (5, 3), (35, 4), (18, 5)] {
-            d.feed(ev("k", ts, v));
+            feed(&mut d, ev("k", ts, v));
         }
-        d.end();
-        let got: Vec<_> = d
-            .got
-            .iter()
+        d.end_input().unwrap();
+        let got: Vec<_> = got(d.output())
+            .into_iter()
             .map(|(_, o, ts)| match o {
-                WindowOutput::Result(r) => (r.clone(), *ts),
+                WindowOutput::Result(r) => (r, ts),
                 WindowOutput::Late(_) => panic!("late"),
             })
             .collect();
@@ -705,15 +720,14 @@ proptest! {
     fn in_order_results_match_offline(assigner in assigner_strategy(), mut events in events_strategy(), which in 0usize..3) {
         events.sort_by_key(|e| e.ts);
         let backend = backends()[which].1;
-        let clock = ManualClock::new(0);
-        let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
+        let mut d = driver(backend, 0, |b| aggregate_op(assigner, b));
         for e in &events {
-            d.feed(e.clone());
+            feed(&mut d, e.clone());
         }
-        d.end();
-        prop_assert_eq!(d.op.late_records(), 0);
-        prop_assert_eq!(results(&d.got), offline(assigner.kind(), &events));
-        prop_assert_eq!(d.op.window_count(), 0);
+        d.end_input().unwrap();
+        prop_assert_eq!(d.operator().late_records(), 0);
+        prop_assert_eq!(results(&got(d.output())), offline(assigner.kind(), &events));
+        prop_assert_eq!(d.operator().window_count(), 0);
     }
 
     /// Sessions do not depend on arrival order when nothing is late.
@@ -726,13 +740,12 @@ proptest! {
         let assigner = EventTimeSessionWindows::with_gap(gap).unwrap();
         let backend = backends()[which].1;
         let run = |evs: &[Ev]| {
-            let clock = ManualClock::new(0);
-            let mut d = Driver::new(aggregate_op(assigner, backend()), 0, &clock);
+            let mut d = driver(backend, 0, |b| aggregate_op(assigner, b));
             for e in evs {
-                d.record(e.clone());
+                record(&mut d, e.clone());
             }
-            d.end();
-            results(&d.got)
+            d.end_input().unwrap();
+            results(&got(d.output()))
         };
         let a = run(&events);
         prop_assert_eq!(&a, &run(&shuffled));
@@ -740,12 +753,12 @@ proptest! {
         // records in time order, none of them fired yet.
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.ts);
-        let mut held = Driver::new(aggregate_op(assigner, backend()), 0, &ManualClock::new(0));
+        let mut held = driver(backend, 0, |b| aggregate_op(assigner, b));
         for e in &sorted {
-            held.record(e.clone());
+            record(&mut held, e.clone());
         }
-        held.end();
-        prop_assert_eq!(a, results(&held.got));
+        held.end_input().unwrap();
+        prop_assert_eq!(a, results(&got(held.output())));
     }
 }
 
@@ -769,26 +782,26 @@ fn steps_strategy() -> impl Strategy<Value = Vec<Step>> {
 fn run_steps(
     assigner: WindowAssigner,
     lateness: Millis,
-    backend: MakeBackend,
+    backend: Backend,
     steps: &[Step],
 ) -> (Vec<(Option<Millis>, String)>, u64, usize) {
-    let op = aggregate_op(assigner, backend())
-        .allowed_lateness(lateness)
-        .emit_late_records(true);
-    let mut d = Driver::new(op, 0, &ManualClock::new(0));
+    let mut d = driver(backend, 0, |b| {
+        aggregate_op(assigner, b)
+            .allowed_lateness(lateness)
+            .emit_late_records(true)
+    });
     for s in steps {
         match s {
-            Step::Record(e) => d.record(e.clone()),
-            Step::Watermark(w) => d.watermark(*w),
+            Step::Record(e) => record(&mut d, e.clone()),
+            Step::Watermark(w) => d.process_watermark(*w).unwrap(),
         }
     }
-    let open = d.op.window_count();
-    d.end();
+    let open = d.operator().window_count();
+    d.end_input().unwrap();
     // Late rows carry their watermark too: compare when they were emitted.
-    let mut out = rows(&d.got);
-    let late_at: Vec<_> = d
-        .got
-        .iter()
+    let mut out = rows(&got(d.output()));
+    let late_at: Vec<_> = got(d.output())
+        .into_iter()
         .filter_map(|(wm, o, _)| match o {
             WindowOutput::Late(e) => Some(format!("late {} {} {} at {wm}", e.key, e.ts, e.value)),
             WindowOutput::Result(_) => None,
@@ -796,7 +809,7 @@ fn run_steps(
         .collect();
     out.extend(late_at.into_iter().map(|l| (None, l)));
     out.sort();
-    (out, d.op.late_records(), open)
+    (out, d.operator().late_records(), open)
 }
 
 proptest! {
