@@ -113,6 +113,22 @@ fn wait_ms<T>(head: &dyn Link<T>, clock: &SharedClock) -> Millis {
     }
 }
 
+/// Sends a watermark advance and an idleness change down the chain in
+/// [`WatermarkUpdate`]'s order: becoming active before the watermark, becoming idle
+/// after it (a watermark marks the channel active again downstream).
+fn forward_update<T>(head: &mut dyn Link<T>, u: WatermarkUpdate) -> TaskResult {
+    if u.idle == Some(false) {
+        head.idle(false)?;
+    }
+    if let Some(w) = u.watermark {
+        head.watermark(w)?;
+    }
+    if u.idle == Some(true) {
+        head.idle(true)?;
+    }
+    Ok(())
+}
+
 /// A source subtask: polls its reader, assigns event time, tracks watermarks per
 /// split (semantics.md §2) and feeds the chain.
 pub(crate) struct SourceTask<T> {
@@ -307,21 +323,12 @@ impl<T: Send + 'static> SourceTask<T> {
         Ok(())
     }
 
-    /// Sends a watermark advance and an idleness change downstream: becoming active
-    /// before the watermark, becoming idle after it (a watermark marks the channel
-    /// active again downstream).
+    /// Records a watermark advance in the metrics and sends the update down the chain.
     fn apply(&mut self, u: WatermarkUpdate) -> TaskResult {
-        if u.idle == Some(false) {
-            self.head.idle(false)?;
-        }
         if let Some(w) = u.watermark {
             self.metrics.watermark.store(w.millis(), Ordering::Relaxed);
-            self.head.watermark(w)?;
         }
-        if u.idle == Some(true) {
-            self.head.idle(true)?;
-        }
-        Ok(())
+        forward_update(self.head.as_mut(), u)
     }
 
     /// Splits whose reader reports records waiting are not idle (see
@@ -609,10 +616,7 @@ impl<T: Send + 'static> InputTask<T> {
                         blocked[i] = true;
                     }
                     reselect = true;
-                    crate::channel::WatermarkUpdate {
-                        advanced: None,
-                        idle_changed: None,
-                    }
+                    WatermarkUpdate::default()
                 }
                 StreamElement::EndOfInput => {
                     ended[i] = true;
@@ -624,12 +628,7 @@ impl<T: Send + 'static> InputTask<T> {
                     tracker.on_end(i)
                 }
             };
-            if let Some(w) = update.advanced {
-                self.head.watermark(w)?;
-            }
-            if let Some(idle) = update.idle_changed {
-                self.head.idle(idle)?;
-            }
+            forward_update(self.head.as_mut(), update)?;
             if let Some(b) = aligning {
                 if (0..n).all(|k| blocked[k] || ended[k]) {
                     aligning = None;
