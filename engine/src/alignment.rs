@@ -13,9 +13,9 @@
 //!   nothing more that could belong after the barrier). Every open channel is usable
 //!   again.
 //! - A newer barrier (a larger id) during an alignment supersedes the older one, as in
-//!   Flink: the older checkpoint can no longer complete from this task (the coordinator
-//!   times it out), every channel is released and the newer barrier aligns from its
-//!   first channel. An older barrier during an alignment is ignored and its channel
+//!   Flink: the older checkpoint cannot complete any more (brook's coordinator starts
+//!   the next one only after aborting it, e.g. on a timeout), every channel is
+//!   released and the newer barrier aligns from its first channel. An older barrier during an alignment is ignored and its channel
 //!   stays usable.
 //! - A barrier no newer than the last aligned checkpoint, a barrier or end on an ended
 //!   channel and a second barrier of the same checkpoint on a held channel change
