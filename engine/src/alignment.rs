@@ -15,8 +15,8 @@
 //! - A newer barrier (a larger id) during an alignment supersedes the older one, as in
 //!   Flink: the older checkpoint cannot complete any more (brook's coordinator starts
 //!   the next one only after aborting it, e.g. on a timeout), every channel is
-//!   released and the newer barrier aligns from its first channel. An older barrier during an alignment is ignored and its channel
-//!   stays usable.
+//!   released and the newer barrier aligns from its first channel. An older barrier
+//!   during an alignment is ignored and its channel stays usable.
 //! - A barrier no newer than the last aligned checkpoint, a barrier or end on an ended
 //!   channel and a second barrier of the same checkpoint on a held channel change
 //!   nothing. Channels deliver each barrier once and in increasing order and nothing
@@ -82,17 +82,15 @@ impl BarrierAligner {
 
     /// `channel` delivered `barrier`.
     pub(crate) fn on_barrier(&mut self, channel: usize, barrier: CheckpointBarrier) -> Alignment {
-        if self
-            .channels
-            .get(channel)
-            .is_none_or(|c| *c == Channel::Ended)
-            || self.last_aligned.is_some_and(|id| barrier.id <= id)
-        {
+        let held = match self.channels.get(channel) {
+            Some(Channel::Ended) | None => return Alignment::Continue,
+            Some(c) => *c == Channel::Blocked,
+        };
+        if self.last_aligned.is_some_and(|id| barrier.id <= id) {
             return Alignment::Continue;
         }
         match self.aligning {
-            Some(a) if barrier.id < a.id => return Alignment::Continue,
-            Some(a) if barrier.id == a.id && self.channels[channel] == Channel::Blocked => {
+            Some(a) if barrier.id < a.id || (barrier.id == a.id && held) => {
                 return Alignment::Continue;
             }
             Some(a) if barrier.id == a.id => {}
@@ -102,7 +100,9 @@ impl BarrierAligner {
                 self.release();
             }
         }
-        self.channels[channel] = Channel::Blocked;
+        if let Some(c) = self.channels.get_mut(channel) {
+            *c = Channel::Blocked;
+        }
         self.aligned_or(Alignment::Block(channel))
     }
 
