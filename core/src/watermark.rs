@@ -240,7 +240,9 @@ impl<T> WatermarkStrategy<T> {
     }
 }
 
-/// A change of a subtask's watermark or idleness, to send downstream in this order:
+/// A change of a subtask's combined watermark or idleness: a source subtask's over its
+/// splits ([`SplitWatermarks::update`]), and an operator task's over its input
+/// channels (the engine's per-channel tracker). To send downstream in this order:
 /// becoming active before the watermark, becoming idle after it (a watermark marks its
 /// channel active downstream, so an idle subtask's last watermark goes first).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

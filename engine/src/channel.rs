@@ -9,6 +9,7 @@ use brook_core::element::{Batch, StreamElement};
 use brook_core::keys::{key_group_for_hash, subtask_for_key_group};
 use brook_core::partition::Partitioner;
 use brook_core::time::{Millis, Stopwatch, Watermark};
+use brook_core::watermark::WatermarkUpdate;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::chain::Link;
@@ -212,19 +213,13 @@ pub(crate) fn channels<T>(
 
 /// Tracks per-channel watermarks and idleness and computes the task's input
 /// watermark: the minimum over channels that are neither idle nor ended
-/// (semantics.md §2). Pure, no I/O.
+/// (semantics.md §2). Pure, no I/O. Each event returns what changed as a
+/// [`WatermarkUpdate`], the type a source subtask's split watermarks return too.
 #[derive(Debug)]
 pub(crate) struct WatermarkTracker {
     channels: Vec<(Watermark, bool, bool)>,
     current: Watermark,
     idle: bool,
-}
-
-/// What changed after an input event.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct WatermarkUpdate {
-    pub(crate) advanced: Option<Watermark>,
-    pub(crate) idle_changed: Option<bool>,
 }
 
 impl WatermarkTracker {
@@ -277,19 +272,16 @@ impl WatermarkTracker {
         let active = self.channels.iter().filter(|c| !c.1 && !c.2);
         let min = active.map(|c| c.0).min();
         let all_idle = min.is_none() && !self.all_ended();
-        let mut u = WatermarkUpdate {
-            advanced: None,
-            idle_changed: None,
-        };
+        let mut u = WatermarkUpdate::default();
         if let Some(m) = min {
             if m > self.current {
                 self.current = m;
-                u.advanced = Some(m);
+                u.watermark = Some(m);
             }
         }
         if all_idle != self.idle {
             self.idle = all_idle;
-            u.idle_changed = Some(all_idle);
+            u.idle = Some(all_idle);
         }
         u
     }
@@ -307,50 +299,122 @@ pub(crate) fn note_queue(metrics: &OperatorMetrics, n: u64) {
 mod tests {
     use super::*;
 
+    /// An input event of a tracker.
+    #[derive(Debug, Clone, Copy)]
+    enum Input {
+        Wm(usize, i64),
+        Idle(usize, bool),
+        End(usize),
+    }
+    use Input::*;
+
+    const NONE: WatermarkUpdate = WatermarkUpdate {
+        idle: None,
+        watermark: None,
+    };
+
+    fn advanced(w: i64) -> WatermarkUpdate {
+        WatermarkUpdate {
+            watermark: Some(Watermark(w)),
+            ..NONE
+        }
+    }
+
+    fn idle(idle: bool) -> WatermarkUpdate {
+        WatermarkUpdate {
+            idle: Some(idle),
+            ..NONE
+        }
+    }
+
+    /// Feeds each row's input and checks the update and the current watermark after it.
+    fn run(mut t: WatermarkTracker, rows: &[(Input, WatermarkUpdate, i64)]) -> WatermarkTracker {
+        for (k, &(input, want, current)) in rows.iter().enumerate() {
+            let got = match input {
+                Wm(ch, w) => t.on_watermark(ch, Watermark(w)),
+                Idle(ch, i) => t.on_idle(ch, i),
+                End(ch) => t.on_end(ch),
+            };
+            assert_eq!(got, want, "row {k}: {input:?}");
+            assert_eq!(t.current(), Watermark(current), "row {k}: {input:?}");
+        }
+        t
+    }
+
     #[test]
     fn a_resumed_tracker_never_goes_below_its_floor() {
-        let mut t = WatermarkTracker::resuming_from(2, Watermark(48));
+        let t = WatermarkTracker::resuming_from(2, Watermark(48));
         assert_eq!(t.current(), Watermark(48));
-        // A restored source that starts lower (it was idle at the checkpoint) moves
-        // nothing back.
-        assert_eq!(t.on_watermark(0, Watermark(11)).advanced, None);
-        assert_eq!(t.on_watermark(1, Watermark(60)).advanced, None);
-        assert_eq!(t.current(), Watermark(48));
-        // Past the floor on every channel: advances as usual.
-        assert_eq!(
-            t.on_watermark(0, Watermark(99)).advanced,
-            Some(Watermark(60))
+        run(
+            t,
+            &[
+                // A restored source that starts lower (it was idle at the checkpoint)
+                // moves nothing back.
+                (Wm(0, 11), NONE, 48),
+                (Wm(1, 60), NONE, 48),
+                // Past the floor on every channel: advances as usual.
+                (Wm(0, 99), advanced(60), 60),
+            ],
         );
     }
 
     #[test]
     fn input_watermark_is_the_minimum_of_active_channels() {
-        let mut t = WatermarkTracker::new(3);
-        assert_eq!(t.on_watermark(0, Watermark(10)).advanced, None);
-        assert_eq!(t.on_watermark(1, Watermark(5)).advanced, None);
-        assert_eq!(t.on_watermark(2, Watermark(7)).advanced, Some(Watermark(5)));
-        // Channel 1 goes idle: the minimum of the others counts.
-        assert_eq!(t.on_idle(1, true).advanced, Some(Watermark(7)));
-        // A smaller watermark never moves the input watermark back.
-        assert_eq!(t.on_watermark(1, Watermark(6)).advanced, None);
-        assert_eq!(t.on_end(1).advanced, None);
-        assert_eq!(
-            t.on_watermark(2, Watermark(20)).advanced,
-            Some(Watermark(10))
+        let min = i64::MIN;
+        let t = run(
+            WatermarkTracker::new(3),
+            &[
+                (Wm(0, 10), NONE, min),
+                (Wm(1, 5), NONE, min),
+                (Wm(2, 7), advanced(5), 5),
+                // Channel 1 goes idle: the minimum of the others counts.
+                (Idle(1, true), advanced(7), 7),
+                // A smaller watermark never moves the input watermark back.
+                (Wm(1, 6), NONE, 7),
+                (End(1), NONE, 7),
+                (Wm(2, 20), advanced(10), 10),
+                // Channel 0 idle too: channel 2 alone decides.
+                (Idle(0, true), advanced(20), 20),
+                // Every open channel idle: the task is idle, its watermark holds.
+                (Idle(2, true), idle(true), 20),
+                (Idle(2, false), idle(false), 20),
+                (End(0), NONE, 20),
+                // Every channel ended: not idle, nothing more to hand out.
+                (End(2), NONE, 20),
+            ],
         );
-        // Channel 0 idle too: channel 2 alone decides.
-        assert_eq!(t.on_idle(0, true).advanced, Some(Watermark(20)));
-        let u = t.on_idle(2, true);
-        assert_eq!(
-            u,
-            WatermarkUpdate {
-                advanced: None,
-                idle_changed: Some(true)
-            }
+        assert!(t.all_ended());
+    }
+
+    #[test]
+    fn an_idle_task_turns_active_and_advances_in_one_update() {
+        let min = i64::MIN;
+        let t = run(
+            WatermarkTracker::new(2),
+            &[
+                (Wm(0, 50), NONE, min),
+                (Wm(1, 100), advanced(50), 50),
+                (Idle(1, true), NONE, 50),
+                (Idle(0, true), idle(true), 50),
+                // Channel 1 comes back ahead of the held watermark: both change, and
+                // the update's order (active first) sends them on.
+                (
+                    Idle(1, false),
+                    WatermarkUpdate {
+                        idle: Some(false),
+                        watermark: Some(Watermark(100)),
+                    },
+                    100,
+                ),
+                (Wm(0, 120), NONE, 100),
+                // The last active channel ends while the other is idle: the task is
+                // idle.
+                (Idle(0, true), NONE, 100),
+                (End(1), idle(true), 100),
+                // Every channel ended: no longer idle (the end follows downstream).
+                (End(0), idle(false), 100),
+            ],
         );
-        assert_eq!(t.on_idle(2, false).idle_changed, Some(false));
-        t.on_end(0);
-        t.on_end(2);
         assert!(t.all_ended());
     }
 }

@@ -11,7 +11,8 @@
 //! - `execute`: planning (chaining forward edges of equal parallelism into one task),
 //!   one thread per task, failure reporting ([`JobHandle`], [`JobResult`]).
 //! - `chain`, `channel`, `task`: operator chains, bounded channels of batches
-//!   (backpressure), input gates with per-channel watermarks, and the task loops.
+//!   (backpressure), input gates with per-channel watermarks, and the task loops;
+//!   `alignment`: the pure barrier alignment the input task loop asks.
 //! - [`metrics`]: records, batches, busy and backpressure time per operator subtask;
 //!   a Prometheus text rendering.
 //!
@@ -35,6 +36,7 @@
 //! assert_eq!(got, vec![20, 40, 60, 80, 100]);
 //! ```
 
+mod alignment;
 mod api;
 mod build;
 mod chain;

@@ -14,6 +14,7 @@ use brook_core::time::{Millis, SharedClock, Watermark};
 use brook_core::watermark::{SplitWatermarks, WatermarkStrategy, WatermarkUpdate};
 use crossbeam_channel::Select;
 
+use crate::alignment::{Alignment, BarrierAligner};
 use crate::chain::{guarded, Link};
 use crate::channel::{note_queue, queued, InputGate, WatermarkTracker};
 use crate::checkpoint::{CheckpointControl, SourceSnapshot, TaskSnapshot};
@@ -111,6 +112,22 @@ fn wait_ms<T>(head: &dyn Link<T>, clock: &SharedClock) -> Millis {
         Some(t) => (t - clock.now_ms()).clamp(0, POLL_MS),
         None => POLL_MS,
     }
+}
+
+/// Sends a watermark advance and an idleness change down the chain in
+/// [`WatermarkUpdate`]'s order: becoming active before the watermark, becoming idle
+/// after it (a watermark marks the channel active again downstream).
+fn forward_update<T>(head: &mut dyn Link<T>, u: WatermarkUpdate) -> TaskResult {
+    if u.idle == Some(false) {
+        head.idle(false)?;
+    }
+    if let Some(w) = u.watermark {
+        head.watermark(w)?;
+    }
+    if u.idle == Some(true) {
+        head.idle(true)?;
+    }
+    Ok(())
 }
 
 /// A source subtask: polls its reader, assigns event time, tracks watermarks per
@@ -307,21 +324,12 @@ impl<T: Send + 'static> SourceTask<T> {
         Ok(())
     }
 
-    /// Sends a watermark advance and an idleness change downstream: becoming active
-    /// before the watermark, becoming idle after it (a watermark marks the channel
-    /// active again downstream).
+    /// Records a watermark advance in the metrics and sends the update down the chain.
     fn apply(&mut self, u: WatermarkUpdate) -> TaskResult {
-        if u.idle == Some(false) {
-            self.head.idle(false)?;
-        }
         if let Some(w) = u.watermark {
             self.metrics.watermark.store(w.millis(), Ordering::Relaxed);
-            self.head.watermark(w)?;
         }
-        if u.idle == Some(true) {
-            self.head.idle(true)?;
-        }
-        Ok(())
+        forward_update(self.head.as_mut(), u)
     }
 
     /// Splits whose reader reports records waiting are not idle (see
@@ -501,16 +509,16 @@ pub(crate) struct InputTask<T> {
     pub(crate) env: TaskEnv,
 }
 
-/// A `Select` over the receivers not blocked by a barrier alignment; `map[k]` is the
+/// A `Select` over the receivers the aligner lets the task read; `map[k]` is the
 /// channel of the select's operation `k`.
 fn select_over<'a, T>(
     receivers: &'a [crossbeam_channel::Receiver<StreamElement<T>>],
-    usable: &[bool],
+    aligner: &BarrierAligner,
 ) -> (Select<'a>, Vec<usize>) {
     let mut sel = Select::new();
     let mut map = Vec::new();
     for (i, r) in receivers.iter().enumerate() {
-        if usable[i] {
+        if aligner.is_usable(i) {
             sel.recv(r);
             map.push(i);
         }
@@ -536,18 +544,11 @@ impl<T: Send + 'static> InputTask<T> {
             }
             None => WatermarkTracker::new(n),
         };
-        // A channel is usable while it is open and not holding back after a barrier.
-        let mut ended = vec![false; n];
-        let mut blocked = vec![false; n];
-        let usable = |ended: &[bool], blocked: &[bool]| -> Vec<bool> {
-            (0..ended.len()).map(|i| !ended[i] && !blocked[i]).collect()
-        };
-        let (mut sel, mut map) = select_over(&receivers, &usable(&ended, &blocked));
-        // The checkpoint being aligned, if any.
-        let mut aligning: Option<CheckpointBarrier> = None;
+        // Which channels are read: open ones not held back by a barrier alignment.
+        let mut aligner = BarrierAligner::new(n);
+        let (mut sel, mut map) = select_over(&receivers, &aligner);
         let mut completed = 0;
-        let mut open = n;
-        while open > 0 {
+        while !aligner.all_ended() {
             note_queue(&self.metrics, queued(&self.gate));
             self.env
                 .notify_complete(self.head.as_mut(), &mut completed)?;
@@ -585,7 +586,8 @@ impl<T: Send + 'static> InputTask<T> {
             let msg = oper
                 .recv(&receivers[i])
                 .map_err(|_| TaskFailure::Disconnected)?;
-            let mut reselect = false;
+            // Barriers and ends change which channels are read.
+            let mut alignment = None;
             let update = match msg {
                 StreamElement::Records(b) => {
                     self.head.batch(b)?;
@@ -599,47 +601,23 @@ impl<T: Send + 'static> InputTask<T> {
                 StreamElement::Watermark(w) => tracker.on_watermark(i, w),
                 StreamElement::Idle(idle) => tracker.on_idle(i, idle),
                 StreamElement::Barrier(b) => {
-                    // Aligned checkpoints: hold this channel back until the barrier
-                    // has come on every open channel.
-                    if aligning.is_none_or(|a| a.id < b.id) {
-                        aligning = Some(b);
-                        blocked.iter_mut().for_each(|x| *x = false);
-                    }
-                    if aligning.is_some_and(|a| a.id == b.id) {
-                        blocked[i] = true;
-                    }
-                    reselect = true;
-                    crate::channel::WatermarkUpdate {
-                        advanced: None,
-                        idle_changed: None,
-                    }
+                    alignment = Some(aligner.on_barrier(i, b));
+                    WatermarkUpdate::default()
                 }
                 StreamElement::EndOfInput => {
-                    ended[i] = true;
-                    open -= 1;
-                    reselect = true;
-                    if open == 0 {
+                    alignment = Some(aligner.on_end(i));
+                    if aligner.all_ended() {
                         self.env.task_ended();
                     }
                     tracker.on_end(i)
                 }
             };
-            if let Some(w) = update.advanced {
-                self.head.watermark(w)?;
-            }
-            if let Some(idle) = update.idle_changed {
-                self.head.idle(idle)?;
-            }
-            if let Some(b) = aligning {
-                if (0..n).all(|k| blocked[k] || ended[k]) {
-                    aligning = None;
-                    blocked.iter_mut().for_each(|x| *x = false);
-                    reselect = true;
+            forward_update(self.head.as_mut(), update)?;
+            if let Some(a) = alignment {
+                if let Alignment::Aligned(b) = a {
                     self.checkpoint(b, tracker.current())?;
                 }
-            }
-            if reselect {
-                (sel, map) = select_over(&receivers, &usable(&ended, &blocked));
+                (sel, map) = select_over(&receivers, &aligner);
             }
         }
         // The final checkpoint completed before the sources ended: commit it before
