@@ -207,6 +207,17 @@ impl<W> CheckpointCoordinator<W> {
         }
     }
 
+    /// The next time (ms) at which a [`Event::Tick`] can decide something: the end of
+    /// the interval, or one millisecond past the running checkpoint's timeout. `None`
+    /// while nothing depends on time (or the wait starts at the next tick).
+    pub(crate) fn deadline_ms(&self) -> Option<Millis> {
+        match &self.phase {
+            Phase::Idle { since_ms } => since_ms.map(|s| s + self.config.interval_ms),
+            Phase::Collecting(run) => Some(run.started_ms + self.config.timeout_ms + 1),
+            _ => None,
+        }
+    }
+
     /// Feeds one event; returns what to do, in order.
     pub(crate) fn handle(&mut self, event: Event<W>) -> Vec<Action<W>> {
         let mut out = Vec::new();

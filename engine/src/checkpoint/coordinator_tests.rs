@@ -409,3 +409,28 @@ fn the_final_checkpoint_is_retried_at_once_and_abandoned_after_its_attempts() {
         (tick(2_000), vec![]),
     ]);
 }
+
+#[test]
+fn the_deadline_is_the_end_of_the_interval_or_just_past_the_timeout() {
+    let mut c = coordinator();
+    let table: Vec<(E, Option<Millis>)> = vec![
+        (tick(1_000), Some(1_100)),
+        (tick(1_100), Some(2_101)),
+        (ack(7, "a"), Some(2_101)),
+        (ack(7, "b"), None),
+        // The next wait begins at the next tick.
+        (written(1_150), None),
+        (tick(1_160), Some(1_260)),
+        (Event::AllSourcesEnded, Some(1_260)),
+        (tick(1_170), Some(2_171)),
+        (ack(8, "a"), Some(2_171)),
+        (ack(8, "b"), None),
+        (written(1_180), None),
+        (tick(1_190), None),
+    ];
+    for (step, (event, expected)) in table.into_iter().enumerate() {
+        let shown = format!("{event:?}");
+        c.handle(event);
+        assert_eq!(c.deadline_ms(), expected, "step {step}: {shown}");
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use brook_core::time::SharedClock;
+use brook_core::time::{Millis, SharedClock};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use tracing::{debug, info, warn};
 
@@ -22,7 +22,8 @@ use crate::metrics::CheckpointStats;
 
 /// How often the shell looks at the clock and the control: a finished job is not kept
 /// waiting longer, and a savepoint or the final checkpoint starts within it.
-const STEP: Duration = Duration::from_millis(20);
+const STEP_MS: Millis = 20;
+const STEP: Duration = Duration::from_millis(STEP_MS as u64);
 
 /// Who waits for a savepoint: its directory, or why there is none.
 type Waiter = Sender<Result<PathBuf, String>>;
@@ -68,7 +69,11 @@ impl CoordinatorThread {
             }
             let now_ms = self.clock.now_ms();
             self.feed(machine, Event::Tick { now_ms })?;
-            match self.acks.recv_timeout(STEP) {
+            // Not past the next deadline, so an interval shorter than a step is kept.
+            let wait = machine.deadline_ms().map_or(STEP, |d| {
+                Duration::from_millis((d - now_ms).clamp(1, STEP_MS) as u64)
+            });
+            match self.acks.recv_timeout(wait) {
                 Ok(ack) => self.feed(machine, Event::Ack(ack))?,
                 Err(RecvTimeoutError::Timeout) => {}
                 // Every task and the job handle are gone.
