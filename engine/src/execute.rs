@@ -11,7 +11,7 @@ use brook_core::time::Stopwatch;
 use tracing::{error, info};
 
 use crate::chain::{panic_message, ErasedLink};
-use crate::checkpoint::{run_coordinator, CheckpointControl};
+use crate::checkpoint::{CheckpointControl, CoordinatorConfig, CoordinatorThread};
 use crate::error::{EngineError, TaskFailure};
 use crate::graph::JobGraph;
 use crate::graph::{BuildEnv, ErasedGate, VertexKind};
@@ -433,25 +433,27 @@ pub(crate) fn start(
             let restored = g.config.restore.as_ref().map_or(0, |r| r.id);
             let first_id = crate::checkpoint::newest_id(&config.dir).max(restored) + 1;
             let stop = Arc::new(AtomicBool::new(false));
-            let (s, job, clock) = (Arc::clone(&stop), name.to_string(), g.config.clock.clone());
-            let stats = Arc::clone(metrics.checkpoints());
+            let thread = CoordinatorThread {
+                config: CoordinatorConfig {
+                    dir: config.dir.clone(),
+                    interval_ms: config.interval_ms,
+                    timeout_ms: config.timeout_ms,
+                    tasks: task_count,
+                    first_id,
+                },
+                retain: config.retain,
+                job: name.to_string(),
+                vertices: vertex_names,
+                max_parallelism: max,
+                control,
+                acks,
+                clock: g.config.clock.clone(),
+                stop: Arc::clone(&stop),
+                stats: Arc::clone(metrics.checkpoints()),
+            };
             let h = std::thread::Builder::new()
                 .name("checkpoints".into())
-                .spawn(move || {
-                    run_coordinator(
-                        control,
-                        acks,
-                        config,
-                        first_id,
-                        task_count,
-                        job,
-                        vertex_names,
-                        max,
-                        clock,
-                        s,
-                        stats,
-                    )
-                })
+                .spawn(move || thread.run())
                 .map_err(|source| EngineError::Spawn {
                     task: "checkpoint coordinator".into(),
                     source,

@@ -21,10 +21,14 @@
 //! sources end without one (warned).
 //!
 //! By role: this file holds the settings and errors; `snapshot` what a task writes and
-//! its file format; `storage` the checkpoints on disk and reading one back; and
-//! `coordinator` the thread that runs them.
+//! its file format; `storage` the checkpoints on disk and reading one back; `control`
+//! what the coordinator shares with the tasks; `coordinator` the coordinator's
+//! decisions, a state machine (events in, actions out); and `coordinator_thread` the
+//! thread that feeds it and performs its actions.
 
+mod control;
 mod coordinator;
+mod coordinator_thread;
 mod snapshot;
 mod storage;
 
@@ -32,7 +36,9 @@ use std::path::{Path, PathBuf};
 
 use brook_core::time::Millis;
 
-pub(crate) use coordinator::{run_coordinator, Ack, CheckpointControl, SavepointRequest};
+pub(crate) use control::{Ack, CheckpointControl, SavepointRequest};
+pub(crate) use coordinator::CoordinatorConfig;
+pub(crate) use coordinator_thread::CoordinatorThread;
 pub use snapshot::FORMAT_VERSION;
 pub(crate) use snapshot::{SourceSnapshot, TaskSnapshot};
 pub use storage::{latest_complete, RestoredCheckpoint};

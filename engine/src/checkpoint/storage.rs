@@ -187,6 +187,11 @@ impl RestoredCheckpoint {
     }
 }
 
+/// The directory of checkpoint `id` under the checkpoints directory `root`.
+pub(super) fn checkpoint_path(root: &Path, id: CheckpointId) -> PathBuf {
+    root.join(format!("chk-{id}"))
+}
+
 /// Complete checkpoints in `dir`, newest first, as `(id, path)`.
 pub(super) fn checkpoint_dirs(dir: &Path) -> Vec<(CheckpointId, PathBuf)> {
     let mut v: Vec<(CheckpointId, PathBuf)> = fs::read_dir(dir)
