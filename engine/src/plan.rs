@@ -67,7 +67,9 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
+    /// The first vertex: the one whose subtasks name the tasks.
     pub(crate) fn head(&self) -> VertexId {
+        // `plan` starts every chain with its head, so `vertices` is never empty.
         self.vertices[0]
     }
 }
@@ -167,7 +169,8 @@ pub(crate) fn plan(g: &JobGraph) -> Result<ExecutionPlan, EngineError> {
         .map(|head| {
             let mut members = vec![head];
             let mut at = head;
-            // A chained edge is the only output of its source, so a chain is a path.
+            // A chained edge is the only output of its source, so a chain is a path;
+            // edges go from lower to higher vertex ids, so the path ends.
             while let [e] = vertices[at].outputs[..] {
                 if !edges[e].chained {
                     break;
