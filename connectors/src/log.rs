@@ -110,8 +110,8 @@ use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{
-    decode_offset_position, encode_offset_position, InputStatus, Source, SourceReader, Split,
-    SplitProgress,
+    decode_offset_position, encode_offset_position, InputStatus, Source, SourceOptions,
+    SourceReader, Split, SplitProgress, TopicPartitionSplit,
 };
 use brook_log::{
     IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
@@ -122,7 +122,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use brook_core::bad_record::{BadRecordCounts, BadRecords};
+use brook_core::bad_record::BadRecords;
 
 use crate::bad_record;
 use crate::error::ConnectorError;
@@ -149,8 +149,7 @@ pub struct LogSource<T> {
     topic: String,
     start: StartingOffsets,
     isolation: IsolationLevel,
-    bounded: bool,
-    bad: BadRecords,
+    options: SourceOptions,
     _out: PhantomData<fn() -> T>,
 }
 
@@ -161,8 +160,8 @@ impl<T> fmt::Debug for LogSource<T> {
             .field("topic", &self.topic)
             .field("start", &self.start)
             .field("isolation", &self.isolation)
-            .field("bounded", &self.bounded)
-            .field("bad_records", &self.bad)
+            .field("bounded", &self.options.bounded)
+            .field("bad_records", &self.options.bad_records)
             .finish_non_exhaustive()
     }
 }
@@ -174,8 +173,7 @@ impl<T> Clone for LogSource<T> {
             topic: self.topic.clone(),
             start: self.start.clone(),
             isolation: self.isolation,
-            bounded: self.bounded,
-            bad: self.bad.clone(),
+            options: self.options.clone(),
             _out: PhantomData,
         }
     }
@@ -194,8 +192,7 @@ impl LogSource<()> {
             topic: topic.into(),
             start: StartingOffsets::default(),
             isolation: IsolationLevel::default(),
-            bounded: false,
-            bad: BadRecords::fail(),
+            options: SourceOptions::default(),
             _out: PhantomData,
         }
     }
@@ -219,22 +216,11 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
     /// Ends at the log end offsets captured when each reader starts (true), or waits
     /// for new records forever (false, the default).
     pub fn bounded(mut self, bounded: bool) -> Self {
-        self.bounded = bounded;
+        self.options.bounded = bounded;
         self
     }
 
-    /// What to do with a value that does not decode (semantics.md §5). Default:
-    /// fail, naming its position.
-    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
-        self.bad = bad;
-        self
-    }
-
-    /// The counts of skipped and dead-lettered records of this source (all its
-    /// subtasks and clones).
-    pub fn bad_record_counter(&self) -> Arc<BadRecordCounts> {
-        Arc::clone(self.bad.counts())
-    }
+    brook_core::source_option_methods!();
 
     fn open_topic(&self) -> Result<Arc<Topic>, ConnectorError> {
         self.log
@@ -327,7 +313,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
                 id: split.partition,
                 partition,
                 position,
-                end: self.bounded.then_some(readable),
+                end: self.options.bounded.then_some(readable),
                 changes,
             });
         }
@@ -335,7 +321,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
             topic: self.topic.clone(),
             isolation: self.isolation,
             cursors,
-            bad: self.bad.clone(),
+            bad: self.options.bad_records.clone(),
             records: Vec::new(),
             runtime: None,
             _out: PhantomData,
@@ -343,20 +329,8 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
     }
 }
 
-/// One partition of a [`LogSource`]'s topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogSplit {
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: u32,
-}
-
-impl Split for LogSplit {
-    fn split_id(&self) -> String {
-        format!("{}/{}", self.topic, self.partition)
-    }
-}
+/// One partition of a [`LogSource`]'s topic; its split id is `topic/partition`.
+pub type LogSplit = TopicPartitionSplit<u32>;
 
 impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
     type Out = T;
@@ -390,7 +364,7 @@ impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
     }
 
     fn is_bounded(&self) -> bool {
-        self.bounded
+        self.options.bounded
     }
 
     fn restore_reader(

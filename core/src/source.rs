@@ -1,10 +1,18 @@
 //! Sources, split as Flink's FLIP-27: the [`Source`] enumerates splits once per job
 //! (the split enumerator), and each parallel subtask reads its splits with a
-//! [`SourceReader`].
+//! [`SourceReader`]. What the connectors' sources share: their settings
+//! ([`SourceOptions`]: bounded or not, bad records) and the split of a topic's
+//! partition ([`TopicPartitionSplit`]).
 
 use std::fmt::Debug;
 
 use crate::operator::{OpResult, Output, SubtaskInfo};
+
+mod options;
+mod topic_partition;
+
+pub use options::SourceOptions;
+pub use topic_partition::TopicPartitionSplit;
 
 /// What a reader had to offer on a poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

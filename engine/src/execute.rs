@@ -1,12 +1,10 @@
-//! Planning and running a job: chain forward edges, create channels, assemble one task
+//! Running a job: from its execution plan (`plan`), create channels, assemble one task
 //! per subtask of each chain, run each on its own thread, and report the first failure.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use brook_core::operator::SubtaskInfo;
-use brook_core::partition::Partitioner;
 use brook_core::time::Stopwatch;
 use tracing::{error, info};
 
@@ -16,6 +14,7 @@ use crate::error::{EngineError, TaskFailure};
 use crate::graph::JobGraph;
 use crate::graph::{BuildEnv, ErasedGate, VertexKind};
 use crate::metrics::{JobMetrics, VertexTotals};
+use crate::plan::plan;
 use crate::task::{TaskEnv, TaskRunner};
 
 /// A running job.
@@ -189,55 +188,10 @@ pub(crate) fn start(
     metrics: JobMetrics,
 ) -> Result<JobHandle, EngineError> {
     g.config.validate()?;
+    let plan = plan(g)?;
     let n = g.vertices.len();
-    if n == 0 {
-        return Err(EngineError::InvalidGraph("the job has no sources".into()));
-    }
-    let par: Vec<u32> = g
-        .vertices
-        .iter()
-        .map(|v| v.parallelism.unwrap_or(g.config.parallelism))
-        .collect();
+    let par: Vec<u32> = plan.vertices.iter().map(|v| v.parallelism).collect();
     let max = g.config.max_parallelism;
-    if let Some((v, p)) = g
-        .vertices
-        .iter()
-        .zip(&par)
-        .find(|(_, p)| **p == 0 || **p > max)
-    {
-        return Err(EngineError::InvalidGraph(format!(
-            "{}: parallelism {p} must be between 1 and max_parallelism ({max}), the number of key groups",
-            v.name
-        )));
-    }
-    let mut in_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut out_edges: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, e) in g.edges.iter().enumerate() {
-        out_edges[e.from].push(i);
-        in_edges[e.to].push(i);
-    }
-    // Resolve partitioners: by default forward when the parallelism matches, else
-    // rebalance (as Flink); forward cannot change the parallelism.
-    let partitioners: Vec<Partitioner> = g
-        .edges
-        .iter()
-        .map(|e| match e.partitioner {
-            None | Some(Partitioner::Forward) if par[e.from] == par[e.to] => Partitioner::Forward,
-            None | Some(Partitioner::Forward) => Partitioner::Rebalance,
-            Some(p) => p,
-        })
-        .collect();
-    let chained: Vec<bool> = g
-        .edges
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            partitioners[i] == Partitioner::Forward
-                && in_edges[e.to].len() == 1
-                && out_edges[e.from].len() == 1
-                && !matches!(g.vertices[e.from].kind, VertexKind::Sink(_))
-        })
-        .collect();
 
     let vmetrics: Vec<_> = g
         .vertices
@@ -263,13 +217,7 @@ pub(crate) fn start(
                 requested: AtomicU64::new(0),
                 completed: AtomicU64::new(0),
                 task_ended: AtomicBool::new(false),
-                sources_total: g
-                    .vertices
-                    .iter()
-                    .zip(&par)
-                    .filter(|(v, _)| matches!(v.kind, VertexKind::Source(_)))
-                    .map(|(_, p)| *p as usize)
-                    .sum(),
+                sources_total: plan.source_subtasks(),
                 sources_ended: Default::default(),
                 final_id: AtomicU64::new(0),
                 final_abandoned: AtomicBool::new(false),
@@ -297,24 +245,17 @@ pub(crate) fn start(
         },
         restore: g.config.restore.clone(),
     };
-    let info = |v: usize, i: u32| SubtaskInfo {
-        name: g.vertices[v].name.clone(),
-        index: i,
-        parallelism: par[v],
-        max_parallelism: g.config.max_parallelism,
-    };
-
     // Channels of the edges that are not chained.
     let mut writers: Vec<Vec<Option<ErasedLink>>> = Vec::with_capacity(g.edges.len());
     let mut gates: Vec<Vec<Option<ErasedGate>>> = Vec::with_capacity(g.edges.len());
-    for (i, e) in g.edges.iter().enumerate() {
-        if chained[i] {
+    for (e, ep) in g.edges.iter().zip(&plan.edges) {
+        if ep.chained {
             writers.push(Vec::new());
             gates.push(Vec::new());
             continue;
         }
         let (w, gs) = e.builder.build(
-            partitioners[i],
+            ep.partitioner,
             par[e.from],
             par[e.to],
             &vmetrics[e.from],
@@ -335,9 +276,10 @@ pub(crate) fn start(
     for v in (0..n).rev() {
         let mut built = Vec::with_capacity(par[v] as usize);
         for i in 0..par[v] {
-            let mut outputs = Vec::with_capacity(out_edges[v].len());
-            for &e in &out_edges[v] {
-                let slot = if chained[e] {
+            let outputs_of = &plan.vertices[v].outputs;
+            let mut outputs = Vec::with_capacity(outputs_of.len());
+            for &e in outputs_of {
+                let slot = if plan.edges[e].chained {
                     links[g.edges[e].to]
                         .get_mut(i as usize)
                         .and_then(Option::take)
@@ -349,55 +291,58 @@ pub(crate) fn start(
                 })?);
             }
             let m = Arc::clone(&vmetrics[v][i as usize]);
+            let info = &plan.vertices[v].subtasks[i as usize];
             match &g.vertices[v].kind {
-                VertexKind::Source(s) => runners.push(s.build(v, &info(v, i), outputs, m, &env)?),
+                VertexKind::Source(s) => runners.push(s.build(v, info, outputs, m, &env)?),
                 VertexKind::Operator(f) | VertexKind::Sink(f) => {
-                    built.push(Some(f.build(v, &info(v, i), outputs, m, &env)?))
+                    built.push(Some(f.build(v, info, outputs, m, &env)?))
                 }
             }
         }
         links[v] = built;
     }
     // Tasks of chain heads fed by channels.
-    for v in 0..n {
-        if matches!(g.vertices[v].kind, VertexKind::Source(_)) {
-            continue;
-        }
-        if in_edges[v].is_empty() {
-            return Err(EngineError::InvalidGraph(format!(
-                "{} has no input",
-                g.vertices[v].name
-            )));
-        }
-        if in_edges[v].iter().any(|&e| chained[e]) {
-            continue;
-        }
-        for i in 0..par[v] {
-            let mut gs = Vec::new();
-            for &e in &in_edges[v] {
+    for chain in plan
+        .chains
+        .iter()
+        .filter(|c| !plan.vertices[c.head()].is_source)
+    {
+        let v = chain.head();
+        let inputs = &plan.vertices[v].inputs;
+        for (i, task) in chain.tasks.iter().enumerate() {
+            let mut gs = Vec::with_capacity(inputs.len());
+            for &e in inputs {
                 gs.push(
-                    gates[e][i as usize]
+                    gates[e][i]
                         .take()
                         .ok_or_else(|| EngineError::InvalidGraph("missing input gate".into()))?,
                 );
             }
-            let head = links[v][i as usize]
+            let head = links[v][i]
                 .take()
                 .ok_or_else(|| EngineError::InvalidGraph("missing chain head".into()))?;
-            let builder = &g.edges[in_edges[v][0]].builder;
+            let first = inputs.first().ok_or_else(|| {
+                EngineError::InvalidGraph(format!("{} has no input", g.vertices[v].name))
+            })?;
+            let builder = &g.edges[*first].builder;
             runners.push(builder.runner(
-                info(v, i).to_string(),
+                task.clone(),
                 v,
                 gs,
                 head,
-                Arc::clone(&vmetrics[v][i as usize]),
+                Arc::clone(&vmetrics[v][i]),
                 &env,
             )?);
         }
     }
 
     let failure: Arc<Mutex<Option<EngineError>>> = Arc::new(Mutex::new(None));
-    let task_count = runners.len();
+    let task_count = plan.task_count();
+    debug_assert_eq!(
+        task_count,
+        runners.len(),
+        "one task per subtask of each chain"
+    );
     let mut threads = Vec::with_capacity(runners.len());
     info!(job = name, tasks = runners.len(), "starting job");
     for r in runners {

@@ -8,8 +8,10 @@
 //! - [`checkpoint`]: configuration and errors, task snapshots and their file format,
 //!   storage and restore, the coordinator.
 //! - `ids`, `config` ([`JobConfig`]): the names every other module may use.
-//! - `execute`: planning (chaining forward edges of equal parallelism into one task),
-//!   one thread per task, failure reporting ([`JobHandle`], [`JobResult`]).
+//! - `plan`: the execution plan of a job graph, a pure function (each vertex's
+//!   parallelism, each edge's partitioner, the chains of forward edges that run as one
+//!   task); `execute`: builds channels and tasks from it, one thread per task, failure
+//!   reporting ([`JobHandle`], [`JobResult`]).
 //! - `chain`, `channel`, `task`: operator chains, bounded channels of batches
 //!   (backpressure), input gates with per-channel watermarks, and the task loops;
 //!   `alignment`: the pure barrier alignment the input task loop asks.
@@ -48,6 +50,7 @@ mod execute;
 mod graph;
 mod ids;
 pub mod metrics;
+mod plan;
 pub mod state_backend;
 mod task;
 pub mod testing;

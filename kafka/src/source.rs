@@ -10,8 +10,8 @@ use brook_core::bad_record::BadRecords;
 use brook_core::checkpoint::CheckpointId;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::source::{
-    decode_offset_position, encode_offset_position, InputStatus, Source, SourceReader, Split,
-    SplitProgress,
+    decode_offset_position, encode_offset_position, InputStatus, Source, SourceOptions,
+    SourceReader, Split, SplitProgress, TopicPartitionSplit,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -46,8 +46,7 @@ pub struct KafkaSource<T> {
     conn: Conn,
     group: Option<String>,
     start: KafkaStart,
-    bounded: bool,
-    bad: BadRecords,
+    options: SourceOptions,
     /// Only these partitions (all when `None`).
     partitions: Option<Vec<i32>>,
     /// Commits offsets for the group instead of the reader's own consumer.
@@ -62,7 +61,7 @@ impl<T> fmt::Debug for KafkaSource<T> {
             .field("topic", &self.conn.topic)
             .field("group", &self.group)
             .field("start", &self.start)
-            .field("bounded", &self.bounded)
+            .field("bounded", &self.options.bounded)
             .finish_non_exhaustive()
     }
 }
@@ -73,8 +72,7 @@ impl<T> Clone for KafkaSource<T> {
             conn: self.conn.clone(),
             group: self.group.clone(),
             start: self.start,
-            bounded: self.bounded,
-            bad: self.bad.clone(),
+            options: self.options.clone(),
             partitions: self.partitions.clone(),
             committer: self.committer.clone(),
             _out: PhantomData,
@@ -94,8 +92,7 @@ impl KafkaSource<()> {
             conn: Conn::new(bootstrap.into(), topic.into()),
             group: None,
             start: KafkaStart::default(),
-            bounded: false,
-            bad: BadRecords::fail(),
+            options: SourceOptions::default(),
             partitions: None,
             committer: None,
             _out: PhantomData,
@@ -120,7 +117,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     /// Ends once every partition's end is reached (true), or follows the topic
     /// (false, the default).
     pub fn bounded(mut self, bounded: bool) -> Self {
-        self.bounded = bounded;
+        self.options.bounded = bounded;
         self
     }
 
@@ -138,12 +135,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
         self
     }
 
-    /// What to do with a value that does not decode (semantics.md §5); its position
-    /// is `topic/partition@offset`. Default: fail.
-    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
-        self.bad = bad;
-        self
-    }
+    brook_core::source_option_methods!();
 
     /// Reads only these partitions of the topic (default: all). A partition the topic
     /// does not have fails the job when it starts.
@@ -327,13 +319,13 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
             topic,
             consumer,
             parts,
-            bounded: self.bounded,
+            bounded: self.options.bounded,
             commit: match (&self.committer, self.group.is_some()) {
                 (Some(c), _) => Commit::Through(Arc::clone(c)),
                 (None, true) => Commit::Own,
                 (None, false) => Commit::No,
             },
-            bad: self.bad.clone(),
+            bad: self.options.bad_records.clone(),
             pending: None,
             snapshots: VecDeque::new(),
             _out: PhantomData,
@@ -341,20 +333,8 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
     }
 }
 
-/// One partition of a [`KafkaSource`]'s topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaSplit {
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: i32,
-}
-
-impl Split for KafkaSplit {
-    fn split_id(&self) -> String {
-        format!("{}/{}", self.topic, self.partition)
-    }
-}
+/// One partition of a [`KafkaSource`]'s topic; its split id is `topic/partition`.
+pub type KafkaSplit = TopicPartitionSplit<i32>;
 
 impl<T: DeserializeOwned + Send + 'static> Source for KafkaSource<T> {
     type Out = T;
@@ -400,7 +380,7 @@ impl<T: DeserializeOwned + Send + 'static> Source for KafkaSource<T> {
     }
 
     fn is_bounded(&self) -> bool {
-        self.bounded
+        self.options.bounded
     }
 
     fn restore_reader(

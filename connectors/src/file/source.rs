@@ -7,11 +7,10 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use brook_core::bad_record::{BadRecordCounts, BadRecords};
+use brook_core::bad_record::BadRecords;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
-use brook_core::source::{InputStatus, Source, SourceReader, Split};
+use brook_core::source::{InputStatus, Source, SourceOptions, SourceReader, Split};
 use serde::de::DeserializeOwned;
 
 use super::format::{decode_csv_row, CsvState, Format};
@@ -74,8 +73,7 @@ impl<P: AsRef<Path>, const N: usize> From<[P; N]> for FileInput {
 pub struct FileSource<T> {
     input: FileInput,
     format: Format,
-    follow: bool,
-    bad: BadRecords,
+    options: SourceOptions,
     _out: PhantomData<fn() -> T>,
 }
 
@@ -84,8 +82,8 @@ impl<T> fmt::Debug for FileSource<T> {
         f.debug_struct("FileSource")
             .field("input", &self.input)
             .field("format", &self.format)
-            .field("follow", &self.follow)
-            .field("bad_records", &self.bad)
+            .field("follow", &!self.options.bounded)
+            .field("bad_records", &self.options.bad_records)
             .finish_non_exhaustive()
     }
 }
@@ -95,8 +93,7 @@ impl<T> Clone for FileSource<T> {
         FileSource {
             input: self.input.clone(),
             format: self.format,
-            follow: self.follow,
-            bad: self.bad.clone(),
+            options: self.options.clone(),
             _out: PhantomData,
         }
     }
@@ -124,8 +121,11 @@ impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
         FileSource {
             input,
             format,
-            follow: false,
-            bad: BadRecords::fail(),
+            // Files end (the default) unless followed.
+            options: SourceOptions {
+                bounded: true,
+                ..SourceOptions::default()
+            },
             _out: PhantomData,
         }
     }
@@ -133,21 +133,14 @@ impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
     /// Keeps reading the files as they grow (unbounded) instead of ending at their
     /// end. Default false.
     pub fn follow(mut self, follow: bool) -> Self {
-        self.follow = follow;
+        self.options.bounded = !follow;
         self
     }
 
-    /// What to do with a line that does not decode (semantics.md §5). Default:
-    /// fail, naming its position.
-    pub fn on_bad_record(mut self, bad: BadRecords) -> Self {
-        self.bad = bad;
-        self
-    }
+    brook_core::source_option_methods!();
 
-    /// The counts of skipped and dead-lettered records of this source (all its
-    /// subtasks and clones).
-    pub fn bad_record_counter(&self) -> Arc<BadRecordCounts> {
-        Arc::clone(self.bad.counts())
+    fn follows(&self) -> bool {
+        !self.options.bounded
     }
 
     /// The files the source reads, in split order: each path given, with directories
@@ -186,7 +179,7 @@ impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
                 ));
             }
         }
-        if self.follow {
+        if self.follows() {
             if let Some(gz) = files.iter().find(|p| is_gzip(p)) {
                 return Err(ConnectorError::config(
                     "follow",
@@ -242,7 +235,7 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
         for (i, s) in splits.into_iter().enumerate() {
             let id = s.split_id();
             let pos = restored_position(positions, &id, FilePosition::decode)?.unwrap_or_default();
-            if pos.finished && !self.follow {
+            if pos.finished && !self.follows() {
                 finished.push((i as u32, id, pos));
                 continue;
             }
@@ -252,18 +245,18 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
         }
         Ok(Box::new(FileReader::<T> {
             format: self.format,
-            follow: self.follow,
+            follow: self.follows(),
             cursors,
             report_finished: !finished.is_empty(),
             finished,
             current: 0,
-            bad: self.bad.clone(),
+            bad: self.options.bad_records.clone(),
             _out: PhantomData,
         }))
     }
 
     fn is_bounded(&self) -> bool {
-        !self.follow
+        self.options.bounded
     }
 }
 

@@ -150,6 +150,18 @@ impl StreamEnvironment {
     fn config(&self) -> JobConfig {
         self.inner.borrow().config.clone()
     }
+
+    /// The job graph built so far, for the planner's tests.
+    #[cfg(test)]
+    pub(crate) fn graph(&self) -> std::cell::Ref<'_, JobGraph> {
+        self.inner.borrow()
+    }
+
+    /// The job graph built so far, to edit in the planner's tests.
+    #[cfg(test)]
+    pub(crate) fn graph_mut(&self) -> std::cell::RefMut<'_, JobGraph> {
+        self.inner.borrow_mut()
+    }
 }
 
 struct StreamInput<T> {
