@@ -21,6 +21,7 @@
 //! clients report it as unsupported instead of waiting. `docs/semantics.md` §
 //! "The log as a Kafka broker" lists the rules.
 
+pub mod address;
 pub mod api_versions;
 pub mod create_topics;
 mod error_code;
@@ -31,5 +32,6 @@ pub mod metadata;
 pub mod produce;
 pub mod server;
 
+pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
 pub use crate::error_code::error_code;
 pub use crate::server::{BrokerConfig, BrokerError, Server};
