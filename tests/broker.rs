@@ -331,3 +331,55 @@ fn bad_frames_close_their_connection_and_the_broker_keeps_serving() {
     // A real client too.
     create_topic(&broker.bootstrap(), "still-serving", 1);
 }
+
+/// kafka-python installed (once per target directory) by `scripts/kafka-python.sh`.
+fn kafka_python() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka-python");
+    let status = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-python.sh"))
+        .arg(&dir)
+        .status()
+        .expect("run scripts/kafka-python.sh");
+    assert!(status.success(), "installing kafka-python from PyPI failed: {status}");
+    dir
+}
+
+#[test]
+fn kafka_python_creates_produces_and_reads_everything_back() {
+    let python_path = kafka_python();
+    let broker = Broker::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_roundtrip.py");
+    let child = Command::new("python3")
+        .arg(&script)
+        .arg(broker.bootstrap())
+        .env("PYTHONPATH", &python_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let output = wait_bounded(child, Duration::from_secs(60));
+    let (ok, output) = match output {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    assert!(
+        ok,
+        "kafka-python script failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("90 records produced and read back"));
+}
+
+/// Waits up to `limit` for `child` (polling every 50 ms); `Err` with what it wrote if
+/// it was still running and was killed.
+fn wait_bounded(mut child: Child, limit: Duration) -> Result<std::process::Output, std::process::Output> {
+    for _ in 0..limit.as_millis().div_ceil(50) {
+        if child.try_wait().expect("poll the child").is_some() {
+            return Ok(child.wait_with_output().expect("collect the output"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    Err(child.wait_with_output().expect("collect the output"))
+}
