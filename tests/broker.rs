@@ -340,7 +340,10 @@ fn kafka_python() -> std::path::PathBuf {
         .arg(&dir)
         .status()
         .expect("run scripts/kafka-python.sh");
-    assert!(status.success(), "installing kafka-python from PyPI failed: {status}");
+    assert!(
+        status.success(),
+        "installing kafka-python from PyPI failed: {status}"
+    );
     dir
 }
 
@@ -348,7 +351,8 @@ fn kafka_python() -> std::path::PathBuf {
 fn kafka_python_creates_produces_and_reads_everything_back() {
     let python_path = kafka_python();
     let broker = Broker::start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_roundtrip.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_roundtrip.py");
     let child = Command::new("python3")
         .arg(&script)
         .arg(broker.bootstrap())
@@ -373,7 +377,10 @@ fn kafka_python_creates_produces_and_reads_everything_back() {
 
 /// Waits up to `limit` for `child` (polling every 50 ms); `Err` with what it wrote if
 /// it was still running and was killed.
-fn wait_bounded(mut child: Child, limit: Duration) -> Result<std::process::Output, std::process::Output> {
+fn wait_bounded(
+    mut child: Child,
+    limit: Duration,
+) -> Result<std::process::Output, std::process::Output> {
     for _ in 0..limit.as_millis().div_ceil(50) {
         if child.try_wait().expect("poll the child").is_some() {
             return Ok(child.wait_with_output().expect("collect the output"));

@@ -21,8 +21,10 @@ pub const EARLIEST: i64 = -2;
 /// Kafka's "latest" query timestamp.
 pub const LATEST: i64 = -1;
 
-/// The ListOffsets response for `request`.
-pub fn handle(request: &ListOffsetsRequest, log: &Log) -> ListOffsetsResponse {
+/// The ListOffsets response for `request` (decoded at `version`).
+pub fn handle(request: &ListOffsetsRequest, version: i16, log: &Log) -> ListOffsetsResponse {
+    // The leader epoch is a field of v4 on; the codec refuses it set in older ones.
+    let leader_epoch = if version >= 4 { 0 } else { -1 };
     let isolation = isolation(request.isolation_level);
     let topics = request
         .topics
@@ -48,7 +50,7 @@ pub fn handle(request: &ListOffsetsRequest, log: &Log) -> ListOffsetsResponse {
                         Ok((timestamp, offset)) => answer
                             .with_timestamp(timestamp)
                             .with_offset(offset)
-                            .with_leader_epoch(0),
+                            .with_leader_epoch(leader_epoch),
                         Err(code) => answer.with_error_code(code),
                     }
                 })
@@ -106,7 +108,7 @@ mod tests {
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(0)
                     .with_timestamp(timestamp)])]);
-        let r = handle(&request, log);
+        let r = handle(&request, 6, log);
         let p = &r.topics[0].partitions[0];
         (p.error_code, p.timestamp, p.offset)
     }

@@ -221,7 +221,8 @@ async fn connection(
                     }
                     Request::ListOffsets(r) => {
                         let log = log.clone();
-                        let resp = blocking(move || list_offsets::handle(&r, &log)).await?;
+                        let resp =
+                            blocking(move || list_offsets::handle(&r, version, &log)).await?;
                         encode(id, api, version, &resp)
                     }
                     Request::Fetch(r) => {
