@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use brook_broker::read_address;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -69,14 +70,6 @@ impl Drop for Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn read_address(dir: &Path) -> Option<SocketAddr> {
-    std::fs::read_to_string(dir.join("broker.addr"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 fn config(bootstrap: &str) -> ClientConfig {
@@ -248,6 +241,27 @@ fn an_idempotent_producer_gets_an_error_not_a_hang() {
         .0;
     eprintln!("idempotent producer: {err}");
     assert!(!matches!(err, KafkaError::Canceled), "{err}");
+}
+
+#[test]
+fn acks_0_records_are_appended_without_an_answer() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    create_topic(&b, "fire-and-forget", 1);
+    let producer: FutureProducer = config(&b).set("acks", "0").create().expect("producer");
+    for i in 0..20 {
+        let value = format!("v{i}");
+        let sent = futures::executor::block_on(producer.send(
+            FutureRecord::<(), _>::to("fire-and-forget").payload(&value),
+            Duration::from_secs(5),
+        ));
+        // No answer comes (broker/tests/socket.rs checks that on the wire);
+        // librdkafka reports the record sent without an offset.
+        assert!(sent.is_ok(), "record {i}: {sent:?}");
+    }
+    let got = read_all(&b, "fire-and-forget", 1, 20, "read_uncommitted");
+    let values: Vec<String> = got.into_iter().map(|r| r.3).collect();
+    assert_eq!(values, (0..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
 }
 
 /// Writes `bytes` on a new connection; true if the broker then closed it (reads EOF

@@ -94,6 +94,11 @@ pub fn handle(request: &FetchRequest, log: &Log) -> Fetched {
                     // The first data always gets through (Kafka's rule), later
                     // partitions only within what is left of max_bytes.
                     let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+                    if total > 0 && remaining == 0 {
+                        return answer.with_records(Some(Bytes::new()));
+                    }
+                    // Past the first data the log's "at least one batch" may overshoot
+                    // max_bytes by at most one batch.
                     let limit = if total == 0 {
                         limit
                     } else {
