@@ -71,7 +71,7 @@ pub fn handle(request: &FetchRequest, log: &Log) -> Fetched {
                         .with_high_watermark(-1)
                         .with_last_stable_offset(-1)
                         .with_log_start_offset(-1);
-                    let partition = topic.as_ref().map_err(|e| error_code(e)).and_then(|topic| {
+                    let partition = topic.as_ref().map_err(error_code).and_then(|topic| {
                         u32::try_from(p.partition)
                             .ok()
                             .and_then(|i| topic.partition(i).ok())

@@ -39,7 +39,7 @@ pub fn handle(request: &ListOffsetsRequest, version: i16, log: &Log) -> ListOffs
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
-                    let partition = topic.as_ref().map_err(|e| error_code(e)).and_then(|topic| {
+                    let partition = topic.as_ref().map_err(error_code).and_then(|topic| {
                         u32::try_from(p.partition_index)
                             .ok()
                             .and_then(|i| topic.partition(i).ok())
