@@ -264,6 +264,39 @@ fn acks_0_records_are_appended_without_an_answer() {
     assert_eq!(values, (0..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
 }
 
+#[test]
+fn a_non_loopback_address_is_refused_before_the_data_directory_is_touched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["broker", "--listen", "0.0.0.0:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start brook broker");
+    let out = wait_bounded(child, Duration::from_secs(30)).expect("it exits at once");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("0.0.0.0:0 is not loopback"), "{stderr}");
+    assert!(!data.exists(), "the data directory was created");
+}
+
+#[test]
+fn the_broker_holds_the_data_directory() {
+    let broker = Broker::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(broker._dir.path())
+        .args(["topic", "list"])
+        .output()
+        .expect("run brook topic list");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use"), "{stderr}");
+}
+
 /// Writes `bytes` on a new connection; true if the broker then closed it (reads EOF
 /// or a reset within 5 s).
 fn closed_after(addr: SocketAddr, bytes: &[u8]) -> bool {
