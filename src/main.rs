@@ -13,7 +13,7 @@ use cli::log_cli::{
     consume, group_command, produce, topic_command, ConsumeArgs, GroupCommand, ProduceArgs,
     TopicCommand,
 };
-use cli::{run, runner_cli};
+use cli::{broker_cli, run, runner_cli};
 
 /// brook: a stream-processing engine with an embedded partitioned log.
 #[derive(Debug, Parser)]
@@ -51,6 +51,8 @@ enum Command {
     /// Run the runner service: jobs submitted to it run supervised and restart from
     /// their checkpoints.
     Runner(runner_cli::RunnerArgs),
+    /// Serve the data directory's log to Kafka clients (the Kafka wire protocol).
+    Broker(broker_cli::BrokerArgs),
     /// Submit a YAML job spec or a job binary (--bin) to the runner.
     Submit(runner_cli::SubmitArgs),
     /// List the runner's jobs.
@@ -145,6 +147,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
         // The runner and its clients never open the log: job processes do.
         Command::Runner(args) => return runner_cli::runner(args, &data_dir),
+        // Holds the log (its lock) while it serves.
+        Command::Broker(args) => {
+            return broker_cli::broker(args, &data_dir, || open_log(&data_dir, &fsync))
+        }
         Command::Submit(args) => return runner_cli::submit(args, &data_dir),
         Command::Jobs(args) => return runner_cli::jobs(args, &data_dir),
         Command::Job(args) => return runner_cli::job(args, &data_dir),
@@ -167,6 +173,7 @@ fn run(cli: Cli) -> Result<()> {
     match command {
         Command::Run(_)
         | Command::Runner(_)
+        | Command::Broker(_)
         | Command::Submit(_)
         | Command::Jobs(_)
         | Command::Job(_)

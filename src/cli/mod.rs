@@ -1,9 +1,10 @@
 //! The `brook` binary's commands, one module per group: the embedded log's (`topic`,
-//! `produce`, `consume`, `group`), `brook run` (in the foreground, or as a member of a
+//! `produce`, `consume`, `group`), `brook broker` (the log over the Kafka protocol), `brook run` (in the foreground, or as a member of a
 //! Kafka consumer group) with its metrics endpoint, and `brook runner` with its
 //! clients. `src/main.rs` parses the command line and dispatches; the library
 //! (`brook::spec`, `brook::runner`) is in `src/lib.rs`.
 
+pub(crate) mod broker_cli;
 pub(crate) mod group_worker;
 pub(crate) mod log_cli;
 pub(crate) mod metrics_http;

@@ -1,0 +1,37 @@
+//! brook's log served over the Kafka wire protocol: `brook broker`.
+//!
+//! Any Kafka client (librdkafka and what is built on it, kafka-python, the Java
+//! client, kcat) reads and writes a brook data directory through this crate. The
+//! message codec is the `kafka-protocol` crate; this crate only maps requests onto the
+//! log ([`brook_log`]):
+//!
+//! - one module per API ([`api_versions`], [`metadata`], [`create_topics`],
+//!   [`produce`], [`fetch`], [`list_offsets`]), each a function from a decoded request
+//!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
+//! - [`frame`] checks a request frame and decides what to do with it (answer, or
+//!   close the connection) as a pure function;
+//! - [`server`] is the thin socket shell: it reads frames, calls the handlers (on
+//!   the blocking pool, as appends may fsync), waits for data for long-polling
+//!   fetches, and writes the responses.
+//!
+//! This is the first step of serving the log (issue 17): a single broker (node id 0)
+//! that leads every partition; plain producers (no idempotence, no transactions) and
+//! consumers that assign partitions themselves. Consumer groups, transactions, SASL and
+//! the other APIs come later; an API that is not served is left out of ApiVersions, so
+//! clients report it as unsupported instead of waiting. `docs/semantics.md` §
+//! "The log as a Kafka broker" lists the rules.
+
+pub mod address;
+pub mod api_versions;
+pub mod create_topics;
+mod error_code;
+pub mod fetch;
+pub mod frame;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod server;
+
+pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
+pub use crate::error_code::error_code;
+pub use crate::server::{BrokerConfig, BrokerError, Server};

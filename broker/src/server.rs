@@ -1,0 +1,295 @@
+//! The socket shell: accepts connections, reads frames, runs the per-API handlers and
+//! writes their responses.
+//!
+//! Each connection is served in order, one request at a time, as Kafka's broker does
+//! per connection. Handlers that touch the log run on tokio's blocking pool (an
+//! append may fsync). A frame that cannot be served ([`crate::frame::FrameError`])
+//! is logged with the peer's address and closes that connection only.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use brook_log::Log;
+use bytes::Bytes;
+use futures::future::select_all;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::Encodable;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use crate::frame::{self, Decoded, Request};
+use crate::metadata::Advertised;
+use crate::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
+
+/// How `brook broker` serves.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Address to listen on; loopback only until SASL is served (port 0: any free
+    /// port). Default `127.0.0.1:9092`, Kafka's port.
+    pub listen: SocketAddr,
+    /// Kafka's `auto.create.topics.enable`; brook's default is off
+    /// (see [`Advertised::auto_create_topics`]).
+    pub auto_create_topics: bool,
+    /// Kafka's `num.partitions` (default 1).
+    pub default_partitions: u32,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            auto_create_topics: false,
+            default_partitions: 1,
+        }
+    }
+}
+
+/// Why the broker cannot serve.
+#[derive(Debug, Error)]
+pub enum BrokerError {
+    /// `listen` is not a loopback address: without authentication (SASL, a later
+    /// step) anyone who can reach the port could read and write every topic.
+    #[error("listen address {0} is not loopback: brook broker serves only 127.0.0.1 or ::1 until SASL authentication is supported")]
+    NotLoopback(SocketAddr),
+    /// `default_partitions` is 0.
+    #[error("invalid default_partitions: must be at least 1")]
+    NoPartitions,
+    /// Binding or accepting failed.
+    #[error("listen on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BrokerConfig {
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// [`BrokerError::NotLoopback`], [`BrokerError::NoPartitions`].
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        if !self.listen.ip().is_loopback() {
+            return Err(BrokerError::NotLoopback(self.listen));
+        }
+        if self.default_partitions == 0 {
+            return Err(BrokerError::NoPartitions);
+        }
+        Ok(())
+    }
+}
+
+/// A bound broker, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    log: Log,
+    advertised: Advertised,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Checks `config` and binds its address.
+    ///
+    /// # Errors
+    /// As [`BrokerConfig::validate`], [`BrokerError::Io`].
+    pub async fn bind(config: &BrokerConfig, log: Log) -> Result<Self, BrokerError> {
+        config.validate()?;
+        let io = |source| BrokerError::Io {
+            addr: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).await.map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?;
+        let advertised = Advertised {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            auto_create_topics: config.auto_create_topics,
+            default_partitions: config.default_partitions,
+        };
+        Ok(Server {
+            listener,
+            log,
+            advertised,
+            addr,
+        })
+    }
+
+    /// The address bound (with the port chosen for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until the task is dropped.
+    ///
+    /// # Errors
+    /// Never returns on its own; accept errors (out of file descriptors) are logged
+    /// and retried after a pause.
+    pub async fn run(self) -> Result<(), BrokerError> {
+        info!(addr = %self.addr, "brook broker serving");
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, peer)) => {
+                    let log = self.log.clone();
+                    let advertised = self.advertised.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = connection(stream, peer, log, advertised).await {
+                            debug!(%peer, "connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    log: Log,
+    advertised: Advertised,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    loop {
+        let mut prefix = [0u8; 4];
+        if let Err(e) = stream.read_exact(&mut prefix).await {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        let size = match frame::check_size(prefix) {
+            Ok(size) => size,
+            Err(e) => {
+                warn!(%peer, "{e}; closing the connection");
+                return Ok(());
+            }
+        };
+        let mut body = vec![0u8; size];
+        stream.read_exact(&mut body).await?;
+        let response = match frame::parse(Bytes::from(body)) {
+            Ok(Decoded::ApiVersionsTooNew {
+                correlation_id,
+                version,
+            }) => encode(
+                correlation_id,
+                ApiKey::ApiVersions,
+                0,
+                &api_versions::handle(version),
+            ),
+            Ok(Decoded::Request {
+                header,
+                api,
+                request,
+            }) => {
+                let version = header.request_api_version;
+                let id = header.correlation_id;
+                match request {
+                    Request::ApiVersions => {
+                        encode(id, api, version, &api_versions::handle(version))
+                    }
+                    Request::Metadata(r) => {
+                        let (log, adv) = (log.clone(), advertised.clone());
+                        let resp =
+                            blocking(move || metadata::handle(&r, version, &log, &adv)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::CreateTopics(r) => {
+                        let (log, n) = (log.clone(), advertised.default_partitions);
+                        let resp = blocking(move || create_topics::handle(&r, &log, n)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::Produce(r) => {
+                        let acks = r.acks;
+                        let log = log.clone();
+                        let resp = blocking(move || produce::handle(&r, &log)).await?;
+                        // acks=0: the client waits for no answer (Kafka's rule).
+                        if acks == 0 {
+                            None
+                        } else {
+                            encode(id, api, version, &resp)
+                        }
+                    }
+                    Request::ListOffsets(r) => {
+                        let log = log.clone();
+                        let resp =
+                            blocking(move || list_offsets::handle(&r, version, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::Fetch(r) => {
+                        let resp = long_poll(r, &log).await?;
+                        encode(id, api, version, &resp)
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(%peer, "{e}; closing the connection");
+                return Ok(());
+            }
+        };
+        if let Some(bytes) = response {
+            stream.write_all(&bytes).await?;
+        }
+    }
+}
+
+/// A response frame, or `None` after logging a body the codec refused (a bug: the
+/// client then times out on this request rather than reading garbage).
+fn encode<B: Encodable>(id: i32, api: ApiKey, version: i16, body: &B) -> Option<Bytes> {
+    match frame::encode_response(id, api, version, body) {
+        Ok(bytes) => Some(bytes),
+        Err(e) => {
+            error!("encoding a {api:?} v{version} response: {e}");
+            None
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| std::io::Error::other(format!("request handler failed: {e}")))
+}
+
+/// Answers a fetch once it has `min_bytes` of records, a partition has an error, or
+/// `max_wait_ms` has passed (Kafka's long polling), waiting on the partitions' end
+/// offsets in between rather than polling.
+async fn long_poll(
+    request: kafka_protocol::messages::FetchRequest,
+    log: &Log,
+) -> std::io::Result<kafka_protocol::messages::FetchResponse> {
+    let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+    let deadline = Instant::now() + wait;
+    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+    let mut watchers = fetch::watch(&request, log);
+    let request = std::sync::Arc::new(request);
+    let mut expired = false;
+    loop {
+        let (r, l) = (request.clone(), log.clone());
+        let fetched = blocking(move || fetch::handle(&r, &l)).await?;
+        if expired || fetched.has_error || fetched.bytes >= min_bytes.max(1) || watchers.is_empty()
+        {
+            return Ok(fetched.response);
+        }
+        let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
+        match tokio::time::timeout_at(deadline, changed).await {
+            Ok((Ok(()), _, _)) => {}
+            // A partition closed (topic deleted, broker stopping): answer at the
+            // deadline with what there is.
+            Ok((Err(_), _, _)) => {
+                tokio::time::sleep_until(deadline).await;
+                expired = true;
+            }
+            Err(_) => expired = true,
+        }
+    }
+}

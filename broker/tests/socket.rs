@@ -1,0 +1,182 @@
+//! The server through a real socket: Fetch long polling (a fetch at the end of a
+//! partition waits up to `max_wait_ms` for `min_bytes` of records and answers as soon as
+//! an append brings them; with none it answers empty at the deadline), and Produce with
+//! acks=0 (appended, never answered).
+
+use std::time::Duration;
+
+use brook_broker::{BrokerConfig, Server};
+use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, FetchRequest, FetchResponse, ProduceRequest, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const VERSION: i16 = 12;
+
+/// A frame: size prefix, request header of `api` v`version`, and `body`.
+fn frame(api: ApiKey, version: i16, correlation_id: i32, body: &impl Encodable) -> Bytes {
+    let mut buf = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, api.request_header_version(version))
+        .expect("header");
+    body.encode(&mut buf, version).expect("body");
+    let mut frame = BytesMut::new();
+    frame.put_i32(i32::try_from(buf.len()).expect("small frame"));
+    frame.put_slice(&buf);
+    frame.freeze()
+}
+
+fn fetch_frame(max_wait_ms: i32, offset: i64) -> Bytes {
+    let request = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("waits")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    frame(ApiKey::Fetch, VERSION, 1, &request)
+}
+
+async fn fetch(stream: &mut TcpStream, max_wait_ms: i32, offset: i64) -> Vec<Vec<u8>> {
+    stream
+        .write_all(&fetch_frame(max_wait_ms, offset))
+        .await
+        .expect("send");
+    let size = stream.read_i32().await.expect("size");
+    let mut buf = vec![0u8; usize::try_from(size).expect("a size")];
+    stream.read_exact(&mut buf).await.expect("response");
+    let mut buf = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut buf, ApiKey::Fetch.response_header_version(VERSION))
+        .expect("response header");
+    assert_eq!(header.correlation_id, 1);
+    let response = FetchResponse::decode(&mut buf, VERSION).expect("fetch response");
+    assert!(!buf.has_remaining());
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    let mut records = partition.records.clone().unwrap_or_default();
+    RecordBatchDecoder::decode_all(&mut records)
+        .expect("batches")
+        .into_iter()
+        .flat_map(|s| s.records)
+        .filter_map(|r| r.value.map(|v| v.to_vec()))
+        .collect()
+}
+
+/// A log with topic `waits` served on a free port.
+async fn serve() -> (
+    tempfile::TempDir,
+    Log,
+    tokio::task::JoinHandle<()>,
+    TcpStream,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = Log::open(dir.path(), LogOptions::default()).expect("open");
+    log.create_topic("waits", 1, TopicConfig::default())
+        .expect("create");
+    let config = BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        ..BrokerConfig::default()
+    };
+    let server = Server::bind(&config, log.clone()).await.expect("bind");
+    let addr = server.local_addr();
+    let serving = tokio::spawn(async move {
+        let _ = server.run().await;
+    });
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    (dir, log, serving, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_at_the_end_waits_for_the_next_append() {
+    let (_dir, log, serving, mut stream) = serve().await;
+    let topic = log.topic("waits").expect("topic");
+
+    // Nothing arrives: an empty answer once max_wait_ms (200 ms) has passed.
+    assert!(fetch(&mut stream, 200, 0).await.is_empty());
+
+    // An append while the fetch waits (max 30 s) is in its answer.
+    let appender = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        topic
+            .append(vec![ProducerRecord::new("late")])
+            .expect("append");
+    });
+    let got = fetch(&mut stream, 30_000, 0).await;
+    assert_eq!(got, vec![b"late".to_vec()]);
+    appender.await.expect("appender");
+    serving.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_with_acks_0_appends_and_sends_no_answer() {
+    let (_dir, log, serving, mut stream) = serve().await;
+    let record = Record {
+        transactional: false,
+        control: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1_000,
+        key: None,
+        value: Some(Bytes::from_static(b"unanswered")),
+        headers: Default::default(),
+        delete_horizon: false,
+    };
+    let mut records = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut records, [&record], &options).expect("batch");
+    let produce =
+        ProduceRequest::default()
+            .with_acks(0)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("waits")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records.freeze()))])]);
+    stream
+        .write_all(&frame(ApiKey::Produce, 9, 1, &produce))
+        .await
+        .expect("send produce");
+    stream
+        .write_all(&frame(
+            ApiKey::ApiVersions,
+            3,
+            2,
+            &ApiVersionsRequest::default(),
+        ))
+        .await
+        .expect("send api versions");
+    // The first answer on the connection is ApiVersions' (correlation id 2).
+    let _size = stream.read_i32().await.expect("size");
+    assert_eq!(stream.read_i32().await.expect("correlation id"), 2);
+    let end = log
+        .topic("waits")
+        .and_then(|t| t.partition(0))
+        .expect("partition")
+        .log_end_offset();
+    assert_eq!(end, 1);
+    serving.abort();
+}

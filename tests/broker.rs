@@ -1,0 +1,439 @@
+//! `brook broker` with Kafka clients brook did not write: librdkafka (the `rdkafka`
+//! crate) creates a topic, produces with acks=all into 3 partitions, reads everything
+//! back (read_uncommitted and read_committed) and looks offsets up; kafka-python (from
+//! PyPI, installed by the test) does the same from Python; bad frames close only
+//! their own connection. The broker is the real binary, killed when a test ends.
+
+// Reading back waits with a deadline (librdkafka's poll returns early on its own
+// events, so a count of polls is no bound).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use brook_broker::read_address;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+/// A `brook broker` child process on a fresh data directory, killed (SIGKILL) and
+/// reaped when dropped.
+struct Broker {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    /// Starts `brook broker --listen 127.0.0.1:0` and waits (bounded) for the address
+    /// it writes into the data directory.
+    fn start() -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+            .args(["--data-dir"])
+            .arg(dir.path())
+            .args(["--fsync", "always", "broker", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start brook broker");
+        let mut broker = Broker {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            _dir: dir,
+        };
+        for _ in 0..600 {
+            if let Some(addr) = read_address(broker._dir.path()) {
+                broker.addr = addr;
+                return broker;
+            }
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                panic!("brook broker exited before serving: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("brook broker wrote no broker.addr within 30 s");
+    }
+
+    fn bootstrap(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        // Fail fast instead of retrying for minutes when something is wrong.
+        .set("socket.timeout.ms", "10000")
+        .set("message.timeout.ms", "10000");
+    c
+}
+
+fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        config(bootstrap).create().expect("admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let results = futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("CreateTopics");
+    for r in results {
+        r.expect("topic created");
+    }
+}
+
+/// Reads every partition of `topic` from the beginning until `n` records arrived
+/// (bounded); returns `(partition, offset, key, value)` sorted.
+fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    n: usize,
+    isolation: &str,
+) -> Vec<(i32, i64, String, String)> {
+    let consumer: BaseConsumer = config(bootstrap)
+        // librdkafka wants a group id even for assigned partitions; nothing is
+        // committed (groups are a later step).
+        .set("group.id", "brook-broker-test")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("assign partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while got.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{isolation}: {} of {n} records read within 30 s",
+            got.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("a record");
+            let text = |b: Option<&[u8]>| {
+                String::from_utf8(b.unwrap_or_default().to_vec()).expect("utf-8")
+            };
+            got.push((m.partition(), m.offset(), text(m.key()), text(m.payload())));
+        }
+    }
+    got.sort();
+    got
+}
+
+#[test]
+fn rdkafka_creates_produces_with_acks_all_and_reads_everything_back() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    create_topic(&b, "snack-sales", 3);
+    const N: usize = 300;
+    let producer: FutureProducer = config(&b)
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let deliveries: Vec<_> = (0..N)
+        .map(|i| {
+            let key = format!("k{i}");
+            let value = format!("sale {i}");
+            let record = FutureRecord::to("snack-sales")
+                .partition((i % 3) as i32)
+                .key(&key)
+                .payload(&value);
+            producer.send_result(record).expect("queued")
+        })
+        .collect();
+    let mut acked = Vec::new();
+    for d in deliveries {
+        let delivery = futures::executor::block_on(d)
+            .expect("delivery")
+            .expect("acknowledged");
+        acked.push((delivery.partition, delivery.offset));
+    }
+    // Each partition got offsets 0..N/3, densely, in the order sent.
+    for p in 0..3 {
+        let offsets: Vec<i64> = acked.iter().filter(|a| a.0 == p).map(|a| a.1).collect();
+        assert_eq!(
+            offsets,
+            (0..(N / 3) as i64).collect::<Vec<_>>(),
+            "partition {p}"
+        );
+    }
+
+    let expected: Vec<(i32, i64, String, String)> = {
+        let mut e: Vec<_> = (0..N)
+            .map(|i| {
+                (
+                    (i % 3) as i32,
+                    (i / 3) as i64,
+                    format!("k{i}"),
+                    format!("sale {i}"),
+                )
+            })
+            .collect();
+        e.sort();
+        e
+    };
+    assert_eq!(
+        read_all(&b, "snack-sales", 3, N, "read_uncommitted"),
+        expected
+    );
+    assert_eq!(
+        read_all(&b, "snack-sales", 3, N, "read_committed"),
+        expected
+    );
+
+    // ListOffsets: earliest and latest per partition, and by timestamp.
+    let consumer: BaseConsumer = config(&b).create().expect("consumer");
+    for p in 0..3 {
+        let marks = consumer
+            .fetch_watermarks("snack-sales", p, Duration::from_secs(10))
+            .expect("watermarks");
+        assert_eq!(marks, (0, (N / 3) as i64), "partition {p}");
+    }
+    let mut times = TopicPartitionList::new();
+    times
+        .add_partition_offset("snack-sales", 0, Offset::Offset(0))
+        .expect("timestamp query");
+    let found = consumer
+        .offsets_for_times(times, Duration::from_secs(10))
+        .expect("offsets for times");
+    assert_eq!(
+        found.find_partition("snack-sales", 0).map(|e| e.offset()),
+        Some(Offset::Offset(0))
+    );
+}
+
+#[test]
+fn an_idempotent_producer_gets_an_error_not_a_hang() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    create_topic(&b, "plain", 1);
+    let producer: FutureProducer = config(&b)
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "5000")
+        .create()
+        .expect("producer");
+    let sent = futures::executor::block_on(producer.send(
+        FutureRecord::<(), _>::to("plain").payload("x"),
+        Duration::from_secs(5),
+    ));
+    let err = sent
+        .expect_err("an idempotent producer cannot be served yet")
+        .0;
+    eprintln!("idempotent producer: {err}");
+    assert!(!matches!(err, KafkaError::Canceled), "{err}");
+}
+
+#[test]
+fn acks_0_records_are_appended_without_an_answer() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    create_topic(&b, "fire-and-forget", 1);
+    let producer: FutureProducer = config(&b).set("acks", "0").create().expect("producer");
+    for i in 0..20 {
+        let value = format!("v{i}");
+        let sent = futures::executor::block_on(producer.send(
+            FutureRecord::<(), _>::to("fire-and-forget").payload(&value),
+            Duration::from_secs(5),
+        ));
+        // No answer comes (broker/tests/socket.rs checks that on the wire);
+        // librdkafka reports the record sent without an offset.
+        assert!(sent.is_ok(), "record {i}: {sent:?}");
+    }
+    let got = read_all(&b, "fire-and-forget", 1, 20, "read_uncommitted");
+    let values: Vec<String> = got.into_iter().map(|r| r.3).collect();
+    assert_eq!(values, (0..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_non_loopback_address_is_refused_before_the_data_directory_is_touched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["broker", "--listen", "0.0.0.0:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start brook broker");
+    let out = wait_bounded(child, Duration::from_secs(30)).expect("it exits at once");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("0.0.0.0:0 is not loopback"), "{stderr}");
+    assert!(!data.exists(), "the data directory was created");
+}
+
+#[test]
+fn the_broker_holds_the_data_directory() {
+    let broker = Broker::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(broker._dir.path())
+        .args(["topic", "list"])
+        .output()
+        .expect("run brook topic list");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use"), "{stderr}");
+}
+
+/// Writes `bytes` on a new connection; true if the broker then closed it (reads EOF
+/// or a reset within 5 s).
+fn closed_after(addr: SocketAddr, bytes: &[u8]) -> bool {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0) | Err(_)) && {
+        // An error here may also be the timeout: only EOF or a reset count.
+        let mut again = [0u8; 1];
+        !matches!(s.read(&mut again), Ok(n) if n > 0)
+    }
+}
+
+/// An ApiVersions v0 request frame: key 18, version 0, correlation id 7, no client id.
+fn api_versions_v0() -> Vec<u8> {
+    let mut f = vec![0, 0, 0, 10];
+    f.extend_from_slice(&18i16.to_be_bytes());
+    f.extend_from_slice(&0i16.to_be_bytes());
+    f.extend_from_slice(&7i32.to_be_bytes());
+    f.extend_from_slice(&(-1i16).to_be_bytes());
+    f
+}
+
+/// Sends ApiVersions v0 and returns (correlation id, error code) of the answer.
+fn api_versions(addr: SocketAddr) -> (i32, i16) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(&api_versions_v0()).expect("send");
+    let mut head = [0u8; 10];
+    s.read_exact(&mut head).expect("an answer");
+    (
+        i32::from_be_bytes([head[4], head[5], head[6], head[7]]),
+        i16::from_be_bytes([head[8], head[9]]),
+    )
+}
+
+#[test]
+fn bad_frames_close_their_connection_and_the_broker_keeps_serving() {
+    let broker = Broker::start();
+    let addr = broker.addr;
+    assert_eq!(api_versions(addr), (7, 0));
+    // Oversized (1 GiB announced), negative size, unknown API key 999, an API not
+    // served (FindCoordinator), a body that does not decode, a truncated frame.
+    let mut unknown_key = vec![0, 0, 0, 10];
+    unknown_key.extend_from_slice(&999i16.to_be_bytes());
+    unknown_key.extend_from_slice(&[0; 8]);
+    let mut not_served = vec![0, 0, 0, 10];
+    not_served.extend_from_slice(&10i16.to_be_bytes());
+    not_served.extend_from_slice(&[0; 8]);
+    // Metadata v9 (flexible): header, then a topics array claiming 2^31 entries.
+    let mut garbage = vec![0, 0, 0, 16];
+    garbage.extend_from_slice(&3i16.to_be_bytes());
+    garbage.extend_from_slice(&9i16.to_be_bytes());
+    garbage.extend_from_slice(&1i32.to_be_bytes());
+    garbage.extend_from_slice(&(-1i16).to_be_bytes());
+    garbage.extend_from_slice(&[0, 0xff, 0xff, 0xff, 0x7f, 0x00]);
+    for (what, bytes) in [
+        ("oversized", vec![0x40, 0, 0, 0]),
+        ("negative size", vec![0xff, 0xff, 0xff, 0xff]),
+        ("unknown API key", unknown_key),
+        ("API not served", not_served),
+        ("undecodable body", garbage),
+    ] {
+        assert!(
+            closed_after(addr, &bytes),
+            "{what}: the connection stayed open"
+        );
+        assert_eq!(api_versions(addr), (7, 0), "after {what}");
+    }
+    // A frame cut short, then the client goes away: the broker goes on.
+    {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.write_all(&api_versions_v0()[..7]).expect("send part");
+    }
+    assert_eq!(api_versions(addr), (7, 0), "after a truncated frame");
+    // A real client too.
+    create_topic(&broker.bootstrap(), "still-serving", 1);
+}
+
+/// kafka-python installed (once per target directory) by `scripts/kafka-python.sh`.
+fn kafka_python() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka-python");
+    let status = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-python.sh"))
+        .arg(&dir)
+        .status()
+        .expect("run scripts/kafka-python.sh");
+    assert!(
+        status.success(),
+        "installing kafka-python from PyPI failed: {status}"
+    );
+    dir
+}
+
+#[test]
+fn kafka_python_creates_produces_and_reads_everything_back() {
+    let python_path = kafka_python();
+    let broker = Broker::start();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_roundtrip.py");
+    let child = Command::new("python3")
+        .arg(&script)
+        .arg(broker.bootstrap())
+        .env("PYTHONPATH", &python_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let output = wait_bounded(child, Duration::from_secs(60));
+    let (ok, output) = match output {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    assert!(
+        ok,
+        "kafka-python script failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("90 records produced and read back"));
+}
+
+/// Waits up to `limit` for `child` (polling every 50 ms); `Err` with what it wrote if
+/// it was still running and was killed.
+fn wait_bounded(
+    mut child: Child,
+    limit: Duration,
+) -> Result<std::process::Output, std::process::Output> {
+    for _ in 0..limit.as_millis().div_ceil(50) {
+        if child.try_wait().expect("poll the child").is_some() {
+            return Ok(child.wait_with_output().expect("collect the output"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    Err(child.wait_with_output().expect("collect the output"))
+}
