@@ -6,6 +6,10 @@
 //! no row lost, none twice.
 //!
 //! Kills: `BROOK_KILL_ITERATIONS` (default 20); `BROOK_KILL_SEED` fixes the moments.
+//! Every other kill comes as soon as the attempt's log sink received rows, in the
+//! middle of a transaction: the test checks that kills left undecided records, and
+//! that the restores aborted them (a reader of uncommitted records sees more rows
+//! than the committed ones), so it fails if the kills never left anything to abort.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -17,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use brook_testkit::binary::{command_line, expect_success, run_brook, run_brook_ok};
 use brook_testkit::files::{file_rows, latest_checkpoint};
-use brook_testkit::log_job::{self, outputs, topic_rows};
+use brook_testkit::log_job::{self, outputs, topic_rows, undecided_records};
 use brook_testkit::metrics::{free_addr, metric, metric_min, scrape_metrics};
 use brook_testkit::process::{wait_for, KillOnDrop};
 
@@ -72,12 +76,37 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     produce(&data);
     let job = spec(dir.path());
     let mut kills = 0;
+    // Kills that left a transaction of the log sink with records neither committed nor
+    // aborted (what the next attempt's restore must abort), in the topic as it is now.
+    let mut kills_mid_transaction = 0;
     let mut finished_early = 0;
-    while kills < iterations {
-        let mut child = brook(&data, &job, has_checkpoint(&data), before)
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+    // Until one of the kills left records undecided, up to 10 kills more than asked for.
+    while kills < iterations || (kills_mid_transaction == 0 && kills < iterations + 10) {
+        let mut attempt = brook(&data, &job, has_checkpoint(&data), before);
+        // Every other attempt is killed as soon as its log sink received rows (a window
+        // fired), mid-transaction: records the next restore must abort. Killed at
+        // random moments only, attempts on a loaded machine rarely got that far.
+        let targeted = kills % 2 == 1;
+        let addr = free_addr();
+        if targeted {
+            attempt.args(["--metrics-addr", &addr]);
+        }
+        let mut child = attempt.spawn().unwrap();
+        if targeted {
+            let sink_rows = || {
+                let body = scrape_metrics(&addr)?;
+                metric(&body, "brook_records_in_total{operator=\"logout\"")
+            };
+            // At most 20 s (4,000 polls 5 ms apart).
+            for _ in 0..4_000 {
+                if sink_rows().is_some_and(|n| n > 0.0) || child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+        }
         if child.try_wait().unwrap().is_some() {
             // The job got to the end before the kill: start over from nothing.
             finished_early += 1;
@@ -87,21 +116,37 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
             let log = Log::open(&data, LogOptions::default()).unwrap();
             log.delete_topic("out").unwrap();
             log.create_topic("out", 3, TopicConfig::default()).unwrap();
+            // What earlier kills left went with the topic.
+            kills_mid_transaction = 0;
             continue;
         }
         child.kill().unwrap();
         child.wait().unwrap();
         kills += 1;
+        // Before the next restore decides them: records of an undecided transaction.
+        if undecided_records(&data) > 0 {
+            kills_mid_transaction += 1;
+        }
     }
+    // Otherwise the restores below had nothing to abort, and the comparison with the
+    // clean run would not show that they abort what a killed attempt wrote.
+    assert!(
+        kills_mid_transaction > 0,
+        "none of the {kills} kills (seed {seed}) left a transaction with records undecided"
+    );
     run_brook_ok(&mut brook(&data, &job, has_checkpoint(&data), after));
     let got = outputs(dir.path(), &data);
-    // The killed attempts left records of aborted transactions in the topic.
+    // The killed attempts left records of aborted transactions in the topic: a reader
+    // of uncommitted records sees more than the committed rows.
     let uncommitted = topic_rows(&data, IsolationLevel::ReadUncommitted);
-    assert!(uncommitted.len() >= got[3].len());
     eprintln!(
-        "log sink: {} committed rows, {} left by aborted attempts",
+        "log sink: {} committed rows, {} left by aborted attempts; {kills_mid_transaction} of {kills} kills left a transaction undecided",
         got[3].len(),
-        uncommitted.len() - got[3].len()
+        uncommitted.len().saturating_sub(got[3].len())
+    );
+    assert!(
+        uncommitted.len() > got[3].len(),
+        "no aborted records in the log topic after {kills} kills (seed {seed})"
     );
     for (name, (g, w)) in ["per_second", "late", "sessions", "log topic out"]
         .iter()

@@ -124,3 +124,24 @@ pub fn outputs(dir: &Path, data: &Path) -> Vec<Vec<String>> {
     all.push(topic_rows(data, IsolationLevel::ReadCommitted));
     all
 }
+
+/// How many offsets of the log topic `out` lie beyond its partitions' last stable
+/// offsets (summed over the partitions): 0 when every transaction is decided, more
+/// while one that wrote records is neither committed nor aborted, as a run killed
+/// in the middle of a transaction leaves it until a restore decides it.
+pub fn undecided_records(data: &Path) -> u64 {
+    let options = LogOptions {
+        maintenance_interval_ms: None,
+        ..LogOptions::default()
+    };
+    let log = Log::open(data, options).expect("open the log");
+    log.topic("out")
+        .expect("out")
+        .partitions()
+        .iter()
+        .map(|p| {
+            p.end_offset(IsolationLevel::ReadUncommitted)
+                - p.end_offset(IsolationLevel::ReadCommitted)
+        })
+        .sum()
+}
