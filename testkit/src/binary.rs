@@ -88,3 +88,44 @@ pub fn report(what: &str, expected: &str, out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The panic message of `f`, which must panic.
+    fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let err = std::panic::catch_unwind(f).expect_err("it panics");
+        err.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn an_unexpected_failure_shows_the_command_line_status_stdout_and_stderr() {
+        let msg = panic_message(|| {
+            run_brook_ok(Command::new("sh").args(["-c", "echo to-out; echo to-err >&2; exit 3"]));
+        });
+        for part in ["\"sh\" \"-c\"", "exit status: 3", "to-out", "to-err"] {
+            assert!(msg.contains(part), "{part:?} in:\n{msg}");
+        }
+    }
+
+    #[test]
+    fn an_unexpected_success_shows_the_command_line_and_stdout() {
+        let msg = panic_message(|| {
+            run_brook_err(Command::new("sh").args(["-c", "echo fine"]));
+        });
+        assert!(msg.contains("expected a failure"), "{msg}");
+        assert!(msg.contains("\"sh\"") && msg.contains("fine"), "{msg}");
+    }
+
+    #[test]
+    fn input_reaches_stdin_and_a_failure_returns_stderr() {
+        let out = run_brook_with_input(&mut Command::new("cat"), b"hello");
+        assert_eq!(out.stdout, b"hello");
+        let err = run_brook_err(Command::new("sh").args(["-c", "echo nope >&2; exit 1"]));
+        assert_eq!(err, "nope\n");
+    }
+}
