@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts a Kafka-compatible broker on 127.0.0.1 for the Kafka tests and exports
-# BROOK_KAFKA_BOOTSTRAP. Sourced by .ci/run (and usable by hand:
+# BROOK_KAFKA_BOOTSTRAP. Sourced by scripts/test.sh (and usable by hand:
 # `source scripts/kafka-broker.sh; cargo test ...`); the broker stops when the shell
 # that sourced this exits.
 #

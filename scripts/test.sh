@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Runs brook's whole test suite (unit, integration, crash and doc tests).
+# Runs brook's whole test suite (unit, integration, crash and doc tests), and the tests
+# against a Kafka broker: with BROOK_KAFKA_BOOTSTRAP set they use that broker, else this
+# script starts one (scripts/kafka-broker.sh; it stops when the script exits).
 # Usage: scripts/test.sh   (BROOK_CRASH_ITERATIONS=N runs more crash iterations)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+if [ -z "${BROOK_KAFKA_BOOTSTRAP:-}" ]; then
+  source scripts/kafka-broker.sh
+fi
 # A one-off full build gains nothing from incremental artifacts (GBs on disk).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The runner tests start example job binaries (examples/runner_job.rs); `cargo test`
@@ -11,3 +16,8 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo build --workspace --examples
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The broker tests are #[ignore]d (they show as ignored where there is no broker):
+# run them, and only them, explicitly. `--ignored` runs only the ignored tests of these
+# targets, so none of the tests above runs twice.
+cargo test -p brook-kafka --test broker -- --ignored
+cargo test -p brook --test kafka_kill_restore --test kafka_group -- --ignored

@@ -5,15 +5,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use brook::log::partitioner::partition_for_key;
 use serde_json::{json, Value};
 
-mod common;
-use common::KillOnDrop;
+use brook_testkit::binary::{
+    command_line, expect_failure, expect_success, run_brook_err, run_brook_with_input,
+};
+use brook_testkit::process::KillOnDrop;
 
 struct Brook {
     dir: tempfile::TempDir,
@@ -40,29 +42,19 @@ impl Brook {
         c
     }
 
-    fn run(&self, args: &[&str], stdin: &str) -> Output {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // A command that fails early may close stdin before reading it all.
-        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-        child.wait_with_output().unwrap()
+    /// Runs a command to its end with `stdin`; returns the command line and its output.
+    fn run(&self, args: &[&str], stdin: &str) -> (String, Output) {
+        let mut cmd = self.command(args);
+        let out = run_brook_with_input(&mut cmd, stdin.as_bytes());
+        (command_line(&cmd), out)
     }
 
     /// Runs a command that must succeed; returns its stdout and stderr.
     fn ok_with_stderr(&self, args: &[&str], stdin: &str) -> (String, String) {
-        let out = self.run(args, stdin);
+        let (what, out) = self.run(args, stdin);
+        expect_success(&what, &out);
         let stdout = String::from_utf8(out.stdout).unwrap();
         let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(
-            out.status.success(),
-            "brook {args:?} failed ({}):\n{stderr}",
-            out.status
-        );
         (stdout, stderr)
     }
 
@@ -73,12 +65,8 @@ impl Brook {
     /// Runs a command that must fail; returns its one `error:` line. Besides that line,
     /// stderr may only hold produce's count of what it wrote.
     fn fail(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.run(args, stdin);
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(
-            !out.status.success(),
-            "brook {args:?} should have failed; stderr:\n{stderr}"
-        );
+        let (what, out) = self.run(args, stdin);
+        let stderr = expect_failure(&what, &out);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
         assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
@@ -724,14 +712,12 @@ fn consume_reads_committed_records_by_default_and_all_with_read_uncommitted() {
 fn a_read_command_on_a_missing_data_directory_fails_and_creates_nothing() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let missing = dir.path().join("typo");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(&missing)
-        .args(["consume", "snack-sales", "--from-beginning"])
-        .output()
-        .expect("run brook");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = run_brook_err(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(&missing)
+            .args(["consume", "snack-sales", "--from-beginning"]),
+    );
     assert!(err.contains("no data directory at"), "{err}");
     assert!(!missing.exists(), "nothing was created");
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use brook_testkit::binary::{command_line, expect_success, run_brook};
 use serde_json::{json, Value};
 
 fn cases() -> Vec<PathBuf> {
@@ -123,18 +124,13 @@ sinks:
         spec.get("allowed_lateness_ms").cloned().unwrap_or(json!(0)),
     );
     std::fs::write(dir.path().join("job.yaml"), &yaml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
+    let mut run = Command::new(env!("CARGO_BIN_EXE_brook"));
+    run.arg("--data-dir")
         .arg(dir.path().join("data"))
         .args(["run", "--quiet"])
-        .arg(dir.path().join("job.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{case}: brook run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(dir.path().join("job.yaml"));
+    let out = run_brook(&mut run);
+    expect_success(&format!("{case}: {}", command_line(&run)), &out);
     let mut main = Vec::new();
     let mut late = Vec::new();
     for mut row in read_jsonl(&flink) {

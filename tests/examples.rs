@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use brook_testkit::binary::run_brook_ok;
 use serde_json::{json, Value};
 
 const MIN: i64 = 60_000;
@@ -26,9 +27,7 @@ fn run_job(dir: &Path, job: &str, set: &[String]) -> Output {
     for s in set {
         c.args(["--set", s]);
     }
-    let o = c.output().expect("brook runs");
-    assert!(o.status.success(), "{job}: {}", text(&o.stderr));
-    o
+    run_brook_ok(&mut c)
 }
 
 fn json_lines(s: &str) -> Vec<Value> {
@@ -53,17 +52,11 @@ fn sorted(mut v: Vec<Value>) -> Vec<Value> {
 fn run_script(script: &str) -> (tempfile::TempDir, Output) {
     let dir = tempfile::tempdir().expect("a temp dir");
     copy_dir(&root().join("examples"), &dir.path().join("examples"));
-    let o = Command::new("bash")
-        .arg(dir.path().join("examples").join(script))
-        .env("BROOK", env!("CARGO_BIN_EXE_brook"))
-        .env("BROOK_DATA_DIR", dir.path().join("data"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        o.status.success(),
-        "{script}:\n{}\n{}",
-        text(&o.stdout),
-        text(&o.stderr)
+    let o = run_brook_ok(
+        Command::new("bash")
+            .arg(dir.path().join("examples").join(script))
+            .env("BROOK", env!("CARGO_BIN_EXE_brook"))
+            .env("BROOK_DATA_DIR", dir.path().join("data")),
     );
     (dir, o)
 }

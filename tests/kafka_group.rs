@@ -5,8 +5,8 @@
 //! takes its partitions over from their latest checkpoints, more input arrives, and
 //! the committed output equals a single failure-free run over all the input exactly.
 //!
-//! Needs `BROOK_KAFKA_BOOTSTRAP` (`.ci/run` starts a broker); without it the test says
-//! so and passes.
+//! Needs `BROOK_KAFKA_BOOTSTRAP`: the tests are ignored unless asked for (`-- --ignored`;
+//! `scripts/test.sh` starts a broker and runs them).
 
 // Wall-clock time names topics uniquely and dates records (brokers delete old ones);
 // the test waits for processes with deadlines.
@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use brook::kafka::admin::{committed_offsets, create_topic, produce};
 
-mod common;
-use common::kafka::{base_ms, bootstrap, produce_events, unique, values};
+use brook_testkit::binary::{run_brook_err, run_brook_ok};
+use brook_testkit::kafka::{base_ms, bootstrap, produce_events, unique, values};
 
 const PARTITIONS: i64 = 4;
 const KEYS: i64 = 48;
@@ -119,17 +119,12 @@ fn reference(bootstrap: &str, input: &str) -> Vec<String> {
     let clean_out = unique("kafka-group-clean");
     create_topic(bootstrap, &clean_out, 3).expect("create the output topic");
     let plain = spec(clean.path(), bootstrap, input, &clean_out, Mode::Plain);
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(clean.path().join("data"))
-        .args(["run", "--quiet", "--parallelism", "2"])
-        .arg(&plain)
-        .output()
-        .expect("run brook");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_brook_ok(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(clean.path().join("data"))
+            .args(["run", "--quiet", "--parallelism", "2"])
+            .arg(&plain),
     );
     rows(bootstrap, &clean_out)
 }
@@ -221,10 +216,9 @@ fn wait_for(what: &str, secs: u64, workers: &[&Worker], mut ok: impl FnMut() -> 
 }
 
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test --test kafka_group -- --ignored`"]
 fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_once() {
-    let Some(bootstrap) = bootstrap() else {
-        return;
-    };
+    let bootstrap = bootstrap();
     let base = base_ms();
     let input = unique("kafka-group-in");
     create_topic(&bootstrap, &input, PARTITIONS as i32).expect("create the input topic");
@@ -342,10 +336,9 @@ fn two_processes_share_a_topic_and_one_takes_over_the_others_partitions_exactly_
 /// leaves `_finished`; the process exits once all have; run again, it finds every
 /// partition finished and writes nothing.
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test --test kafka_group -- --ignored`"]
 fn a_bounded_group_job_runs_every_partition_to_its_end_once() {
-    let Some(bootstrap) = bootstrap() else {
-        return;
-    };
+    let bootstrap = bootstrap();
     let base = base_ms();
     let input = unique("kafka-group-bounded-in");
     create_topic(&bootstrap, &input, PARTITIONS as i32).expect("create the input topic");
@@ -391,30 +384,22 @@ fn a_bounded_group_job_runs_every_partition_to_its_end_once() {
     // Another job pointed at these checkpoints is refused, and so is a group job
     // without a shared checkpoint directory.
     let other = spec(dir.path(), &bootstrap, &input, &output, Mode::Group);
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("run")
-        .arg("--checkpoint-dir")
-        .arg(&checkpoints)
-        .arg(&other)
-        .output()
-        .expect("run brook");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("holds the checkpoints of"),
-        "{err}"
+    let err = run_brook_err(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("run")
+            .arg("--checkpoint-dir")
+            .arg(&checkpoints)
+            .arg(&other),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("run")
-        .arg(&job)
-        .output()
-        .expect("run brook");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("needs --checkpoint-dir"),
-        "{err}"
+    assert!(err.contains("holds the checkpoints of"), "{err}");
+    let err = run_brook_err(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("run")
+            .arg(&job),
     );
+    assert!(err.contains("needs --checkpoint-dir"), "{err}");
 }

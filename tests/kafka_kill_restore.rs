@@ -5,8 +5,8 @@
 //! `read_committed` reader sees then equals the output of a run without failures
 //! exactly: no row lost, none twice.
 //!
-//! Needs `BROOK_KAFKA_BOOTSTRAP` (`.ci/run` starts a broker); without it the test says
-//! so and passes. Kills: `BROOK_KAFKA_KILL_ITERATIONS` (default 6); `BROOK_KILL_SEED`
+//! Needs `BROOK_KAFKA_BOOTSTRAP`: the tests are ignored unless asked for (`-- --ignored`;
+//! `scripts/test.sh` starts a broker and runs them). Kills: `BROOK_KAFKA_KILL_ITERATIONS` (default 6); `BROOK_KILL_SEED`
 //! fixes the moments.
 
 // Wall-clock time names topics uniquely and dates records (brokers delete old ones).
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use brook::kafka::admin::{committed_offsets, create_topic};
 use rand::{Rng, SeedableRng};
 
-mod common;
-use common::kafka::{base_ms, bootstrap, produce_events, unique, values};
+use brook_testkit::binary::run_brook_ok;
+use brook_testkit::kafka::{base_ms, bootstrap, produce_events, unique, values};
 
 const EVENTS: i64 = 20_000;
 const PARTITIONS: i64 = 4;
@@ -82,10 +82,9 @@ fn has_checkpoint(data: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test --test kafka_kill_restore -- --ignored`"]
 fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
-    let Some(bootstrap) = bootstrap() else {
-        return;
-    };
+    let bootstrap = bootstrap();
     let iterations: usize = std::env::var("BROOK_KAFKA_KILL_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -104,15 +103,8 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
     create_topic(&bootstrap, &clean_out, 3).expect("create the output topic");
     let job = spec(clean.path(), &bootstrap, &events, &clean_out);
     let started = Instant::now();
-    let out = brook(&clean.path().join("data"), &job, false)
-        .output()
-        .expect("run brook");
+    let out = run_brook_ok(&mut brook(&clean.path().join("data"), &job, false));
     let clean_ms = started.elapsed().as_millis() as u64;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let want = values(&bootstrap, &clean_out, true);
     // 20 s of event time, 50 keys: about 1000 per-second rows.
     assert!(
@@ -165,14 +157,7 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
         child.wait().expect("reap the child");
         kills += 1;
     }
-    let out = brook(&data, &job, has_checkpoint(&data))
-        .output()
-        .expect("run brook");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut brook(&data, &job, has_checkpoint(&data)));
     let got = values(&bootstrap, &output, true);
     let uncommitted = values(&bootstrap, &output, false);
     eprintln!(
@@ -182,12 +167,7 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
     );
     // A job killed after its last commit but before it exited is restored: its final
     // checkpoint records the end of the input, so the restore writes nothing again.
-    let out = brook(&data, &job, true).output().expect("run brook");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut brook(&data, &job, true));
     let again = values(&bootstrap, &output, true);
     assert_eq!(
         again.len(),
@@ -212,10 +192,9 @@ fn killed_and_restored_kafka_job_commits_exactly_the_output_of_a_clean_run() {
 /// watermark runs ahead on the other partitions and their records turn up late. The
 /// input's disorder is within the bound, so no record may be late.
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test --test kafka_kill_restore -- --ignored`"]
 fn partitions_with_records_waiting_do_not_go_idle() {
-    let Some(bootstrap) = bootstrap() else {
-        return;
-    };
+    let bootstrap = bootstrap();
     let events = input(&bootstrap);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let late = dir.path().join("late.jsonl");
@@ -247,17 +226,12 @@ sinks:
     std::fs::write(&job, yaml).expect("write the spec");
     // One reader for four partitions, and a small channel: the reader is often
     // held back.
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["run", "--quiet", "--parallelism", "1"])
-        .arg(&job)
-        .output()
-        .expect("run brook");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_brook_ok(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["run", "--quiet", "--parallelism", "1"])
+            .arg(&job),
     );
     let late_rows = std::fs::read_to_string(&late).unwrap_or_default();
     assert_eq!(

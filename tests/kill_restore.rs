@@ -6,6 +6,10 @@
 //! no row lost, none twice.
 //!
 //! Kills: `BROOK_KILL_ITERATIONS` (default 20); `BROOK_KILL_SEED` fixes the moments.
+//! Every other kill comes as soon as the attempt's log sink received rows, in the
+//! middle of a transaction: the test checks that kills left undecided records, and
+//! that the restores aborted them (a reader of uncommitted records sees more rows
+//! than the committed ones), so it fails if the kills never left anything to abort.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -15,17 +19,20 @@ use std::time::Duration;
 use brook::log::{IsolationLevel, Log, LogOptions, TopicConfig};
 use rand::{Rng, SeedableRng};
 
-mod common;
-use common::{file_rows, outputs, topic_rows};
+use brook_testkit::binary::{command_line, expect_success, run_brook, run_brook_ok};
+use brook_testkit::files::{file_rows, latest_checkpoint};
+use brook_testkit::log_job::{self, outputs, topic_rows, undecided_records};
+use brook_testkit::metrics::{free_addr, metric, metric_min, scrape_metrics};
+use brook_testkit::process::{wait_for, KillOnDrop};
 
 const EVENTS: i64 = 20_000;
 
 fn produce(data: &Path) {
-    common::produce(data, EVENTS);
+    log_job::produce(data, EVENTS);
 }
 
 fn spec(dir: &Path) -> std::path::PathBuf {
-    common::spec(dir, "40ms", None)
+    log_job::spec(dir, "40ms", None)
 }
 
 fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
@@ -42,7 +49,7 @@ fn brook(data: &Path, job: &Path, restore: bool, parallelism: u32) -> Command {
 }
 
 fn has_checkpoint(data: &Path) -> bool {
-    common::latest_checkpoint(&data.join("checkpoints/windows")).is_some()
+    latest_checkpoint(&data.join("checkpoints/windows")).is_some()
 }
 
 /// Kills `iterations` runs at parallelism `before`, finishes at `after`, and compares
@@ -59,14 +66,7 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     let clean = tempfile::tempdir().unwrap();
     produce(&clean.path().join("data"));
     let job = spec(clean.path());
-    let out = brook(&clean.path().join("data"), &job, false, before)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut brook(&clean.path().join("data"), &job, false, before));
     let want = outputs(clean.path(), &clean.path().join("data"));
     assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
     assert_eq!(want[3], want[0], "the log sink writes the per-second rows");
@@ -76,12 +76,37 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     produce(&data);
     let job = spec(dir.path());
     let mut kills = 0;
+    // Kills that left a transaction of the log sink with records neither committed nor
+    // aborted (what the next attempt's restore must abort), in the topic as it is now.
+    let mut kills_mid_transaction = 0;
     let mut finished_early = 0;
-    while kills < iterations {
-        let mut child = brook(&data, &job, has_checkpoint(&data), before)
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+    // Until one of the kills left records undecided, up to 10 kills more than asked for.
+    while kills < iterations || (kills_mid_transaction == 0 && kills < iterations + 10) {
+        let mut attempt = brook(&data, &job, has_checkpoint(&data), before);
+        // Every other attempt is killed as soon as its log sink received rows (a window
+        // fired), mid-transaction: records the next restore must abort. Killed at
+        // random moments only, attempts on a loaded machine rarely got that far.
+        let targeted = kills % 2 == 1;
+        let addr = free_addr();
+        if targeted {
+            attempt.args(["--metrics-addr", &addr]);
+        }
+        let mut child = attempt.spawn().unwrap();
+        if targeted {
+            let sink_rows = || {
+                let body = scrape_metrics(&addr)?;
+                metric(&body, "brook_records_in_total{operator=\"logout\"")
+            };
+            // At most 20 s (4,000 polls 5 ms apart).
+            for _ in 0..4_000 {
+                if sink_rows().is_some_and(|n| n > 0.0) || child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(rng.gen_range(20..400)));
+        }
         if child.try_wait().unwrap().is_some() {
             // The job got to the end before the kill: start over from nothing.
             finished_early += 1;
@@ -91,28 +116,37 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
             let log = Log::open(&data, LogOptions::default()).unwrap();
             log.delete_topic("out").unwrap();
             log.create_topic("out", 3, TopicConfig::default()).unwrap();
+            // What earlier kills left went with the topic.
+            kills_mid_transaction = 0;
             continue;
         }
         child.kill().unwrap();
         child.wait().unwrap();
         kills += 1;
+        // Before the next restore decides them: records of an undecided transaction.
+        if undecided_records(&data) > 0 {
+            kills_mid_transaction += 1;
+        }
     }
-    let out = brook(&data, &job, has_checkpoint(&data), after)
-        .output()
-        .unwrap();
+    // Otherwise the restores below had nothing to abort, and the comparison with the
+    // clean run would not show that they abort what a killed attempt wrote.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        kills_mid_transaction > 0,
+        "none of the {kills} kills (seed {seed}) left a transaction with records undecided"
     );
+    run_brook_ok(&mut brook(&data, &job, has_checkpoint(&data), after));
     let got = outputs(dir.path(), &data);
-    // The killed attempts left records of aborted transactions in the topic.
+    // The killed attempts left records of aborted transactions in the topic: a reader
+    // of uncommitted records sees more than the committed rows.
     let uncommitted = topic_rows(&data, IsolationLevel::ReadUncommitted);
-    assert!(uncommitted.len() >= got[3].len());
     eprintln!(
-        "log sink: {} committed rows, {} left by aborted attempts",
+        "log sink: {} committed rows, {} left by aborted attempts; {kills_mid_transaction} of {kills} kills left a transaction undecided",
         got[3].len(),
-        uncommitted.len() - got[3].len()
+        uncommitted.len().saturating_sub(got[3].len())
+    );
+    assert!(
+        uncommitted.len() > got[3].len(),
+        "no aborted records in the log topic after {kills} kills (seed {seed})"
     );
     for (name, (g, w)) in ["per_second", "late", "sessions", "log topic out"]
         .iter()
@@ -134,12 +168,7 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     }
     // A job killed after its last commit but before it exited is restored: its final
     // checkpoint records the end of the input, so the restore writes nothing again.
-    let out = brook(&data, &job, true, after).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut brook(&data, &job, true, after));
     assert_eq!(
         outputs(dir.path(), &data),
         got,
@@ -226,16 +255,16 @@ sinks:
     };
     let checkpoints = data.join("checkpoints/idle");
     let timeout = Duration::from_secs(20);
-    let addr = common::free_addr();
-    let mut child = common::KillOnDrop(run(false, &addr));
-    common::wait_for("the split to go idle at watermark 11", timeout, || {
-        common::scrape_metrics(&addr)?
+    let addr = free_addr();
+    let mut child = KillOnDrop(run(false, &addr));
+    wait_for("the split to go idle at watermark 11", timeout, || {
+        scrape_metrics(&addr)?
             .contains("idle=\"true\"} 11")
             .then_some(())
     });
-    let idle_at = common::latest_checkpoint(&checkpoints).unwrap_or(0);
-    common::wait_for("a checkpoint of the idle split", timeout, || {
-        (common::latest_checkpoint(&checkpoints)? > idle_at + 1).then_some(())
+    let idle_at = latest_checkpoint(&checkpoints).unwrap_or(0);
+    wait_for("a checkpoint of the idle split", timeout, || {
+        (latest_checkpoint(&checkpoints)? > idle_at + 1).then_some(())
     });
     child.kill().unwrap();
     child.wait().unwrap();
@@ -250,9 +279,9 @@ sinks:
         .open(&input)
         .unwrap();
     std::io::Write::write_all(&mut f, [7, 15].map(row).concat().as_bytes()).unwrap();
-    let mut child = common::KillOnDrop(run(true, &common::free_addr()));
+    let mut child = KillOnDrop(run(true, &free_addr()));
     // ts 7 reaches an output: the late one, or (the bug) a second [0,10) row.
-    common::wait_for("the row at ts 7 in an output", timeout, || {
+    wait_for("the row at ts 7 in an output", timeout, || {
         let n = json_rows(&dir.path().join("late.jsonl")).len()
             + json_rows(&dir.path().join("out.jsonl")).len();
         (n > 1).then_some(())
@@ -300,11 +329,11 @@ fn rescale_killed_at_checkpoints(sequence: &[u32]) -> Vec<String> {
     let job = rescale_spec(dir.path());
     let (last, killed) = sequence.split_last().unwrap();
     for (run, &parallelism) in killed.iter().enumerate() {
-        let before = common::latest_checkpoint(&data.join("checkpoints/rescale"));
+        let before = latest_checkpoint(&data.join("checkpoints/rescale"));
         let mut child = brook(&data, &job, run > 0, parallelism).spawn().unwrap();
         // At most 20 s (4,000 polls 5 ms apart).
         let mut polls = 0;
-        while common::latest_checkpoint(&data.join("checkpoints/rescale")) <= before {
+        while latest_checkpoint(&data.join("checkpoints/rescale")) <= before {
             assert!(
                 child.try_wait().unwrap().is_none(),
                 "{sequence:?}: run {run} ended before it completed a checkpoint"
@@ -323,12 +352,9 @@ fn rescale_killed_at_checkpoints(sequence: &[u32]) -> Vec<String> {
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    let out = brook(&data, &job, true, *last).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{sequence:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut restore = brook(&data, &job, true, *last);
+    let out = run_brook(&mut restore);
+    expect_success(&format!("{sequence:?}: {}", command_line(&restore)), &out);
     file_rows(dir.path(), "out")
 }
 
@@ -340,14 +366,7 @@ fn rescale_killed_at_checkpoints(sequence: &[u32]) -> Vec<String> {
 fn file_sink_keeps_committed_rows_across_any_sequence_of_parallelisms() {
     let clean = tempfile::tempdir().unwrap();
     let job = rescale_spec(clean.path());
-    let out = brook(&clean.path().join("data"), &job, false, 1)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut brook(&clean.path().join("data"), &job, false, 1));
     let want = file_rows(clean.path(), "out");
     // 600 s of event time: 600 windows of 100 keys.
     assert_eq!(want.len(), 60_000);
@@ -372,24 +391,18 @@ fn file_sink_keeps_committed_rows_across_any_sequence_of_parallelisms() {
 
 /// Spawns `brook run job` on `data` with metrics at `addr`, at `parallelism`, restoring
 /// the latest checkpoint when `restore` (killed when dropped: the job never ends).
-fn run_at(
-    data: &Path,
-    job: &Path,
-    addr: &str,
-    parallelism: u32,
-    restore: bool,
-) -> common::KillOnDrop {
+fn run_at(data: &Path, job: &Path, addr: &str, parallelism: u32, restore: bool) -> KillOnDrop {
     let mut c = brook(data, job, restore, parallelism);
     c.args(["--metrics-addr", addr]).stderr(Stdio::null());
-    common::KillOnDrop(c.spawn().unwrap())
+    KillOnDrop(c.spawn().unwrap())
 }
 
 /// Waits until `operator`'s watermark (the least over its subtasks) is at least `wm` ms
 /// and a checkpoint taken after that has completed in `checkpoints`.
 fn wait_for_checkpointed_watermark(addr: &str, operator: &str, wm: f64, checkpoints: &Path) {
     let series = format!("brook_watermark_ms{{operator=\"{operator}\"");
-    common::wait_for(&format!("{operator}'s watermark at {wm}"), TIMEOUT, || {
-        (common::metric_min(&common::scrape_metrics(addr)?, &series)? >= wm).then_some(())
+    wait_for(&format!("{operator}'s watermark at {wm}"), TIMEOUT, || {
+        (metric_min(&scrape_metrics(addr)?, &series)? >= wm).then_some(())
     });
     wait_for_a_new_checkpoint(checkpoints);
 }
@@ -398,9 +411,9 @@ fn wait_for_checkpointed_watermark(addr: &str, operator: &str, wm: f64, checkpoi
 /// `checkpoints` (the one in flight may have started before): what was emitted
 /// before the call is then committed in every file sink.
 fn wait_for_a_new_checkpoint(checkpoints: &Path) {
-    let at = common::latest_checkpoint(checkpoints).unwrap_or(0);
-    common::wait_for("a new checkpoint", TIMEOUT, || {
-        (common::latest_checkpoint(checkpoints)? > at + 1).then_some(())
+    let at = latest_checkpoint(checkpoints).unwrap_or(0);
+    wait_for("a new checkpoint", TIMEOUT, || {
+        (latest_checkpoint(checkpoints)? > at + 1).then_some(())
     });
 }
 
@@ -409,7 +422,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The JSON rows of every file sink output `{stem}*.jsonl` in `dir`, sorted.
 fn json_file_rows(dir: &Path, stem: &str) -> Vec<serde_json::Value> {
-    let mut rows: Vec<serde_json::Value> = common::file_rows(dir, stem)
+    let mut rows: Vec<serde_json::Value> = file_rows(dir, stem)
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -480,10 +493,10 @@ sinks:
     // Both partitions idle in a checkpoint first: partition 0 stays idle when restored,
     // so the windows' watermark follows partition 1 alone to 48 (were both read at
     // once, whichever split went idle first would decide where the watermark stops).
-    let addr = common::free_addr();
+    let addr = free_addr();
     let both_idle = |addr: &str| {
-        common::wait_for("both partitions idle", TIMEOUT, || {
-            let body = common::scrape_metrics(addr)?;
+        wait_for("both partitions idle", TIMEOUT, || {
+            let body = scrape_metrics(addr)?;
             (body.matches("idle=\"true\"").count() == 2).then_some(())
         });
         wait_for_a_new_checkpoint(&checkpoints);
@@ -493,7 +506,7 @@ sinks:
     child.kill().unwrap();
     child.wait().unwrap();
     append_to_t2(&data, &[(1, "d", 20), (1, "d", 35), (1, "d", 49)]);
-    let addr = common::free_addr();
+    let addr = free_addr();
     let mut child = run_at(&data, &job, &addr, 2, true);
     wait_for_checkpointed_watermark(&addr, "counts", 48.0, &checkpoints);
     // Both idle again in the checkpoint restored: the restored source subtask then
@@ -506,12 +519,12 @@ sinks:
         &data,
         &[(0, "a", 7), (0, "a", 21), (0, "a", 100), (1, "d", 100)],
     );
-    let mut child = run_at(&data, &job, &common::free_addr(), 1, true);
+    let mut child = run_at(&data, &job, &free_addr(), 1, true);
     let row = |k: &str, start: i64, n: i64| serde_json::json!({"k": k, "window_start": start, "window_end": start + 10, "n": n});
     // d's [40,50) fires once partition 0 passed 49 (a:100), after a:7 and a:21 were
     // read: late on arrival, or (the bug) fired in a:21's [20,30) with it. One more
     // checkpoint commits what was emitted until then in both file sinks.
-    common::wait_for("d's [40,50)", TIMEOUT, || {
+    wait_for("d's [40,50)", TIMEOUT, || {
         json_file_rows(dir.path(), "out")
             .contains(&row("d", 40, 1))
             .then_some(())
@@ -588,7 +601,7 @@ sinks:
     )
     .unwrap();
     let checkpoints = data.join("checkpoints/fx");
-    let addr = common::free_addr();
+    let addr = free_addr();
     let mut child = run_at(&data, &job, &addr, 2, false);
     wait_for_checkpointed_watermark(&addr, "priced", 6.0, &checkpoints);
     child.kill().unwrap();
@@ -599,17 +612,17 @@ sinks:
         std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
     };
     append(&orders, order("o1", "EUR", 2));
-    let addr = common::free_addr();
+    let addr = free_addr();
     let mut child = run_at(&data, &job, &addr, 2, true);
     // Once the join has taken o1 in, it is late or (the bug) waits for a watermark
     // that no new row brings; one more checkpoint commits a late row in its sink.
-    common::wait_for("o1 at the join", TIMEOUT, || {
-        let body = common::scrape_metrics(&addr)?;
-        (common::metric(&body, "brook_records_in_total{operator=\"priced\"")? >= 1.0).then_some(())
+    wait_for("o1 at the join", TIMEOUT, || {
+        let body = scrape_metrics(&addr)?;
+        (metric(&body, "brook_records_in_total{operator=\"priced\"")? >= 1.0).then_some(())
     });
     wait_for_a_new_checkpoint(&checkpoints);
-    let late_count = common::metric(
-        &common::scrape_metrics(&addr).unwrap(),
+    let late_count = metric(
+        &scrape_metrics(&addr).unwrap(),
         "brook_late_records_total{operator=\"priced\"",
     );
     child.kill().unwrap();

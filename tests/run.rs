@@ -9,15 +9,31 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
+use brook_testkit::binary::{
+    command_line, expect_failure, expect_success, run_brook, run_brook_err, run_brook_ok,
+};
+use brook_testkit::metrics::{free_addr, metric, scrape_metrics};
+use brook_testkit::process::{wait_bounded, wait_for, KillOnDrop};
+
+/// `brook --data-dir DIR/data ARGS`.
+fn brook_command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
+    c.arg("--data-dir").arg(dir.join("data")).args(args);
+    c
+}
 
 fn brook(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_brook"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(args)
-        .output()
-        .unwrap()
+    run_brook(&mut brook_command(dir, args))
+}
+
+/// [`brook`], which must succeed.
+fn brook_ok(dir: &Path, args: &[&str]) -> Output {
+    run_brook_ok(&mut brook_command(dir, args))
+}
+
+/// [`brook`], which must fail: its stderr.
+fn brook_err(dir: &Path, args: &[&str]) -> String {
+    run_brook_err(&mut brook_command(dir, args))
 }
 
 fn stderr(o: &Output) -> String {
@@ -67,11 +83,10 @@ sinks:
   - {name: out, connector: file, path: out.jsonl}
 "#;
     std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
-    let o = brook(
+    let o = brook_ok(
         dir.path(),
         &["run", dir.path().join("job.yaml").to_str().unwrap()],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let out = sorted(lines(&dir.path().join("out.jsonl")));
     assert_eq!(
         out,
@@ -118,7 +133,7 @@ sinks:
     std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
     let mut results = Vec::new();
     for p in ["1", "2", "4"] {
-        let o = brook(
+        brook_ok(
             dir.path(),
             &[
                 "run",
@@ -128,7 +143,6 @@ sinks:
                 "--quiet",
             ],
         );
-        assert!(o.status.success(), "{}", stderr(&o));
         results.push(sorted(lines(&dir.path().join("out.jsonl"))));
     }
     assert_eq!(
@@ -207,7 +221,7 @@ sinks:
   - {name: milk, connector: log, topic: milk, key_field: student}
 "#;
     std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
-    let o = brook(
+    brook_ok(
         dir.path(),
         &[
             "run",
@@ -216,7 +230,6 @@ sinks:
             "2",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let o = brook(dir.path(), &["consume", "milk", "--from-beginning"]);
     let got: Vec<Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -309,8 +322,8 @@ fn run_until_stdout_closes(spec: &str) {
     // The reader is dropped here, as `head -1` exits after its line.
     assert!(first.starts_with('{'), "{first}");
     let out = child.wait_with_output().unwrap();
+    expect_success("brook run | head -1", &out);
     let err = stderr(&out);
-    assert!(out.status.success(), "{}: {err}", out.status);
     assert!(
         !err.to_lowercase().contains("error") && !err.contains("pipe") && !err.contains("WARN"),
         "{err}"
@@ -364,8 +377,7 @@ fn a_second_run_of_a_running_job_is_refused_naming_the_first() {
     let distinct: std::collections::BTreeSet<String> = out.iter().map(Value::to_string).collect();
     assert_eq!(distinct.len(), 300, "every record once");
     // Once it ended, the job runs again.
-    let again = brook(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
-    assert!(again.status.success(), "{}", stderr(&again));
+    brook_ok(dir.path(), &["run", "--quiet", job.to_str().unwrap()]);
 }
 
 /// Two `brook run`s under different names (what the refusal above suggests) or on
@@ -446,8 +458,7 @@ sinks:
         std::fs::write(&path, spec(backend, &format!("{name}.jsonl"))).unwrap();
         let mut all = vec!["run", path.to_str().unwrap(), "--quiet"];
         all.extend_from_slice(args);
-        let o = brook(dir.path(), &all);
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        brook_ok(dir.path(), &all);
         sorted(lines(&dir.path().join(format!("{name}.jsonl"))))
     };
     let rocks = run("rocks", "", &["--checkpoint-interval", "50ms"]);
@@ -470,9 +481,8 @@ sinks:
     );
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, spec("state_backend: disk", "bad.jsonl")).unwrap();
-    let o = brook(dir.path(), &["run", path.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("state_backend"), "{}", stderr(&o));
+    let err = brook_err(dir.path(), &["run", path.to_str().unwrap()]);
+    assert!(err.contains("state_backend"), "{err}");
 }
 
 /// A YAML interval join (left outer): each order with its payment within 15 minutes,
@@ -526,7 +536,7 @@ sinks:
   - {name: priced-out, connector: file, path: priced.jsonl, input: priced}
 "#;
     std::fs::write(dir.path().join("joins.yaml"), spec).unwrap();
-    let o = brook(
+    brook_ok(
         dir.path(),
         &[
             "run",
@@ -534,7 +544,6 @@ sinks:
             "--quiet",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let min = 60_000i64;
     let paid = sorted(lines(&dir.path().join("paid.jsonl")));
     let want: Vec<Value> = (0..6i64)
@@ -570,12 +579,11 @@ sinks:
     // A join without its interval names the field.
     let bad = spec.replace(", between: [0s, 15m]", "");
     std::fs::write(dir.path().join("bad.yaml"), bad).unwrap();
-    let o = brook(
+    let err = brook_err(
         dir.path(),
         &["run", dir.path().join("bad.yaml").to_str().unwrap()],
     );
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("join.between"), "{}", stderr(&o));
+    assert!(err.contains("join.between"), "{err}");
 }
 
 /// `enrich` from a CSV file: the class of each sale's student; a student missing from
@@ -608,7 +616,7 @@ sinks:
         );
         std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
         let _ = std::fs::remove_file(dir.path().join("dead.jsonl"));
-        let o = brook(
+        brook_ok(
             dir.path(),
             &[
                 "run",
@@ -616,7 +624,6 @@ sinks:
                 "--quiet",
             ],
         );
-        assert!(o.status.success(), "{}", stderr(&o));
         sorted(lines(&dir.path().join("out.jsonl")))
     };
     let mia = serde_json::json!({"student": "mia", "cents": 120, "class": "3a"});
@@ -790,7 +797,7 @@ sinks:
         );
         std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
         hits.store(0, Ordering::SeqCst);
-        let o = brook(
+        let mut cmd = brook_command(
             dir.path(),
             &[
                 "run",
@@ -798,11 +805,17 @@ sinks:
                 "--quiet",
             ],
         );
-        (o, hits.load(Ordering::SeqCst))
+        let o = run_brook(&mut cmd);
+        // The spec behind the command line, should it end unexpectedly.
+        let what = format!(
+            "{} (async_enrich{extra}, input {input})",
+            command_line(&cmd)
+        );
+        (o, what, hits.load(Ordering::SeqCst))
     };
     // Without a cache, one request per row; zoe's 404 drops her rows; order kept.
-    let (o, requests) = run(", on_error: drop", "sales.jsonl");
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, what, requests) = run(", on_error: drop", "sales.jsonl");
+    expect_success(&what, &o);
     assert_eq!(requests, 60);
     let out = lines(&dir.path().join("out.jsonl"));
     let want: Vec<Value> = (0..60)
@@ -817,14 +830,14 @@ sinks:
         "ordered: rows in input order, each with its answer"
     );
     // With a cache: far fewer requests, same rows; zoe to the dead letters.
-    let (o, requests) = run(", on_error: bad_record, cache_ttl: 1m", "sales.jsonl");
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, what, requests) = run(", on_error: bad_record, cache_ttl: 1m", "sales.jsonl");
+    expect_success(&what, &o);
     assert!(requests < 30, "{requests} requests with a cache");
     assert_eq!(lines(&dir.path().join("out.jsonl")), want);
     assert_eq!(lines(&dir.path().join("dead.jsonl")).len(), 10);
     // Unordered: the same rows, in any order.
-    let (o, _) = run(", on_error: drop, ordered: false", "sales.jsonl");
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, what, _) = run(", on_error: drop, ordered: false", "sales.jsonl");
+    expect_success(&what, &o);
     assert_eq!(sorted(lines(&dir.path().join("out.jsonl"))), sorted(want));
     // A timeout passes the row unchanged with `pass`, and fails the job by default.
     std::fs::write(
@@ -832,19 +845,15 @@ sinks:
         "{\"sale\":1,\"student\":\"slow\"}\n",
     )
     .unwrap();
-    let (o, _) = run(", timeout: 200ms, on_error: pass", "slow.jsonl");
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, what, _) = run(", timeout: 200ms, on_error: pass", "slow.jsonl");
+    expect_success(&what, &o);
     assert_eq!(
         lines(&dir.path().join("out.jsonl")),
         vec![serde_json::json!({"sale": 1, "student": "slow"})]
     );
-    let (o, _) = run(", timeout: 200ms", "slow.jsonl");
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("no answer within 200 ms"),
-        "{}",
-        stderr(&o)
-    );
+    let (o, what, _) = run(", timeout: 200ms", "slow.jsonl");
+    let err = expect_failure(&what, &o);
+    assert!(err.contains("no answer within 200 ms"), "{err}");
 }
 
 /// The enrichment and join examples run as the README says, with the results it
@@ -854,7 +863,7 @@ fn the_enrichment_and_join_examples_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let unpaid = dir.path().join("unpaid.jsonl");
-    let o = brook(
+    let o = brook_ok(
         dir.path(),
         &[
             "run",
@@ -866,7 +875,6 @@ fn the_enrichment_and_join_examples_run() {
             &format!("sinks.unpaid-out.path={}", unpaid.display()),
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let mut ids: Vec<i64> = lines(&unpaid)
         .iter()
         .map(|r| r["order"].as_i64().unwrap())
@@ -878,7 +886,7 @@ fn the_enrichment_and_join_examples_run() {
     assert_eq!(paid, 12);
 
     let dead = dir.path().join("dead.jsonl");
-    let o = brook(
+    let o = brook_ok(
         dir.path(),
         &[
             "run",
@@ -890,7 +898,6 @@ fn the_enrichment_and_join_examples_run() {
             &format!("dead_letter={}", dead.display()),
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let out: Vec<Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -929,8 +936,8 @@ sinks:
   - {name: late, connector: file, path: late.jsonl}
 "#;
     std::fs::write(dir.path().join("job.yaml"), spec).unwrap();
-    let addr = common::free_addr();
-    let mut child = common::KillOnDrop(
+    let addr = free_addr();
+    let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_brook"))
             .arg("--data-dir")
             .arg(dir.path().join("data"))
@@ -942,8 +949,8 @@ sinks:
             .unwrap(),
     );
     let timeout = Duration::from_secs(20);
-    let scrape = |series: &str| common::metric(&common::scrape_metrics(&addr)?, series);
-    common::wait_for("the join's watermark at 99", timeout, || {
+    let scrape = |series: &str| metric(&scrape_metrics(&addr)?, series);
+    wait_for("the join's watermark at 99", timeout, || {
         (scrape("brook_watermark_ms{operator=\"paid\"")? >= 99.0).then_some(())
     });
     let mut f = std::fs::OpenOptions::new()
@@ -952,7 +959,7 @@ sinks:
         .unwrap();
     f.write_all(b"{\"order\":2,\"amount\":4,\"ts\":10}\n")
         .unwrap();
-    common::wait_for("the late payment in the late output", timeout, || {
+    wait_for("the late payment in the late output", timeout, || {
         let text = std::fs::read_to_string(dir.path().join("late.jsonl")).ok()?;
         (!text.is_empty()).then_some(())
     });
@@ -1009,14 +1016,14 @@ sinks:
             .status()
             .unwrap();
         assert!(term.success());
-        let o = common::wait_bounded(child, Duration::from_secs(10)).unwrap_or_else(|o| {
+        let o = wait_bounded(child, Duration::from_secs(10)).unwrap_or_else(|o| {
             panic!(
                 "{backend}: still running 10 s after SIGTERM: {}",
                 stderr(&o)
             )
         });
+        expect_success(&format!("{backend}: brook run (SIGTERM)"), &o);
         let err = stderr(&o);
-        assert!(o.status.success(), "{backend}: {}: {err}", o.status);
         assert!(err.contains("job runaway canceled"), "{backend}: {err}");
         // The window was allowed, with a warning when the job started.
         assert!(
@@ -1059,10 +1066,9 @@ fn an_unreachable_kafka_broker_fails_naming_the_address() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let o = common::wait_bounded(child, Duration::from_secs(20))
+        let o = wait_bounded(child, Duration::from_secs(20))
             .unwrap_or_else(|o| panic!("{what}: still running after 20 s: {}", stderr(&o)));
-        let err = stderr(&o);
-        assert!(!o.status.success(), "{what}: {err}");
+        let err = expect_failure(&format!("{what}: brook run"), &o);
         assert!(
             err.contains(&format!(
                 "cannot reach Kafka at 127.0.0.1:1 within {waited} (connect_timeout)"

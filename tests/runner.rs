@@ -7,7 +7,7 @@
 //! are not JSON); ids and names that would leave the data directory; the runner's log.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -22,17 +22,18 @@ const EVENTS: i64 = 30_000;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook");
 
-mod common;
-use common::{outputs, wait_for};
+use brook_testkit::binary::{run_brook, run_brook_err, run_brook_ok};
+use brook_testkit::log_job::{self, outputs};
+use brook_testkit::process::wait_for;
 
 fn produce(data: &Path) {
-    common::produce(data, EVENTS);
+    log_job::produce(data, EVENTS);
 }
 
 /// The windowed job of tests/kill_restore.rs on memory state (sessions on RocksDB are
 /// slow in debug builds).
 fn spec(dir: &Path) -> PathBuf {
-    common::spec(dir, "200ms", Some("memory"))
+    log_job::spec(dir, "200ms", Some("memory"))
 }
 
 /// The output of a run without failures (computed once).
@@ -43,17 +44,12 @@ fn reference() -> &'static Vec<Vec<String>> {
         let data = dir.path().join("data");
         produce(&data);
         let job = spec(dir.path());
-        let out = Command::new(BROOK)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["run", "--quiet"])
-            .arg(&job)
-            .output()
-            .expect("run brook");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_brook_ok(
+            Command::new(BROOK)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["run", "--quiet"])
+                .arg(&job),
         );
         let want = outputs(dir.path(), &data);
         assert!(want[0].len() > 100 && !want[1].is_empty() && !want[2].is_empty());
@@ -143,26 +139,20 @@ impl Runner {
 
     /// `brook --data-dir DATA ARGS` with `$BROOK_RUNNER` the runner's URL: the token is
     /// the data directory's (for the runner at the address written there).
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BROOK)
-            .arg("--data-dir")
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BROOK);
+        c.arg("--data-dir")
             .arg(&self.data)
             .args(args)
             .env("BROOK_RUNNER", &self.url)
-            .env_remove("BROOK_RUNNER_TOKEN")
-            .output()
-            .expect("run brook")
+            .env_remove("BROOK_RUNNER_TOKEN");
+        c
     }
 
     fn submit(&self, args: &[&str]) -> String {
         let mut all = vec!["submit", "--json"];
         all.extend_from_slice(args);
-        let out = self.cli(&all);
-        assert!(
-            out.status.success(),
-            "submit: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_brook_ok(&mut self.cli(&all));
         let d: JobDetail = serde_json::from_slice(&out.stdout).expect("submit's JSON");
         d.summary.id
     }
@@ -338,12 +328,7 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
     assert!(split.offset.is_some() && split.lag.is_some(), "{split:?}");
     assert!(st.checkpoints.last_size_bytes.is_some_and(|b| b > 0));
 
-    let out = runner.cli(&["cancel", &id, "--savepoint", "--json"]);
-    assert!(
-        out.status.success(),
-        "cancel: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_brook_ok(&mut runner.cli(&["cancel", &id, "--savepoint", "--json"]));
     let d: JobDetail = serde_json::from_slice(&out.stdout).expect("cancel's JSON");
     assert_eq!(d.summary.state, JobState::Canceled);
     let savepoint = d.savepoints.last().expect("a savepoint").clone();
@@ -355,12 +340,7 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
         .is_some_and(|s| s.state == ProcessState::Canceled));
 
     let sp = savepoint.to_string_lossy().into_owned();
-    let out = runner.cli(&["resume", "--from-savepoint", &sp]);
-    assert!(
-        out.status.success(),
-        "resume: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_brook_ok(&mut runner.cli(&["resume", "--from-savepoint", &sp]));
     let d = runner.wait_for_state(&id, JobState::Finished);
     assert_eq!(d.summary.attempts, 2);
     assert_eq!(d.attempt_history[0].outcome.as_deref(), Some("canceled"));
@@ -407,16 +387,11 @@ fn a_builder_api_binary_is_supervised_and_restarted_with_exactly_once_output() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The binary on its own, without a runner.
     let clean = dir.path().join("clean.jsonl");
-    let out = Command::new(&bin)
-        .arg(&clean)
-        .arg("8000")
-        .env_remove("BROOK_JOB_ID")
-        .output()
-        .expect("run the example");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_brook_ok(
+        Command::new(&bin)
+            .arg(&clean)
+            .arg("8000")
+            .env_remove("BROOK_JOB_ID"),
     );
     let want = sorted_lines(&clean);
     assert!(want.len() > 20, "{} rows", want.len());
@@ -506,19 +481,13 @@ fn with_a_token_requests_without_it_are_refused() {
         .expect("GET /metrics");
     assert_eq!(metrics, 401, "every endpoint checks the token");
     // The CLI takes it from the environment.
-    let out = runner.cli(&["jobs"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
-    let out = Command::new(BROOK)
-        .args(["jobs", "--json"])
-        .env("BROOK_RUNNER", &runner.url)
-        .env("BROOK_RUNNER_TOKEN", "s3cret")
-        .output()
-        .expect("brook jobs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let err = run_brook_err(&mut runner.cli(&["jobs"]));
+    assert!(err.contains("token"));
+    let out = run_brook_ok(
+        Command::new(BROOK)
+            .args(["jobs", "--json"])
+            .env("BROOK_RUNNER", &runner.url)
+            .env("BROOK_RUNNER_TOKEN", "s3cret"),
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
@@ -647,29 +616,18 @@ fn without_a_token_the_runner_makes_one_and_refuses_what_a_web_page_could_send()
     assert_eq!(status, 201, "{text}");
     // The CLI on the data directory reads the token file; for another URL it does not
     // send it.
-    let out = runner.cli(&["jobs", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_brook_ok(&mut runner.cli(&["jobs", "--json"]));
     let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(jobs.len(), 1);
-    let out = Command::new(BROOK)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["jobs", "--runner", &format!("http://localhost:{port}")])
-        .env_remove("BROOK_RUNNER_TOKEN")
-        .output()
-        .expect("brook jobs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
-    let out = runner.cli(&["cancel", "sleeper-1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let err = run_brook_err(
+        Command::new(BROOK)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["jobs", "--runner", &format!("http://localhost:{port}")])
+            .env_remove("BROOK_RUNNER_TOKEN"),
     );
+    assert!(err.contains("token"));
+    run_brook_ok(&mut runner.cli(&["cancel", "sleeper-1"]));
     // The runner logged each step with the job's id.
     let log = runner.log();
     for line in [
@@ -690,16 +648,14 @@ fn without_a_token_the_runner_makes_one_and_refuses_what_a_web_page_could_send()
 #[test]
 fn a_runner_on_a_non_loopback_address_needs_a_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BROOK)
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["runner", "--listen", "0.0.0.0:0"])
-        .env_remove("BROOK_RUNNER_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("brook runner");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = run_brook_err(
+        Command::new(BROOK)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["runner", "--listen", "0.0.0.0:0"])
+            .env_remove("BROOK_RUNNER_TOKEN")
+            .stdin(Stdio::null()),
+    );
     assert!(err.contains("needs a token"), "{err}");
 }
 
@@ -823,15 +779,12 @@ fn jobs_sharing_the_data_directory_take_turns_with_the_log() {
     let first = runner.submit(&[&job.to_string_lossy()]);
     runner.wait_for_checkpoint(&first, 1);
     // Another live job of the same name would share its log sink's transactional ids.
-    let out = runner.cli(&["submit", &job.to_string_lossy()]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = run_brook_err(&mut runner.cli(&["submit", &job.to_string_lossy()]));
     assert!(err.contains("same name"), "{err}");
     let second = runner.submit(&[&copy.to_string_lossy(), "--restart", "none"]);
     // Under another name it would still write the same file as the live copy job.
-    let out = runner.cli(&["submit", &copy.to_string_lossy(), "--name", "copy2"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err =
+        run_brook_err(&mut runner.cli(&["submit", &copy.to_string_lossy(), "--name", "copy2"]));
     assert!(err.contains("copy/events.jsonl too"), "{err}");
     // The log is one process's at a time: the second job waits, without failing.
     let d = wait_for("the second job to wait", Duration::from_secs(30), || {
@@ -878,13 +831,13 @@ fn a_failing_job_is_restarted_by_its_strategy_then_failed_with_its_cause() {
     let h = &d.attempt_history;
     let gap = |i: usize| h[i].started_ms - h[i - 1].ended_ms.expect("ended");
     assert!(gap(1) >= 50 && gap(2) >= 100, "{} {}", gap(1), gap(2));
-    let out = runner.cli(&["jobs"]);
+    let out = run_brook(&mut runner.cli(&["jobs"]));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains(&id) && table.contains("FAILED") && table.contains("exit code 3"),
         "{table}"
     );
-    let out = runner.cli(&["job", &id]);
+    let out = run_brook(&mut runner.cli(&["job", &id]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("boom in"), "{text}");
     // The runner's log tells the story, with the job's id.

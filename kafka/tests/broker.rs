@@ -1,11 +1,8 @@
 //! The Kafka connector against a real broker (`BROOK_KAFKA_BOOTSTRAP`, e.g.
-//! `127.0.0.1:9092`; `.ci/run` starts one). Without it each test says so and passes.
-
-// Wall-clock time names topics uniquely and dates records (brokers delete old ones).
-#![allow(clippy::disallowed_methods)]
+//! `127.0.0.1:9092`): the tests are ignored unless asked for (`-- --ignored`;
+//! `scripts/test.sh` starts a broker and runs them).
 
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use brook_core::element::StreamRecord;
 use brook_core::operator::SubtaskInfo;
@@ -14,25 +11,7 @@ use brook_engine::testing::CollectSink;
 use brook_engine::{JobConfig, StreamEnvironment};
 use brook_kafka::admin::{create_topic, produce, read_to_end};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart};
-
-fn bootstrap(test: &str) -> Option<String> {
-    match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ => {
-            eprintln!("{test}: skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
-            None
-        }
-    }
-}
-
-/// A topic name no earlier run used.
-fn unique(stem: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_nanos();
-    format!("{stem}-{}-{nanos}", std::process::id())
-}
+use brook_testkit::kafka::{base_ms, bootstrap, unique};
 
 fn info(name: &str, index: u32, parallelism: u32) -> SubtaskInfo {
     SubtaskInfo {
@@ -54,10 +33,9 @@ fn committed_values(b: &str, topic: &str) -> Vec<i64> {
 }
 
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test -p brook-kafka --test broker -- --ignored`"]
 fn transactions_commit_on_checkpoint_completion_restore_once_and_fence_zombies() {
-    let Some(b) = bootstrap("transactions") else {
-        return;
-    };
+    let b = bootstrap();
     let topic = unique("txn");
     create_topic(&b, &topic, 3).expect("create the topic");
     let sink = KafkaSink::<i64>::json(b.clone(), topic.clone())
@@ -126,18 +104,13 @@ fn transactions_commit_on_checkpoint_completion_restore_once_and_fence_zombies()
 }
 
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test -p brook-kafka --test broker -- --ignored`"]
 fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
-    let Some(b) = bootstrap("source") else {
-        return;
-    };
+    let b = bootstrap();
     let topic = unique("in");
     create_topic(&b, &topic, 4).expect("create the topic");
-    // Timestamps of today: brokers delete older records (retention, 7 days).
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_millis() as i64;
-    let t0 = now - 3_600_000;
+    // Timestamps of an hour ago: brokers delete older records (retention, 7 days).
+    let t0 = base_ms();
     produce(
         &b,
         &topic,
@@ -205,10 +178,9 @@ fn source_reads_every_partition_and_resumes_at_checkpointed_offsets() {
 }
 
 #[test]
+#[ignore = "needs a Kafka broker: `source scripts/kafka-broker.sh`, then `cargo test -p brook-kafka --test broker -- --ignored`"]
 fn without_checkpoints_the_idempotent_producer_writes_everything() {
-    let Some(b) = bootstrap("idempotent") else {
-        return;
-    };
+    let b = bootstrap();
     let topic = unique("plain");
     create_topic(&b, &topic, 2).expect("create the topic");
     let env = StreamEnvironment::new(JobConfig::with_parallelism(2));

@@ -1,4 +1,12 @@
 //! brook's shared test helpers, used by the workspace's tests only (not published).
 //! One copy of each helper: tests import them from here instead of pasting their own.
 
+pub mod binary;
+pub mod files;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "log")]
+pub mod log_job;
+pub mod metrics;
 pub mod operator;
+pub mod process;

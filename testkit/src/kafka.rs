@@ -1,19 +1,21 @@
-//! What the Kafka tests (tests/kafka_kill_restore.rs, tests/kafka_group.rs) share: the
-//! broker's address, unique topic names, keyed input, and committed output read back.
+//! What the tests against a Kafka broker (kafka/tests/broker.rs,
+//! tests/kafka_kill_restore.rs, tests/kafka_group.rs) share: the broker's address,
+//! unique topic names, keyed input, and committed output read back.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use brook::kafka::admin::{produce, read_to_end};
+use brook_kafka::admin::{produce, read_to_end};
 
-/// The broker's address from `BROOK_KAFKA_BOOTSTRAP`; `None` (and a line saying the
-/// test skipped) without one.
-pub(crate) fn bootstrap() -> Option<String> {
+/// The broker's address from `BROOK_KAFKA_BOOTSTRAP`. The tests that call this are
+/// `#[ignore]`d and run on request (`-- --ignored`, as `scripts/test.sh` does after
+/// starting a broker): without the variable they fail saying how to start one.
+pub fn bootstrap() -> String {
     match std::env::var("BROOK_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ => {
-            eprintln!("skipped: BROOK_KAFKA_BOOTSTRAP is not set (no Kafka broker)");
-            None
-        }
+        Ok(b) if !b.is_empty() => b,
+        _ => panic!(
+            "BROOK_KAFKA_BOOTSTRAP is not set: this test needs a Kafka broker. \
+             `source scripts/kafka-broker.sh` starts one and sets it (or run scripts/test.sh)"
+        ),
     }
 }
 
@@ -28,7 +30,7 @@ fn now_ms() -> i64 {
 }
 
 /// A topic name no other run uses: `stem-<pid>-<ms><counter>`.
-pub(crate) fn unique(stem: &str) -> String {
+pub fn unique(stem: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{stem}-{}-{}{n:03}", std::process::id(), now_ms())
@@ -36,7 +38,7 @@ pub(crate) fn unique(stem: &str) -> String {
 
 /// A whole second an hour ago: event times of test input (recent enough for the
 /// broker's retention, 7 days by default).
-pub(crate) fn base_ms() -> i64 {
+pub fn base_ms() -> i64 {
     let now = now_ms();
     now - now % 1000 - 3_600_000
 }
@@ -44,7 +46,7 @@ pub(crate) fn base_ms() -> i64 {
 /// Events `from..to` of `keys` keys: `{key: "k<n>", value: i % 100, ts}`; a key's
 /// events all go to partition `key % partitions`; event time rises 1 ms per event
 /// from `base`, with some disorder (at most 84 ms).
-pub(crate) fn produce_events(
+pub fn produce_events(
     bootstrap: &str,
     topic: &str,
     partitions: i64,
@@ -66,7 +68,7 @@ pub(crate) fn produce_events(
 }
 
 /// The values of `topic` as a reader with `read_committed` (or not) sees them, sorted.
-pub(crate) fn values(bootstrap: &str, topic: &str, committed: bool) -> Vec<String> {
+pub fn values(bootstrap: &str, topic: &str, committed: bool) -> Vec<String> {
     let mut v: Vec<String> = read_to_end(bootstrap, topic, committed)
         .expect("read the output")
         .into_iter()
