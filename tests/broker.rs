@@ -11,10 +11,11 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use brook_broker::read_address;
+use brook_testkit::process::{wait_bounded, KillOnDrop};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,9 +24,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 /// A `brook broker` child process on a fresh data directory, killed (SIGKILL) and
-/// reaped when dropped.
+/// reaped when dropped (`KillOnDrop`).
 struct Broker {
-    child: Child,
+    child: KillOnDrop,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
@@ -43,7 +44,7 @@ impl Broker {
             .spawn()
             .expect("start brook broker");
         let mut broker = Broker {
-            child,
+            child: KillOnDrop(child),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             _dir: dir,
         };
@@ -62,13 +63,6 @@ impl Broker {
 
     fn bootstrap(&self) -> String {
         self.addr.to_string()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -420,20 +414,4 @@ fn kafka_python_creates_produces_and_reads_everything_back() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("90 records produced and read back"));
-}
-
-/// Waits up to `limit` for `child` (polling every 50 ms); `Err` with what it wrote if
-/// it was still running and was killed.
-fn wait_bounded(
-    mut child: Child,
-    limit: Duration,
-) -> Result<std::process::Output, std::process::Output> {
-    for _ in 0..limit.as_millis().div_ceil(50) {
-        if child.try_wait().expect("poll the child").is_some() {
-            return Ok(child.wait_with_output().expect("collect the output"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    Err(child.wait_with_output().expect("collect the output"))
 }
