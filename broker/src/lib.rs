@@ -27,6 +27,7 @@ pub mod create_topics;
 mod error_code;
 pub mod fetch;
 pub mod frame;
+pub mod group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
