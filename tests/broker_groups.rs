@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use brook_testkit::binary::run_brook_ok;
 use brook_testkit::broker::{kafka_python, BrokerProcess};
 use brook_testkit::process::{wait_bounded, KillOnDrop};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -166,6 +167,30 @@ fn rdkafka_members_split_the_partitions_and_rebalance_on_join_and_leave() {
         .expect("committed offsets");
     let offsets: Vec<Offset> = committed.elements().iter().map(|e| e.offset()).collect();
     assert_eq!(offsets, vec![Offset::Offset(75); 4]);
+
+    // They are the log's committed offsets: `brook group describe` shows them (and
+    // no lag) once the broker is gone.
+    drop((a, c));
+    drop(broker);
+    let out = run_brook_ok(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["group", "describe", "billing"]),
+    );
+    let rows: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    let want: Vec<Vec<String>> = (0..PARTITIONS)
+        .map(|p| {
+            ["sales", &p.to_string(), "75", "75", "75", "0", "-"]
+                .map(str::to_owned)
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(rows, want);
 }
 
 fn python(script: &str, args: &[&str]) -> Command {
