@@ -73,6 +73,18 @@ fn produce(bootstrap: &str, topic: &str, first: usize, n: usize) {
 }
 
 fn member(bootstrap: &str, group: &str, name: &str, topic: &str) -> BaseConsumer {
+    member_with(bootstrap, group, name, topic, "range")
+}
+
+/// A group member with the assignor `strategy` (librdkafka's
+/// `partition.assignment.strategy`).
+fn member_with(
+    bootstrap: &str,
+    group: &str,
+    name: &str,
+    topic: &str,
+    strategy: &str,
+) -> BaseConsumer {
     let consumer: BaseConsumer = config(bootstrap)
         .set("group.id", group)
         .set("client.id", name)
@@ -80,7 +92,7 @@ fn member(bootstrap: &str, group: &str, name: &str, topic: &str) -> BaseConsumer
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "3000")
         .set("heartbeat.interval.ms", "200")
-        .set("partition.assignment.strategy", "range")
+        .set("partition.assignment.strategy", strategy)
         .create()
         .expect("consumer");
     consumer.subscribe(&[topic]).expect("subscribe");
@@ -131,19 +143,31 @@ fn split(sets: &[BTreeSet<i32>]) -> bool {
 
 #[test]
 fn rdkafka_members_split_the_partitions_and_rebalance_on_join_and_leave() {
+    members_split_and_rebalance("range");
+}
+
+/// The incremental protocol (KIP-429) on the classic group protocol: revoked
+/// partitions come back in a second rebalance the clients ask for.
+#[test]
+fn cooperative_sticky_members_split_the_partitions_and_rebalance() {
+    members_split_and_rebalance("cooperative-sticky");
+}
+
+fn members_split_and_rebalance(strategy: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
     create_topic(&bootstrap, "sales");
     let mut seen = BTreeMap::new();
+    let member = |name: &str| member_with(&bootstrap, "billing", name, "sales", strategy);
 
-    let a = member(&bootstrap, "billing", "a", "sales");
-    let b = member(&bootstrap, "billing", "b", "sales");
+    let a = member("a");
+    let b = member("b");
     produce(&bootstrap, "sales", 0, 100);
     poll_until(&[&a, &b], &mut seen, 100, split);
     assert_eq!((assigned(&a).len(), assigned(&b).len()), (2, 2));
 
-    let c = member(&bootstrap, "billing", "c", "sales");
+    let c = member("c");
     poll_until(&[&a, &b, &c], &mut seen, 100, split);
     produce(&bootstrap, "sales", 100, 100);
     poll_until(&[&a, &b, &c], &mut seen, 200, split);
