@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brook_core::time::SystemClock;
 use brook_log::Log;
 use bytes::Bytes;
 use futures::future::select_all;
@@ -121,14 +122,16 @@ impl Server {
         };
         // Member ids carry the start time, so a member id of an earlier broker
         // process is never issued again.
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let groups = Arc::new(Coordinator::new(Limits {
-            min_session_timeout_ms: config.group_min_session_timeout_ms,
-            member_id_nonce: format!("{nonce:x}"),
-            ..Limits::default()
-        }));
+        let clock = SystemClock::shared();
+        let nonce = clock.now_ms();
+        let groups = Arc::new(Coordinator::new(
+            Limits {
+                min_session_timeout_ms: config.group_min_session_timeout_ms,
+                member_id_nonce: format!("{nonce:x}"),
+                ..Limits::default()
+            },
+            clock,
+        ));
         Ok(Server {
             listener,
             log,

@@ -8,6 +8,7 @@ use brook_broker::frame::{self, Decoded, Request};
 use brook_broker::group::{membership, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
 use brook_broker::{create_topics, fetch, list_offsets, metadata, produce};
+use brook_core::time::ManualClock;
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
@@ -187,7 +188,7 @@ fn every_advertised_version_parses_handles_and_encodes() {
         auto_create_topics: false,
         default_partitions: 1,
     };
-    let groups = Coordinator::new(Limits::default());
+    let groups = Coordinator::new(Limits::default(), ManualClock::new(0).shared());
     let code = |e: ResponseError| e.code();
     let mut n = 0;
     for &(api, min, max) in SUPPORTED {

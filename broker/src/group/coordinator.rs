@@ -6,12 +6,11 @@
 //! joins, producers, fetches) are served meanwhile. Answers on one connection stay
 //! in request order, as Kafka's broker keeps them (kafka-python requires it).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
-
+use brook_core::time::SharedClock;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use super::machine::{
@@ -25,7 +24,7 @@ pub const TICK_MS: u64 = 100;
 #[derive(Debug)]
 pub struct Coordinator {
     inner: Mutex<Inner>,
-    started: Instant,
+    clock: SharedClock,
 }
 
 #[derive(Debug)]
@@ -57,20 +56,20 @@ impl Inner {
 }
 
 impl Coordinator {
-    /// A coordinator without groups.
-    pub fn new(limits: Limits) -> Self {
+    /// A coordinator without groups, reading time (ms) from `clock`.
+    pub fn new(limits: Limits, clock: SharedClock) -> Self {
         Coordinator {
             inner: Mutex::new(Inner {
                 groups: ClassicGroups::new(limits),
                 waiting: HashMap::new(),
                 next: 0,
             }),
-            started: Instant::now(),
+            clock,
         }
     }
 
     fn now_ms(&self) -> i64 {
-        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+        self.clock.now_ms()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
