@@ -307,8 +307,8 @@ fn commits_are_fenced_by_member_and_generation() {
         g.validate_commit("billing", -1, "", 1).0,
         Err(ResponseError::UnknownMemberId)
     );
-    g.leave("billing", &b, 2);
-    g.leave("billing", &a, 2);
+    assert_eq!(g.leave("billing", &b, 2).0, Ok(()));
+    assert_eq!(g.leave("billing", &a, 2).0, Ok(()));
     g.tick(3);
     assert_eq!(g.validate_commit("billing", -1, "", 4).0, Ok(()));
 }
