@@ -2,7 +2,8 @@
 //! librdkafka consumers (the `rdkafka` crate) in one group split a 4-partition topic,
 //! a third joins and a member leaves, with every record consumed once and committed;
 //! a member SIGKILLed (kafka-python, another process) loses its partitions once its
-//! session times out; kafka-python commits and a second run resumes from the commit.
+//! session times out; kafka-python commits (ListGroups and DescribeGroups show it as
+//! the one member) and a second run resumes from the commit.
 //! The broker is the real binary, with a 500 ms minimum session timeout so the
 //! timeouts stay short.
 
