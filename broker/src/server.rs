@@ -283,11 +283,11 @@ async fn connection(
                         encode(id, api, version, &resp)
                     }
                     Request::ListGroups(r) => {
-                        let resp = membership::list_groups(&groups, &r, version);
+                        let resp = membership::list_groups(&groups, &r, version, &log);
                         encode(id, api, version, &resp)
                     }
                     Request::DescribeGroups(r) => {
-                        let resp = membership::describe_groups(&groups, &r);
+                        let resp = membership::describe_groups(&groups, &r, &log);
                         encode(id, api, version, &resp)
                     }
                     Request::OffsetCommit(r) => {

@@ -295,13 +295,20 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     frame::encode_response(5, api, version, &resp)
                 }
                 Request::ListGroups(r) => {
-                    let resp = membership::list_groups(&groups, &r, version);
-                    assert!(!resp.groups.is_empty(), "ListGroups v{version}");
+                    let resp = membership::list_groups(&groups, &r, version, &log);
+                    // With members (the joins) and with only commits ("solo").
+                    let names: Vec<&str> =
+                        resp.groups.iter().map(|g| g.group_id.0.as_str()).collect();
+                    assert!(names.contains(&"solo"), "ListGroups v{version}: {names:?}");
+                    assert!(
+                        names.iter().any(|n| n.starts_with('g')),
+                        "ListGroups v{version}: {names:?}"
+                    );
                     frame::encode_response(5, api, version, &resp)
                 }
                 Request::DescribeGroups(r) => {
-                    let resp = membership::describe_groups(&groups, &r);
-                    assert_eq!(resp.groups.len(), 1);
+                    let resp = membership::describe_groups(&groups, &r, &log);
+                    assert_eq!(resp.groups[0].group_state.as_str(), "Dead");
                     frame::encode_response(5, api, version, &resp)
                 }
             };

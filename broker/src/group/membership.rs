@@ -2,6 +2,7 @@
 //! DescribeGroups: Kafka requests mapped onto the [`Coordinator`] and its answers
 //! mapped back, each field at the versions that carry it.
 
+use brook_log::Log;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -18,7 +19,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::Coordinator;
-use super::machine::Join;
+use super::machine::{Join, State};
 use crate::metadata::{Advertised, NODE_ID};
 
 fn code(error: Option<ResponseError>) -> i16 {
@@ -178,14 +179,24 @@ pub fn leave_group(
     LeaveGroupResponse::default().with_members(members)
 }
 
-/// ListGroups: every group with its state (v4+ filters by state).
+/// ListGroups: every group with its state (v4+ filters by state): the groups with
+/// members, and those with only committed offsets in the log (`Empty`, no protocol
+/// type, as Kafka lists a group of consumers that assign partitions themselves; also
+/// the groups of an earlier broker process).
 pub fn list_groups(
     coordinator: &Coordinator,
     request: &ListGroupsRequest,
     version: i16,
+    log: &Log,
 ) -> ListGroupsResponse {
-    let groups = coordinator
-        .list()
+    let mut all = coordinator.list();
+    for name in log.groups() {
+        if !all.iter().any(|(g, _, _)| *g == name) {
+            all.push((name, String::new(), State::Empty));
+        }
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let groups = all
         .into_iter()
         .filter(|(_, _, state)| {
             request.states_filter.is_empty()
@@ -209,17 +220,23 @@ pub fn list_groups(
 }
 
 /// DescribeGroups: state, assignor and members (with their metadata and
-/// assignment) of each group; a group without state is `Dead`, as Kafka reports it.
+/// assignment) of each group; a group with only committed offsets is `Empty`, one
+/// without either `Dead`, as Kafka reports them.
 pub fn describe_groups(
     coordinator: &Coordinator,
     request: &DescribeGroupsRequest,
+    log: &Log,
 ) -> DescribeGroupsResponse {
+    let committed = log.groups();
     let groups = request
         .groups
         .iter()
         .map(|group| {
             let described = DescribedGroup::default().with_group_id(group.clone());
             match coordinator.describe(group) {
+                None if committed.iter().any(|g| g.as_str() == group.0.as_str()) => {
+                    described.with_group_state(StrBytes::from_static_str("Empty"))
+                }
                 None => described.with_group_state(StrBytes::from_static_str("Dead")),
                 Some(s) => described
                     .with_group_state(text(s.state.as_str()))
