@@ -2,7 +2,7 @@
 //!
 //! Only what is served is advertised (Kafka's KIP-35/KIP-511 rule): a client that
 //! needs an API that is missing here (InitProducerId for an idempotent producer,
-//! FindCoordinator for a consumer group) reports it as unsupported at once. The ranges
+//! SASL) reports it as unsupported at once. The ranges
 //! cover what librdkafka 2.x and kafka-python 2.x negotiate; each one stops before a
 //! version that would need something the log does not have (topic ids: Metadata v10,
 //! Fetch v13; the max-timestamp query: ListOffsets v7), and starts at the first
@@ -21,6 +21,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 0, 9),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 5),
+    // Consumer groups (crate::group); OffsetCommit/OffsetFetch stop before the
+    // KIP-848 and multi-group versions (v9, v8).
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
 ];
 
 /// The version range served for `key`, or `None` if the API is not served.
@@ -68,9 +79,11 @@ mod tests {
         let r = handle(3);
         assert_eq!(r.error_code, 0);
         let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
-        assert_eq!(keys, vec![0, 1, 2, 3, 18, 19]);
-        // Not served in this step: groups, transactions, SASL.
-        assert!(supported(ApiKey::FindCoordinator).is_none());
+        assert_eq!(
+            keys,
+            vec![0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        );
+        // Not served yet: transactions, SASL.
         assert!(supported(ApiKey::InitProducerId).is_none());
     }
 

@@ -11,8 +11,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
-    RequestHeader, ResponseHeader,
+    ApiKey, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -74,6 +76,24 @@ pub enum Request {
     Fetch(FetchRequest),
     /// ListOffsets.
     ListOffsets(ListOffsetsRequest),
+    /// FindCoordinator.
+    FindCoordinator(FindCoordinatorRequest),
+    /// JoinGroup.
+    JoinGroup(JoinGroupRequest),
+    /// SyncGroup.
+    SyncGroup(SyncGroupRequest),
+    /// Heartbeat.
+    Heartbeat(HeartbeatRequest),
+    /// LeaveGroup.
+    LeaveGroup(LeaveGroupRequest),
+    /// OffsetCommit.
+    OffsetCommit(OffsetCommitRequest),
+    /// OffsetFetch.
+    OffsetFetch(OffsetFetchRequest),
+    /// ListGroups.
+    ListGroups(ListGroupsRequest),
+    /// DescribeGroups.
+    DescribeGroups(DescribeGroupsRequest),
 }
 
 /// A request frame as decoded.
@@ -157,6 +177,23 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         ApiKey::ListOffsets => {
             Request::ListOffsets(decode(&mut frame, version).map_err(malformed)?)
         }
+        ApiKey::FindCoordinator => {
+            Request::FindCoordinator(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::JoinGroup => Request::JoinGroup(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::SyncGroup => Request::SyncGroup(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::Heartbeat => Request::Heartbeat(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::LeaveGroup => Request::LeaveGroup(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::OffsetCommit => {
+            Request::OffsetCommit(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::OffsetFetch => {
+            Request::OffsetFetch(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::ListGroups => Request::ListGroups(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::DescribeGroups => {
+            Request::DescribeGroups(decode(&mut frame, version).map_err(malformed)?)
+        }
         // is_supported admitted only the APIs above.
         _ => return Err(FrameError::Unsupported { api, version }),
     };
@@ -238,7 +275,7 @@ mod tests {
             parse(f),
             Err(FrameError::Unsupported { version: 11, .. })
         ));
-        let f = frame(ApiKey::FindCoordinator, 1, &MetadataRequest::default());
+        let f = frame(ApiKey::InitProducerId, 1, &MetadataRequest::default());
         assert!(matches!(parse(f), Err(FrameError::Unsupported { .. })));
         assert_eq!(
             parse(Bytes::from_static(&[0, 3])).err(),

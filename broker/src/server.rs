@@ -7,8 +7,10 @@
 //! is logged with the peer's address and closes that connection only.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use brook_core::time::SystemClock;
 use brook_log::Log;
 use bytes::Bytes;
 use futures::future::select_all;
@@ -21,6 +23,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::frame::{self, Decoded, Request};
+use crate::group::{coordinator, membership, offsets, Coordinator, Limits};
 use crate::metadata::Advertised;
 use crate::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
 
@@ -35,6 +38,9 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     /// Kafka's `num.partitions` (default 1).
     pub default_partitions: u32,
+    /// Kafka's `group.min.session.timeout.ms` (default 6000 ms): a JoinGroup with a
+    /// shorter session timeout gets INVALID_SESSION_TIMEOUT.
+    pub group_min_session_timeout_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -43,6 +49,7 @@ impl Default for BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             auto_create_topics: false,
             default_partitions: 1,
+            group_min_session_timeout_ms: Limits::default().min_session_timeout_ms,
         }
     }
 }
@@ -91,6 +98,7 @@ pub struct Server {
     log: Log,
     advertised: Advertised,
     addr: SocketAddr,
+    groups: Arc<Coordinator>,
 }
 
 impl Server {
@@ -112,11 +120,24 @@ impl Server {
             auto_create_topics: config.auto_create_topics,
             default_partitions: config.default_partitions,
         };
+        // Member ids carry the start time, so a member id of an earlier broker
+        // process is never issued again.
+        let clock = SystemClock::shared();
+        let nonce = clock.now_ms();
+        let groups = Arc::new(Coordinator::new(
+            Limits {
+                min_session_timeout_ms: config.group_min_session_timeout_ms,
+                member_id_nonce: format!("{nonce:x}"),
+                ..Limits::default()
+            },
+            clock,
+        ));
         Ok(Server {
             listener,
             log,
             advertised,
             addr,
+            groups,
         })
     }
 
@@ -132,13 +153,22 @@ impl Server {
     /// and retried after a pause.
     pub async fn run(self) -> Result<(), BrokerError> {
         info!(addr = %self.addr, "brook broker serving");
+        let ticker = Arc::clone(&self.groups);
+        let _ticks = AbortOnDrop(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(coordinator::TICK_MS));
+            loop {
+                every.tick().await;
+                ticker.tick();
+            }
+        }));
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     let log = self.log.clone();
                     let advertised = self.advertised.clone();
+                    let groups = Arc::clone(&self.groups);
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, log, advertised).await {
+                        if let Err(e) = connection(stream, peer, log, advertised, groups).await {
                             debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -157,6 +187,7 @@ async fn connection(
     peer: SocketAddr,
     log: Log,
     advertised: Advertised,
+    groups: Arc<Coordinator>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
@@ -229,6 +260,49 @@ async fn connection(
                         let resp = long_poll(r, &log).await?;
                         encode(id, api, version, &resp)
                     }
+                    Request::FindCoordinator(r) => {
+                        let resp = membership::find_coordinator(&r, version, &advertised);
+                        encode(id, api, version, &resp)
+                    }
+                    // Held until the group answers: this task waits, the others go on.
+                    Request::JoinGroup(r) => {
+                        let client = header.client_id.as_deref().unwrap_or("");
+                        let host = peer.ip().to_string();
+                        let resp = membership::join_group(&groups, r, version, client, &host).await;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::SyncGroup(r) => {
+                        let resp = membership::sync_group(&groups, r, version).await;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::Heartbeat(r) => {
+                        encode(id, api, version, &membership::heartbeat(&groups, &r))
+                    }
+                    Request::LeaveGroup(r) => {
+                        let resp = membership::leave_group(&groups, &r, version);
+                        encode(id, api, version, &resp)
+                    }
+                    Request::ListGroups(r) => {
+                        let resp = membership::list_groups(&groups, &r, version, &log);
+                        encode(id, api, version, &resp)
+                    }
+                    Request::DescribeGroups(r) => {
+                        let resp = membership::describe_groups(&groups, &r, &log);
+                        encode(id, api, version, &resp)
+                    }
+                    Request::OffsetCommit(r) => {
+                        // The write may fsync.
+                        let (log, groups) = (log.clone(), Arc::clone(&groups));
+                        let resp =
+                            blocking(move || offsets::offset_commit(&groups, &r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::OffsetFetch(r) => {
+                        let log = log.clone();
+                        let resp =
+                            blocking(move || offsets::offset_fetch(&r, version, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
                 }
             }
             Err(e) => {
@@ -239,6 +313,15 @@ async fn connection(
         if let Some(bytes) = response {
             stream.write_all(&bytes).await?;
         }
+    }
+}
+
+/// Stops the group ticker when the server stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -1,18 +1,22 @@
 //! The server through a real socket: Fetch long polling (a fetch at the end of a
 //! partition waits up to `max_wait_ms` for `min_bytes` of records and answers as soon as
-//! an append brings them; with none it answers empty at the deadline), and Produce with
-//! acks=0 (appended, never answered).
+//! an append brings them; with none it answers empty at the deadline), Produce with
+//! acks=0 (appended, never answered), and a JoinGroup held for a rebalance while other
+//! connections are served.
 
 use std::time::Duration;
 
 use brook_broker::{BrokerConfig, Server};
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, FetchResponse, ProduceRequest, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, ProduceRequest,
+    RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -178,5 +182,88 @@ async fn produce_with_acks_0_appends_and_sends_no_answer() {
         .expect("partition")
         .log_end_offset();
     assert_eq!(end, 1);
+    serving.abort();
+}
+
+/// Reads one response frame of `api` v`version`: its correlation id and body.
+async fn response<T: Decodable>(stream: &mut TcpStream, api: ApiKey, version: i16) -> (i32, T) {
+    let size = stream.read_i32().await.expect("size");
+    let mut buf = vec![0u8; usize::try_from(size).expect("a size")];
+    stream.read_exact(&mut buf).await.expect("response");
+    let mut buf = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut buf, api.response_header_version(version))
+        .expect("response header");
+    let body = T::decode(&mut buf, version).expect("response body");
+    (header.correlation_id, body)
+}
+
+fn join_frame(member_id: &str, correlation_id: i32) -> Bytes {
+    let request = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("held")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(StrBytes::from_string(member_id.to_owned()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from_static(b"m"))]);
+    // v3: no member-id handshake, so a first join is a member at once.
+    frame(ApiKey::JoinGroup, 3, correlation_id, &request)
+}
+
+/// A JoinGroup held for a rebalance waits on its own connection only: other
+/// connections (the first member's heartbeat, anyone's ApiVersions) are answered
+/// meanwhile, and the held answer comes when the first member rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_join_does_not_hold_other_connections() {
+    let (_dir, _log, serving, mut first) = serve().await;
+    let addr = first.peer_addr().expect("address");
+    first.write_all(&join_frame("", 1)).await.expect("send");
+    let (_, joined): (i32, JoinGroupResponse) = response(&mut first, ApiKey::JoinGroup, 3).await;
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let a = joined.member_id.to_string();
+
+    let mut second = TcpStream::connect(addr).await.expect("connect");
+    second.write_all(&join_frame("", 2)).await.expect("send");
+    let mut byte = [0u8; 1];
+    let waited = tokio::time::timeout(Duration::from_millis(300), second.peek(&mut byte)).await;
+    assert!(
+        waited.is_err(),
+        "the second join is held until the first member rejoins"
+    );
+
+    let mut other = TcpStream::connect(addr).await.expect("connect");
+    other
+        .write_all(&frame(
+            ApiKey::ApiVersions,
+            3,
+            3,
+            &ApiVersionsRequest::default(),
+        ))
+        .await
+        .expect("send");
+    let (id, _): (i32, ApiVersionsResponse) = response(&mut other, ApiKey::ApiVersions, 3).await;
+    assert_eq!(id, 3);
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("held")))
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(a.clone()));
+    first
+        .write_all(&frame(ApiKey::Heartbeat, 2, 4, &heartbeat))
+        .await
+        .expect("send");
+    let (_, beat): (i32, HeartbeatResponse) = response(&mut first, ApiKey::Heartbeat, 2).await;
+    assert_eq!(beat.error_code, ResponseError::RebalanceInProgress.code());
+
+    first.write_all(&join_frame(&a, 5)).await.expect("send");
+    let (_, rejoined): (i32, JoinGroupResponse) = response(&mut first, ApiKey::JoinGroup, 3).await;
+    let (id, held): (i32, JoinGroupResponse) = response(&mut second, ApiKey::JoinGroup, 3).await;
+    assert_eq!(id, 2);
+    assert_eq!((rejoined.generation_id, held.generation_id), (2, 2));
+    assert_eq!(
+        (rejoined.leader.as_str(), held.leader.as_str()),
+        (a.as_str(), a.as_str())
+    );
+    assert_eq!(rejoined.members.len(), 2);
     serving.abort();
 }

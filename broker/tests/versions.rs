@@ -5,24 +5,39 @@
 
 use brook_broker::api_versions::SUPPORTED;
 use brook_broker::frame::{self, Decoded, Request};
+use brook_broker::group::{membership, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
 use brook_broker::{create_topics, fetch, list_offsets, metadata, produce};
+use brook_core::time::ManualClock;
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, FetchRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest, RequestHeader, TopicName,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+
+fn group(s: &str) -> GroupId {
+    GroupId(StrBytes::from_string(s.to_string()))
+}
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
@@ -102,6 +117,58 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
                     ListOffsetsPartition::default().with_timestamp(500),
                 ])])
             .encode(&mut buf, version),
+        ApiKey::FindCoordinator => FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("g"))
+            .encode(&mut buf, version),
+        // A group of its own per version: each join completes at once.
+        ApiKey::JoinGroup => JoinGroupRequest::default()
+            .with_group_id(group(&format!("g{n}")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(if version >= 1 { 10_000 } else { -1 })
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(b"m"))])
+            .encode(&mut buf, version),
+        ApiKey::SyncGroup => SyncGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_static_str("nobody"))
+            .encode(&mut buf, version),
+        ApiKey::Heartbeat => HeartbeatRequest::default()
+            .with_group_id(group("g"))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_static_str("nobody"))
+            .encode(&mut buf, version),
+        ApiKey::LeaveGroup if version < 3 => LeaveGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_member_id(StrBytes::from_static_str("nobody"))
+            .encode(&mut buf, version),
+        ApiKey::LeaveGroup => LeaveGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_members(vec![
+                MemberIdentity::default().with_member_id(StrBytes::from_static_str("nobody"))
+            ])
+            .encode(&mut buf, version),
+        ApiKey::OffsetCommit => OffsetCommitRequest::default()
+            .with_group_id(group("solo"))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(name("snacks"))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)])])
+            .encode(&mut buf, version),
+        ApiKey::OffsetFetch => OffsetFetchRequest::default()
+            .with_group_id(group("solo"))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(name("snacks"))
+                .with_partition_indexes(vec![0])]))
+            .encode(&mut buf, version),
+        ApiKey::ListGroups => ListGroupsRequest::default().encode(&mut buf, version),
+        ApiKey::DescribeGroups => DescribeGroupsRequest::default()
+            .with_groups(vec![group("g")])
+            .encode(&mut buf, version),
         other => panic!("{other:?} is advertised but this test does not know it"),
     }
     .expect("body");
@@ -121,6 +188,8 @@ fn every_advertised_version_parses_handles_and_encodes() {
         auto_create_topics: false,
         default_partitions: 1,
     };
+    let groups = Coordinator::new(Limits::default(), ManualClock::new(0).shared());
+    let code = |e: ResponseError| e.code();
     let mut n = 0;
     for &(api, min, max) in SUPPORTED {
         for version in min..=max {
@@ -167,6 +236,79 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     let offsets: Vec<i64> =
                         resp.topics[0].partitions.iter().map(|p| p.offset).collect();
                     assert_eq!(offsets[1], 0, "ListOffsets v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::FindCoordinator(r) => {
+                    let resp = membership::find_coordinator(&r, version, &advertised);
+                    assert_eq!((resp.error_code, resp.port), (0, 9092), "v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::JoinGroup(r) => {
+                    let resp = futures::executor::block_on(membership::join_group(
+                        &groups,
+                        r,
+                        version,
+                        "versions",
+                        "127.0.0.1",
+                    ));
+                    // v4+: the member-id handshake first (KIP-394).
+                    let want = if version >= 4 {
+                        code(ResponseError::MemberIdRequired)
+                    } else {
+                        0
+                    };
+                    assert_eq!(resp.error_code, want, "JoinGroup v{version}");
+                    assert!(!resp.member_id.is_empty(), "JoinGroup v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::SyncGroup(r) => {
+                    let resp =
+                        futures::executor::block_on(membership::sync_group(&groups, r, version));
+                    assert_eq!(resp.error_code, code(ResponseError::UnknownMemberId));
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::Heartbeat(r) => {
+                    let resp = membership::heartbeat(&groups, &r);
+                    assert_eq!(resp.error_code, code(ResponseError::UnknownMemberId));
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::LeaveGroup(r) => {
+                    let resp = membership::leave_group(&groups, &r, version);
+                    let error = resp
+                        .members
+                        .first()
+                        .map_or(resp.error_code, |m| m.error_code);
+                    assert_eq!(error, code(ResponseError::UnknownMemberId), "v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::OffsetCommit(r) => {
+                    let resp = offsets::offset_commit(&groups, &r, &log);
+                    let p = &resp.topics[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "OffsetCommit v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::OffsetFetch(r) => {
+                    let resp = offsets::offset_fetch(&r, version, &log);
+                    // The OffsetCommit versions ran first (SUPPORTED's order).
+                    let p = &resp.topics[0].partitions[0];
+                    assert_eq!(p.committed_offset, 1, "OffsetFetch v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::ListGroups(r) => {
+                    let resp = membership::list_groups(&groups, &r, version, &log);
+                    // With members (the joins) and with only commits ("solo").
+                    let names: Vec<&str> =
+                        resp.groups.iter().map(|g| g.group_id.0.as_str()).collect();
+                    assert!(names.contains(&"solo"), "ListGroups v{version}: {names:?}");
+                    assert!(
+                        names.iter().any(|n| n.starts_with('g')),
+                        "ListGroups v{version}: {names:?}"
+                    );
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DescribeGroups(r) => {
+                    let resp = membership::describe_groups(&groups, &r, &log);
+                    assert_eq!(resp.groups[0].group_state.as_str(), "Dead");
                     frame::encode_response(5, api, version, &resp)
                 }
             };

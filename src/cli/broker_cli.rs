@@ -22,6 +22,10 @@ pub(crate) struct BrokerArgs {
     /// Partitions of topics created without a count (Kafka's `num.partitions`).
     #[arg(long, default_value_t = 1)]
     default_partitions: u32,
+    /// The shortest `session.timeout.ms` a consumer group member may ask for (ms;
+    /// Kafka's `group.min.session.timeout.ms`).
+    #[arg(long, default_value_t = 6000)]
+    group_min_session_timeout_ms: i64,
 }
 
 /// Serves until SIGINT or SIGTERM. `open_log` takes the data directory's lock, as
@@ -35,6 +39,7 @@ pub(crate) fn broker(
         listen: args.listen,
         auto_create_topics: args.auto_create_topics,
         default_partitions: args.default_partitions,
+        group_min_session_timeout_ms: args.group_min_session_timeout_ms,
     };
     // A bad address is refused before the data directory is touched.
     config.validate().context("brook broker")?;

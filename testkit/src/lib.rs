@@ -2,6 +2,8 @@
 //! One copy of each helper: tests import them from here instead of pasting their own.
 
 pub mod binary;
+#[cfg(feature = "broker")]
+pub mod broker;
 pub mod files;
 #[cfg(feature = "kafka")]
 pub mod kafka;

@@ -1,0 +1,73 @@
+//! A real `brook broker` child process for tests with Kafka clients, and
+//! kafka-python installed for them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::KillOnDrop;
+
+/// A `brook broker --listen 127.0.0.1:0` child on a data directory, killed (SIGKILL)
+/// and reaped when dropped.
+#[derive(Debug)]
+pub struct BrokerProcess {
+    /// The child.
+    pub child: KillOnDrop,
+    /// Where clients connect.
+    pub addr: SocketAddr,
+}
+
+impl BrokerProcess {
+    /// Starts `binary` (the `brook` executable) as a broker on `data_dir` with
+    /// `--fsync always` and `extra` broker arguments, and waits (at most 30 s) for the
+    /// address it writes into the data directory.
+    ///
+    /// # Panics
+    /// If the broker exits or writes no address in time (a test failure).
+    pub fn start(binary: &Path, data_dir: &Path, extra: &[&str]) -> BrokerProcess {
+        let child = Command::new(binary)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--fsync", "always", "broker", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start brook broker");
+        let mut child = KillOnDrop(child);
+        for _ in 0..600 {
+            if let Some(addr) = brook_broker::read_address(data_dir) {
+                return BrokerProcess { child, addr };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("brook broker exited before serving: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("brook broker wrote no broker.addr within 30 s");
+    }
+
+    /// `host:port` for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// kafka-python installed (once per `target_tmpdir`) by `scripts/kafka-python.sh`
+/// of the workspace at `manifest_dir`; the folder to put on `PYTHONPATH`.
+///
+/// # Panics
+/// If the install fails.
+pub fn kafka_python(target_tmpdir: &Path, manifest_dir: &Path) -> PathBuf {
+    let dir = target_tmpdir.join("kafka-python");
+    let status = Command::new("bash")
+        .arg(manifest_dir.join("scripts/kafka-python.sh"))
+        .arg(&dir)
+        .status()
+        .expect("run scripts/kafka-python.sh");
+    assert!(
+        status.success(),
+        "installing kafka-python from PyPI failed: {status}"
+    );
+    dir
+}
