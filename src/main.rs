@@ -133,6 +133,7 @@ fn open_log(data_dir: &std::path::Path, fsync: &str) -> Result<Log> {
         ..LogOptions::default()
     };
     Log::open(data_dir, options)
+        .map_err(|e| broker_cli::name_the_broker(e, data_dir))
         .with_context(|| format!("opening data directory {}", data_dir.display()))
 }
 

@@ -289,6 +289,14 @@ fn the_broker_holds_the_data_directory() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use"), "{stderr}");
+    // The user learns which process and where to reach it.
+    assert!(
+        stderr.contains(&format!(
+            "brook broker serves this data directory on {}",
+            broker.addr
+        )),
+        "{stderr}"
+    );
 }
 
 /// Writes `bytes` on a new connection; true if the broker then closed it (reads EOF

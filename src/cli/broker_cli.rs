@@ -1,11 +1,12 @@
 //! `brook broker`: serves the log of a data directory over the Kafka protocol.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use brook::log::Log;
-use brook_broker::{address_file, write_address, BrokerConfig, Server};
+use brook::log::{Log, LogError};
+use brook_broker::{address_file, read_address, write_address, BrokerConfig, Server};
 use clap::Args;
 
 /// Arguments of `brook broker`.
@@ -68,6 +69,28 @@ pub(crate) fn broker(
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     log.close().context("closing the log")?;
     served
+}
+
+/// `e`, and when it is the data directory's lock held by a live `brook broker` (its
+/// address file names a port that accepts connections), the broker's address and what
+/// to do: a user who ran `brook topic create` beside a broker otherwise reads only
+/// "in use by another brook process". The [`LogError`] stays in the chain (the runner's
+/// children look for [`LogError::Locked`]).
+pub(crate) fn name_the_broker(e: LogError, data_dir: &Path) -> anyhow::Error {
+    let locked = matches!(e, LogError::Locked { .. });
+    let e = anyhow::Error::new(e);
+    // A broker killed with SIGKILL leaves its address file behind: only a port that
+    // answers is named.
+    match read_address(data_dir).filter(|addr| {
+        locked && TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
+    }) {
+        Some(addr) => e.context(format!(
+            "brook broker serves this data directory on {addr}: use a Kafka client there \
+             (kcat -b {addr} -L) or stop the broker to use it from brook topic, produce, \
+             consume or run"
+        )),
+        None => e,
+    }
 }
 
 async fn stop_signal() -> Result<()> {
