@@ -14,8 +14,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook_broker::read_address;
-use brook_testkit::process::{wait_bounded, KillOnDrop};
+use brook_testkit::broker::BrokerProcess;
+use brook_testkit::process::wait_bounded;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,46 +23,27 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-/// A `brook broker` child process on a fresh data directory, killed (SIGKILL) and
-/// reaped when dropped (`KillOnDrop`).
+/// A `brook broker` child process (testkit's, killed when dropped) on a fresh data
+/// directory, removed after it.
 struct Broker {
-    child: KillOnDrop,
+    process: BrokerProcess,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
 impl Broker {
-    /// Starts `brook broker --listen 127.0.0.1:0` and waits (bounded) for the address
-    /// it writes into the data directory.
     fn start() -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
-        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
-            .args(["--data-dir"])
-            .arg(dir.path())
-            .args(["--fsync", "always", "broker", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start brook broker");
-        let mut broker = Broker {
-            child: KillOnDrop(child),
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        let process = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_brook")), dir.path(), &[]);
+        Broker {
+            addr: process.addr,
+            process,
             _dir: dir,
-        };
-        for _ in 0..600 {
-            if let Some(addr) = read_address(broker._dir.path()) {
-                broker.addr = addr;
-                return broker;
-            }
-            if let Ok(Some(status)) = broker.child.try_wait() {
-                panic!("brook broker exited before serving: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("brook broker wrote no broker.addr within 30 s");
     }
 
     fn bootstrap(&self) -> String {
-        self.addr.to_string()
+        self.process.bootstrap()
     }
 }
 
@@ -338,18 +319,45 @@ fn api_versions(addr: SocketAddr) -> (i32, i16) {
     )
 }
 
+/// A known defect, kept as a test that shows it: the `kafka-protocol` codec (0.18)
+/// reserves an array's capacity from the count the client sends before reading any
+/// element, so 19 bytes claiming 2^31 - 1 topics make the whole broker abort on a
+/// failed allocation (not only that connection). Upstream: kafka-protocol-rs PRs #156
+/// (released only on main), #152, #161, #200. Run it with `--ignored` once the codec
+/// is fixed.
+#[test]
+#[ignore = "known defect in kafka-protocol 0.18: a huge array count aborts the broker (README, 'The log as a Kafka broker')"]
+fn a_huge_array_count_closes_only_its_connection() {
+    let broker = Broker::start();
+    let addr = broker.addr;
+    // Metadata v4 (not flexible): header with client id "me", then a topics array
+    // claiming 2^31 - 1 entries and allow_auto_topic_creation.
+    let mut body = Vec::new();
+    body.extend_from_slice(&3i16.to_be_bytes());
+    body.extend_from_slice(&4i16.to_be_bytes());
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&2i16.to_be_bytes());
+    body.extend_from_slice(b"me");
+    body.extend_from_slice(&0x7fff_ffffi32.to_be_bytes());
+    body.push(0);
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    assert!(closed_after(addr, &frame), "the connection stayed open");
+    assert_eq!(api_versions(addr), (7, 0), "the broker stopped serving");
+}
+
 #[test]
 fn bad_frames_close_their_connection_and_the_broker_keeps_serving() {
     let broker = Broker::start();
     let addr = broker.addr;
     assert_eq!(api_versions(addr), (7, 0));
     // Oversized (1 GiB announced), negative size, unknown API key 999, an API not
-    // served (FindCoordinator), a body that does not decode, a truncated frame.
+    // served (DeleteTopics), a body that does not decode, a truncated frame.
     let mut unknown_key = vec![0, 0, 0, 10];
     unknown_key.extend_from_slice(&999i16.to_be_bytes());
     unknown_key.extend_from_slice(&[0; 8]);
     let mut not_served = vec![0, 0, 0, 10];
-    not_served.extend_from_slice(&10i16.to_be_bytes());
+    not_served.extend_from_slice(&20i16.to_be_bytes());
     not_served.extend_from_slice(&[0; 8]);
     // Metadata v9 (flexible): header, then a topics array claiming 2^31 entries.
     let mut garbage = vec![0, 0, 0, 16];
@@ -383,17 +391,10 @@ fn bad_frames_close_their_connection_and_the_broker_keeps_serving() {
 
 /// kafka-python installed (once per target directory) by `scripts/kafka-python.sh`.
 fn kafka_python() -> std::path::PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka-python");
-    let status = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-python.sh"))
-        .arg(&dir)
-        .status()
-        .expect("run scripts/kafka-python.sh");
-    assert!(
-        status.success(),
-        "installing kafka-python from PyPI failed: {status}"
-    );
-    dir
+    brook_testkit::broker::kafka_python(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
 }
 
 #[test]
