@@ -13,13 +13,14 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use brook::kafka::rdkafka::admin::{
     AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+    TopicResult,
 };
 use brook::kafka::rdkafka::client::DefaultClientContext;
 use brook::kafka::rdkafka::config::ClientConfig;
 use brook::kafka::rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance,
 };
-use brook::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use brook::kafka::rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use brook::kafka::rdkafka::message::{DeliveryResult, Message};
 use brook::kafka::rdkafka::producer::{BaseRecord, Producer, ProducerContext};
 use brook::kafka::rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -154,11 +155,11 @@ impl RemoteLog {
         }
     }
 
-    fn admin_call<T>(
+    fn admin_call(
         &self,
         api: &str,
         what: String,
-        results: Result<Vec<std::result::Result<T, (String, RDKafkaErrorCode)>>, KafkaError>,
+        results: KafkaResult<Vec<TopicResult>>,
     ) -> Result<()> {
         let results = match results {
             Ok(r) => r,
@@ -214,11 +215,7 @@ impl RemoteLog {
                 }
                 _ => Ok(()),
             },
-            Err(e) => self.admin_call::<String>(
-                "CreateTopics",
-                format!("creating topic {name:?}"),
-                Err(e),
-            ),
+            Err(e) => self.admin_call("CreateTopics", format!("creating topic {name:?}"), Err(e)),
         }
     }
 
