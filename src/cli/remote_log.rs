@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -452,7 +452,7 @@ impl RemoteLog {
             .create_with_context(ReaderContext {
                 commit: spec.group.is_some(),
                 assignments: AtomicU64::new(0),
-                starts: Mutex::new(BTreeMap::new()),
+                positions: (0..n).map(|_| AtomicI64::new(-1)).collect(),
             })
             .map_err(kafka(format!("consumer of {topic:?}")))?;
         let assign = |tpl: &TopicPartitionList| {
@@ -626,10 +626,13 @@ impl RemoteWriter {
 pub(crate) struct ReaderContext {
     commit: bool,
     assignments: AtomicU64,
-    /// Where each assigned partition started (its committed offset, or the reset
-    /// position): what is committed for a partition nothing was returned from, as a
-    /// Java consumer commits its position. Written once per assignment.
-    starts: Mutex<BTreeMap<i32, i64>>,
+    /// Per partition (by number; -1: not known): the offset after the last record
+    /// returned, or, before any, where the partition started in this assignment (its
+    /// committed offset or the reset position). What is committed, as a Java consumer
+    /// commits its positions. librdkafka's own position may run ahead of what the
+    /// reader returned, so it is not used. Partitions added after the reader started
+    /// are not committed.
+    positions: Vec<AtomicI64>,
 }
 
 impl ClientContext for ReaderContext {
@@ -646,7 +649,7 @@ impl ConsumerContext for ReaderContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(_) = rebalance {
             if self.commit {
-                if let Err(e) = commit_positions(consumer, &self.starts) {
+                if let Err(e) = commit_positions(consumer, &self.positions) {
                     tracing::warn!("committing offsets before a rebalance: {e:#}");
                 }
             }
@@ -660,23 +663,22 @@ impl ConsumerContext for ReaderContext {
     }
 }
 
-/// Commits the consumer's positions (the next offset after the last record it
-/// returned) of its assigned partitions; a partition nothing was returned from yet
-/// is committed at its start, if known.
+/// Commits `positions` of the consumer's assigned partitions that have one.
 fn commit_positions<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    starts: &Mutex<BTreeMap<i32, i64>>,
+    positions: &[AtomicI64],
 ) -> Result<()> {
-    let positions = consumer.position().map_err(kafka("reading positions"))?;
-    let starts = starts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let assigned = consumer
+        .assignment()
+        .map_err(kafka("reading the assignment"))?;
     let mut tpl = TopicPartitionList::new();
-    for e in positions.elements() {
-        let at = match e.offset() {
-            Offset::Offset(o) => Some(o),
-            _ => starts.get(&e.partition()).copied(),
-        };
-        if let Some(o) = at {
-            tpl.add_partition_offset(e.topic(), e.partition(), Offset::Offset(o))
+    for e in assigned.elements() {
+        let at = usize::try_from(e.partition())
+            .ok()
+            .and_then(|p| positions.get(p))
+            .map_or(-1, |a| a.load(Ordering::SeqCst));
+        if at >= 0 {
+            tpl.add_partition_offset(e.topic(), e.partition(), Offset::Offset(at))
                 .map_err(kafka("committing offsets"))?;
         }
     }
@@ -688,10 +690,19 @@ fn commit_positions<C: ConsumerContext>(
         .map_err(kafka("committing offsets"))
 }
 
+fn set_position(positions: &[AtomicI64], partition: i32, offset: i64) {
+    if let Some(a) = usize::try_from(partition)
+        .ok()
+        .and_then(|p| positions.get(p))
+    {
+        a.store(offset, Ordering::SeqCst);
+    }
+}
+
 /// Reads a topic of a broker: assigned partitions, or as a member of a group (the
-/// broker splits the partitions among the group's members). Only records that are
-/// returned are taken from librdkafka, so its position of each partition is what was
-/// returned: committing positions commits exactly what was printed.
+/// broker splits the partitions among the group's members). Only records that will be
+/// printed are taken from librdkafka, and the reader notes each one's position
+/// ([`ReaderContext`]), so a commit covers exactly what was printed.
 pub(crate) struct RemoteReader {
     consumer: BaseConsumer<ReaderContext>,
     topic: std::sync::Arc<str>,
@@ -733,7 +744,6 @@ impl RemoteReader {
             .consumer
             .assignment()
             .map_err(kafka("reading the assignment"))?;
-        let mut starts = BTreeMap::new();
         if assigned.count() > 0 {
             let committed = self
                 .consumer
@@ -758,10 +768,9 @@ impl RemoteReader {
                         }
                     }
                 };
-                starts.insert(e.partition(), start);
+                set_position(&ctx.positions, e.partition(), start);
             }
         }
-        *ctx.starts.lock().unwrap_or_else(|p| p.into_inner()) = starts;
         Ok(())
     }
 
@@ -783,6 +792,12 @@ impl RemoteReader {
                     None => break,
                     Some(Ok(m)) => {
                         self.eof.remove(&m.partition());
+                        // Before the next poll, whose rebalance may commit it.
+                        set_position(
+                            &self.consumer.context().positions,
+                            m.partition(),
+                            m.offset() + 1,
+                        );
                         out.push(ConsumerRecord {
                             topic: self.topic.clone(),
                             partition: m.partition() as u32,
@@ -817,7 +832,7 @@ impl RemoteReader {
         if !ctx.commit {
             return Ok(());
         }
-        commit_positions(&self.consumer, &ctx.starts)
+        commit_positions(&self.consumer, &ctx.positions)
     }
 
     /// Leaves the group (librdkafka's close revokes the partitions, which commits).
