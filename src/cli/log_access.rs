@@ -316,22 +316,35 @@ pub(crate) enum RecordWriter {
 }
 
 impl RecordWriter {
-    /// Takes the record of input line `line_no`.
+    /// The topic's maximum record size, if known (through a broker: from
+    /// DescribeConfigs, when served).
+    fn max_record_bytes(&self) -> Option<usize> {
+        match self {
+            RecordWriter::Local { max, .. } => Some(*max),
+            RecordWriter::Remote(w) => w.max_record_bytes(),
+        }
+    }
+
+    /// Takes the record of input line `line_no`. A record over the topic's maximum
+    /// size is refused before anything after it is taken (through a broker that does
+    /// not tell the maximum, the broker refuses it: with the records batched with it).
     pub(crate) fn send(&mut self, line_no: usize, record: ProducerRecord) -> Result<()> {
+        if let Some(max) = self.max_record_bytes() {
+            let size = record_len(&record);
+            if size > max {
+                bail!(
+                    "line {line_no}: record of {size} bytes exceeds the topic's maximum record size of {max} bytes"
+                );
+            }
+        }
         match self {
             RecordWriter::Local {
                 topic,
-                max,
                 batch,
                 batch_size,
                 written,
+                ..
             } => {
-                let size = record_len(&record);
-                if size > *max {
-                    bail!(
-                        "line {line_no}: record of {size} bytes exceeds the topic's maximum record size of {max} bytes"
-                    );
-                }
                 batch.push(record);
                 if batch.len() >= *batch_size {
                     Self::flush(topic, batch, written)?;

@@ -316,6 +316,7 @@ impl RemoteLog {
     /// as [`brook::log::Log::group_lag`], from OffsetFetch, ListOffsets and
     /// DescribeGroups; and the live members.
     pub(crate) fn group_lag(&self, group: &str) -> Result<(Vec<PartitionLag>, Vec<MemberView>)> {
+        brook::core::names::validate_name("group", group).map_err(LogError::from)?;
         let list = self
             .uncommitted
             .fetch_group_list(Some(group), TIMEOUT)
@@ -412,11 +413,17 @@ impl RemoteLog {
         Ok(RemoteWriter {
             producer,
             topic: topic.to_string(),
+            max_record_bytes: self
+                .topic_config(topic)
+                .map(|c| c.max_record_bytes as usize),
         })
     }
 
     /// A reader of `topic` (see [`RemoteReader`]).
     pub(crate) fn reader(&self, topic: &str, spec: &ReadSpec) -> Result<RemoteReader> {
+        if let Some(g) = &spec.group {
+            brook::core::names::validate_name("group", g).map_err(LogError::from)?;
+        }
         let n = self.partition_count(topic)?;
         let mut c = config(self.addr);
         c.set("enable.auto.commit", "false")
@@ -577,9 +584,15 @@ impl ProducerContext for Delivery {
 pub(crate) struct RemoteWriter {
     producer: brook::kafka::rdkafka::producer::BaseProducer<Delivery>,
     topic: String,
+    /// The topic's `max.message.bytes`, when the broker serves DescribeConfigs.
+    max_record_bytes: Option<usize>,
 }
 
 impl RemoteWriter {
+    pub(crate) fn max_record_bytes(&self) -> Option<usize> {
+        self.max_record_bytes
+    }
+
     /// Queues one record (line `line_no` of the input).
     pub(crate) fn send(&self, line_no: usize, key: Option<&[u8]>, value: &[u8]) -> Result<()> {
         let mut rec: BaseRecord<'_, [u8], [u8], Box<usize>> =
