@@ -23,7 +23,9 @@ use brook::log::{
 };
 use std::sync::Arc;
 
-use super::remote_log::{ReadSpec, RemoteLog, RemoteReader, RemoteWriter};
+use super::remote_log::RemoteLog;
+use super::remote_reader::{ReadSpec, RemoteReader};
+use super::remote_writer::RemoteWriter;
 
 /// How long a broker named in `broker.addr` has to answer before the lock error of
 /// an unreachable one is reported instead.

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::log_access::LogAccess;
-use super::remote_log::ReadSpec;
+use super::remote_reader::ReadSpec;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {

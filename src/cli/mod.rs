@@ -10,6 +10,8 @@ pub(crate) mod log_access;
 pub(crate) mod log_cli;
 pub(crate) mod metrics_http;
 pub(crate) mod remote_log;
+pub(crate) mod remote_reader;
+pub(crate) mod remote_writer;
 pub(crate) mod run;
 pub(crate) mod runner_cli;
 pub(crate) mod totals;
