@@ -261,16 +261,37 @@ fn a_non_loopback_address_is_refused_before_the_data_directory_is_touched() {
 #[test]
 fn the_broker_holds_the_data_directory() {
     let broker = Broker::start();
+    let dir = broker._dir.path();
+    // The log commands go through the broker (tests/cli_remote.rs) ...
     let out = Command::new(env!("CARGO_BIN_EXE_brook"))
         .arg("--data-dir")
-        .arg(broker._dir.path())
+        .arg(dir)
         .args(["topic", "list"])
         .output()
         .expect("run brook topic list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ... a job cannot yet: it learns which process holds the directory and where
+    // to reach it.
+    let job = dir.join("job.yaml");
+    std::fs::write(
+        &job,
+        "name: j\nsources:\n  - {name: s, connector: log, topic: s}\nsinks:\n  - {name: o, connector: log, topic: o}\n",
+    )
+    .expect("write the job");
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("run")
+        .arg(&job)
+        .output()
+        .expect("run brook run");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use"), "{stderr}");
-    // The user learns which process and where to reach it.
     assert!(
         stderr.contains(&format!(
             "brook broker serves this data directory on {}",

@@ -1,17 +1,15 @@
 //! `brook topic`, `produce`, `consume` and `group`: the commands on the embedded log.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
-use brook::log::{
-    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, IsolationLevel, Log,
-    OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
-};
+use brook::log::{IsolationLevel, ProducerRecord, Record, TopicConfig};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+
+use super::log_access::LogAccess;
+use super::remote_reader::ReadSpec;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {
@@ -129,7 +127,7 @@ fn optional(text: &str) -> Option<&str> {
     }
 }
 
-pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
+pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
     match cmd {
         TopicCommand::Create {
             name,
@@ -162,23 +160,31 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             outln!("created topic {name} with {partitions} partition(s)");
         }
         TopicCommand::List => {
-            for name in log.topics() {
+            for name in log.topics()? {
                 outln!("{name}");
             }
         }
         TopicCommand::Describe { name } => {
             let info = log.describe_topic(&name)?;
-            let c = &info.config;
+            let dash = || "-".to_string();
             let show_ms = |v: Option<i64>| v.map_or("none".to_string(), |ms| format!("{ms}ms"));
+            // Through a broker that does not serve DescribeConfigs the configs are `-`.
+            let (retention, retention_bytes, segment_bytes, segment_ms, max_record_bytes) =
+                match &info.config {
+                    Some(c) => (
+                        show_ms(c.retention_ms),
+                        c.retention_bytes
+                            .map_or("none".to_string(), |b| b.to_string()),
+                        c.segment_bytes.to_string(),
+                        show_ms(c.segment_ms),
+                        c.max_record_bytes.to_string(),
+                    ),
+                    None => (dash(), dash(), dash(), dash(), dash()),
+                };
             outln!(
-                "topic {}  partitions {}  retention {}  retention-bytes {}  segment-bytes {}  segment-ms {}  max-record-bytes {}",
+                "topic {}  partitions {}  retention {retention}  retention-bytes {retention_bytes}  segment-bytes {segment_bytes}  segment-ms {segment_ms}  max-record-bytes {max_record_bytes}",
                 info.name,
                 info.partitions.len(),
-                show_ms(c.retention_ms),
-                c.retention_bytes.map_or("none".to_string(), |b| b.to_string()),
-                c.segment_bytes,
-                show_ms(c.segment_ms),
-                c.max_record_bytes,
             );
             outln!(
                 "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
@@ -193,11 +199,11 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 outln!(
                     "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
                     p.partition,
-                    p.log_start_offset,
-                    p.log_end_offset,
-                    p.last_stable_offset,
-                    p.size_bytes,
-                    p.segments
+                    p.start,
+                    p.end,
+                    p.stable,
+                    p.size_bytes.map_or_else(dash, |b| b.to_string()),
+                    p.segments.map_or_else(dash, |s| s.to_string())
                 );
             }
         }
@@ -206,8 +212,7 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             outln!("deleted topic {name}");
         }
         TopicCommand::AddPartitions { name, partitions } => {
-            let before = log.topic(&name)?.partition_count();
-            log.add_partitions(&name, partitions)?;
+            let before = log.add_partitions(&name, partitions)?;
             eprintln!(
                 "warning: topic {name} grew from {before} to {partitions} partitions; keys now map to \
                  different partitions, so a key's new records may land on another partition than \
@@ -233,19 +238,8 @@ fn key_of(line_no: usize, line: &str, field: &str) -> Result<Option<Vec<u8>>> {
     })
 }
 
-pub(crate) fn produce(log: &Log, args: ProduceArgs) -> Result<()> {
-    let topic = log.topic(&args.topic)?;
-    let max = topic.config().max_record_bytes as usize;
-    let mut batch = Vec::with_capacity(args.batch as usize);
-    let mut written = 0u64;
-    let flush = |topic: &Topic, batch: &mut Vec<ProducerRecord>, written: &mut u64| -> Result<()> {
-        if !batch.is_empty() {
-            let n = batch.len() as u64;
-            topic.append(std::mem::take(batch)).context("appending")?;
-            *written += n;
-        }
-        Ok(())
-    };
+pub(crate) fn produce(log: &LogAccess, args: ProduceArgs) -> Result<()> {
+    let mut writer = log.writer(&args.topic, args.batch as usize)?;
     let stdin = io::stdin();
     let mut result = Ok(());
     for (i, line) in stdin.lock().lines().enumerate() {
@@ -277,20 +271,13 @@ pub(crate) fn produce(log: &Log, args: ProduceArgs) -> Result<()> {
             value: line.into_bytes().into(),
             ..Default::default()
         };
-        let size = record_len(&record);
-        if size > max {
-            result = Err(anyhow::anyhow!(
-                "line {line_no}: record of {size} bytes exceeds the topic's maximum record size of {max} bytes"
-            ));
+        if let Err(e) = writer.send(line_no, record) {
+            result = Err(e);
             break;
-        }
-        batch.push(record);
-        if batch.len() >= args.batch as usize {
-            flush(&topic, &mut batch, &mut written)?;
         }
     }
     // Lines before a bad one are still written: nothing accepted is dropped.
-    flush(&topic, &mut batch, &mut written)?;
+    let written = writer.finish()?;
     eprintln!("produced {written} record(s) to {}", args.topic);
     result
 }
@@ -325,85 +312,36 @@ fn record_json(partition: u32, r: &Record) -> Value {
     })
 }
 
-pub(crate) async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
-    let topic = log.topic(&args.topic)?;
-    let mut config = ConsumerConfig {
+pub(crate) async fn consume(log: &LogAccess, args: ConsumeArgs) -> Result<()> {
+    let isolation = args.isolation.parse::<IsolationLevel>()?;
+    let spec = ReadSpec {
         group: args.group.clone(),
-        client_id: "brook-cli".into(),
-        auto_offset_reset: if args.from_beginning {
-            OffsetReset::Earliest
-        } else {
-            OffsetReset::Latest
-        },
-        strategy: AssignmentStrategy::Range,
-        isolation: args.isolation.parse::<IsolationLevel>()?,
-        ..ConsumerConfig::default()
+        from_beginning: args.from_beginning,
+        offsets: args
+            .offset
+            .iter()
+            .map(|o| parse_offset_arg(o))
+            .collect::<Result<_>>()?,
+        isolation,
     };
-    let mut consumer = if !args.offset.is_empty() {
-        let mut starts = Vec::new();
-        for o in &args.offset {
-            let (p, off) = parse_offset_arg(o)?;
-            // Past the end is an error, as Kafka's OffsetOutOfRange (kcat reports it);
-            // the end itself is where the next record will be: nothing yet, no error.
-            let end = topic.partition(p)?.log_end_offset();
-            if off > end {
-                bail!(
-                    "--offset {o}: past the end of partition {p} of {}, which ends at offset {end} (the next record's)",
-                    args.topic
-                );
-            }
-            starts.push((TopicPartition::new(args.topic.clone(), p), off));
-        }
-        config.auto_offset_reset = OffsetReset::None;
-        let tps = starts.iter().map(|(tp, _)| tp.clone()).collect();
-        let mut c = Consumer::assign(log.clone(), tps, config)?;
-        for (tp, off) in &starts {
-            c.seek(tp, *off)?;
-        }
-        c
-    } else if args.group.is_some() {
-        Consumer::subscribe(log.clone(), vec![args.topic.clone()], config)?
-    } else {
-        let tps = (0..topic.partition_count())
-            .map(|p| TopicPartition::new(args.topic.clone(), p))
-            .collect();
-        Consumer::assign(log.clone(), tps, config)?
-    };
+    let mut reader = log.reader(&args.topic, &spec)?;
 
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut printed = 0u64;
-    // What the group has consumed so far: every assigned partition starts at its
-    // initial position, so a commit covers partitions nothing was printed from too.
-    let mut done: BTreeMap<TopicPartition, u64> = BTreeMap::new();
-    if args.group.is_some() {
-        for tp in consumer.assignment() {
-            let start = consumer.position(&tp)?;
-            done.insert(tp, start);
-        }
-    }
     let max = args.max.unwrap_or(u64::MAX);
     let mut interrupted = false;
     'outer: while printed < max {
+        // Only what will be printed is taken, so a group commits exactly that.
+        let limit = usize::try_from(max - printed).unwrap_or(usize::MAX);
         let batch = if args.follow {
             tokio::select! {
-                r = consumer.poll(Duration::from_secs(1)) => r?,
+                r = reader.poll(limit, true) => r?,
                 _ = tokio::signal::ctrl_c() => { interrupted = true; break 'outer; }
             }
         } else {
-            consumer.try_poll()?
+            reader.poll(limit, false).await?
         };
-        if args.group.is_some() {
-            // A partition this poll returned nothing from is consumed up to the
-            // consumer's position, which a reset may have moved (when retention deleted
-            // the committed offset), as a Kafka consumer commits its position.
-            let fetched: BTreeSet<u32> = batch.iter().map(|cr| cr.partition).collect();
-            for (tp, o) in done.iter_mut() {
-                if !fetched.contains(&tp.partition) {
-                    *o = consumer.position(tp)?;
-                }
-            }
-        }
         if batch.is_empty() && !args.follow {
             break;
         }
@@ -417,49 +355,36 @@ pub(crate) async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
                 break 'outer;
             }
             printed += 1;
-            done.insert(
-                TopicPartition::new(args.topic.clone(), cr.partition),
-                cr.record.offset + 1,
-            );
+            reader.printed(&args.topic, cr.partition, cr.record.offset);
         }
         if out.flush().is_err() {
             break;
         }
-        if args.group.is_some() {
-            let offsets: Vec<_> = done.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
-            consumer
-                .commit_offsets(&offsets)
-                .context("committing offsets")?;
-        }
+        reader.commit()?;
     }
     let _ = out.flush();
     drop(out);
-    if args.group.is_some() {
-        // Also when nothing was printed: the group then goes on from where this run
-        // started (the end, without --from-beginning), as a Kafka consumer commits its
-        // positions on close. Unchanged offsets are not rewritten.
-        let offsets: Vec<_> = done.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
-        consumer
-            .commit_offsets(&offsets)
-            .context("committing offsets")?;
-    }
+    // Also when nothing was printed: the group then goes on from where this run
+    // started (the end, without --from-beginning), as a Kafka consumer commits its
+    // positions on close. Unchanged offsets are not rewritten.
+    reader.commit()?;
     if printed == 0 && !args.from_beginning && args.offset.is_empty() && !interrupted {
         eprintln!("no new records (use --from-beginning to read from the start)");
     }
-    consumer.close().context("leaving the group")?;
+    reader.close()?;
     Ok(())
 }
 
-pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
+pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
     match cmd {
         GroupCommand::List => {
-            for g in log.groups() {
+            for g in log.groups()? {
                 outln!("{g}");
             }
         }
         GroupCommand::Describe { group } => {
-            let rows = log.group_lag(&group)?;
-            if rows.is_empty() {
+            let (rows, members) = log.group_lag(&group)?;
+            if rows.is_empty() && members.is_empty() {
                 bail!("group {group:?} has no committed offsets and no members");
             }
             outln!(
@@ -483,6 +408,35 @@ pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
                     r.lag.map_or_else(dash, |l| l.to_string()),
                     r.member.unwrap_or_else(dash),
                 );
+            }
+            // Live members, as kafka-consumer-groups --describe --members: after a
+            // blank line, so the partition table stays one block.
+            if !members.is_empty() {
+                outln!();
+                outln!(
+                    "{:<48} {:<24} {:<24}  PARTITIONS",
+                    "MEMBER",
+                    "CLIENT-ID",
+                    "HOST"
+                );
+                for m in members {
+                    let parts: Vec<String> = m
+                        .partitions
+                        .iter()
+                        .map(|(t, p)| format!("{t}/{p}"))
+                        .collect();
+                    outln!(
+                        "{:<48} {:<24} {:<24}  {}",
+                        m.member_id,
+                        m.client_id,
+                        m.host,
+                        if parts.is_empty() {
+                            dash()
+                        } else {
+                            parts.join(",")
+                        }
+                    );
+                }
             }
         }
     }
