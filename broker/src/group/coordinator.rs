@@ -202,4 +202,12 @@ impl Coordinator {
     pub fn describe(&self, group: &str) -> Option<GroupSummary> {
         self.lock().groups.describe(group)
     }
+
+    /// Runs `f` on the group's state and members (`None`: no member ever joined)
+    /// under the lock, so no member joins between `f`'s check and its write
+    /// (OffsetDelete).
+    pub fn with_group<T>(&self, group: &str, f: impl FnOnce(Option<&GroupSummary>) -> T) -> T {
+        let inner = self.lock();
+        f(inner.groups.describe(group).as_ref())
+    }
 }
