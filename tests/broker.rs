@@ -370,12 +370,12 @@ fn bad_frames_close_their_connection_and_the_broker_keeps_serving() {
     let addr = broker.addr;
     assert_eq!(api_versions(addr), (7, 0));
     // Oversized (1 GiB announced), negative size, unknown API key 999, an API not
-    // served (DeleteTopics), a body that does not decode, a truncated frame.
+    // served (DescribeAcls), a body that does not decode, a truncated frame.
     let mut unknown_key = vec![0, 0, 0, 10];
     unknown_key.extend_from_slice(&999i16.to_be_bytes());
     unknown_key.extend_from_slice(&[0; 8]);
     let mut not_served = vec![0, 0, 0, 10];
-    not_served.extend_from_slice(&20i16.to_be_bytes());
+    not_served.extend_from_slice(&29i16.to_be_bytes());
     not_served.extend_from_slice(&[0; 8]);
     // Metadata v9 (flexible): header, then a topics array claiming 2^31 entries.
     let mut garbage = vec![0, 0, 0, 16];

@@ -32,6 +32,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    // Admin: librdkafka 2.x asks for DeleteTopics v0-1, CreatePartitions v0,
+    // DescribeConfigs v0-1, OffsetDelete v0; kafka-python up to DeleteTopics v3,
+    // DescribeConfigs v2, CreatePartitions v1. The codec starts DeleteTopics and
+    // DescribeConfigs at v1. DeleteTopics v6 may name topics by id (answered
+    // UNKNOWN_TOPIC_ID: the log has none).
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The version range served for `key`, or `None` if the API is not served.
@@ -81,7 +90,7 @@ mod tests {
         let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
         assert_eq!(
             keys,
-            vec![0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            vec![0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 37, 32, 47]
         );
         // Not served yet: transactions, SASL.
         assert!(supported(ApiKey::InitProducerId).is_none());

@@ -11,10 +11,11 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -94,6 +95,14 @@ pub enum Request {
     ListGroups(ListGroupsRequest),
     /// DescribeGroups.
     DescribeGroups(DescribeGroupsRequest),
+    /// DeleteTopics.
+    DeleteTopics(DeleteTopicsRequest),
+    /// CreatePartitions.
+    CreatePartitions(CreatePartitionsRequest),
+    /// DescribeConfigs.
+    DescribeConfigs(DescribeConfigsRequest),
+    /// OffsetDelete.
+    OffsetDelete(OffsetDeleteRequest),
 }
 
 /// A request frame as decoded.
@@ -193,6 +202,18 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         ApiKey::ListGroups => Request::ListGroups(decode(&mut frame, version).map_err(malformed)?),
         ApiKey::DescribeGroups => {
             Request::DescribeGroups(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::DeleteTopics => {
+            Request::DeleteTopics(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::CreatePartitions => {
+            Request::CreatePartitions(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::DescribeConfigs => {
+            Request::DescribeConfigs(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::OffsetDelete => {
+            Request::OffsetDelete(decode(&mut frame, version).map_err(malformed)?)
         }
         // is_supported admitted only the APIs above.
         _ => return Err(FrameError::Unsupported { api, version }),

@@ -6,7 +6,8 @@
 //! log ([`brook_log`]):
 //!
 //! - one module per API ([`api_versions`], [`metadata`], [`create_topics`],
-//!   [`produce`], [`fetch`], [`list_offsets`]), each a function from a decoded request
+//!   [`delete_topics`], [`create_partitions`], [`describe_configs`], [`produce`],
+//!   [`fetch`], [`list_offsets`]), each a function from a decoded request
 //!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
 //! - [`frame`] checks a request frame and decides what to do with it (answer, or
 //!   close the connection) as a pure function;
@@ -24,7 +25,10 @@
 
 pub mod address;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
 mod error_code;
 pub mod fetch;
 pub mod frame;

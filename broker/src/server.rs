@@ -22,10 +22,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::describe_configs::ConfigEntry;
 use crate::frame::{self, Decoded, Request};
-use crate::group::{coordinator, membership, offsets, Coordinator, Limits};
+use crate::group::{coordinator, membership, offset_delete, offsets, Coordinator, Limits};
 use crate::metadata::Advertised;
-use crate::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
+use crate::{
+    api_versions, create_partitions, create_topics, delete_topics, describe_configs, fetch,
+    list_offsets, metadata, produce,
+};
 
 /// How `brook broker` serves.
 #[derive(Debug, Clone)]
@@ -99,6 +103,8 @@ pub struct Server {
     advertised: Advertised,
     addr: SocketAddr,
     groups: Arc<Coordinator>,
+    /// The settings DescribeConfigs reports for this broker.
+    settings: Arc<Vec<ConfigEntry>>,
 }
 
 impl Server {
@@ -138,6 +144,7 @@ impl Server {
             advertised,
             addr,
             groups,
+            settings: Arc::new(describe_configs::broker_entries(config)),
         })
     }
 
@@ -167,8 +174,14 @@ impl Server {
                     let log = self.log.clone();
                     let advertised = self.advertised.clone();
                     let groups = Arc::clone(&self.groups);
+                    let settings = Arc::clone(&self.settings);
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, log, advertised, groups).await {
+                        let shared = Shared {
+                            advertised,
+                            groups,
+                            settings,
+                        };
+                        if let Err(e) = connection(stream, peer, log, shared).await {
                             debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -182,13 +195,24 @@ impl Server {
     }
 }
 
+/// What every connection shares besides the log.
+struct Shared {
+    advertised: Advertised,
+    groups: Arc<Coordinator>,
+    settings: Arc<Vec<ConfigEntry>>,
+}
+
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     log: Log,
-    advertised: Advertised,
-    groups: Arc<Coordinator>,
+    shared: Shared,
 ) -> std::io::Result<()> {
+    let Shared {
+        advertised,
+        groups,
+        settings,
+    } = shared;
     stream.set_nodelay(true)?;
     loop {
         let mut prefix = [0u8; 4];
@@ -295,6 +319,28 @@ async fn connection(
                         let (log, groups) = (log.clone(), Arc::clone(&groups));
                         let resp =
                             blocking(move || offsets::offset_commit(&groups, &r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::DeleteTopics(r) => {
+                        let log = log.clone();
+                        let resp = blocking(move || delete_topics::handle(&r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::CreatePartitions(r) => {
+                        let log = log.clone();
+                        let resp = blocking(move || create_partitions::handle(&r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::DescribeConfigs(r) => {
+                        let resp = describe_configs::handle(&r, &log, &settings);
+                        encode(id, api, version, &resp)
+                    }
+                    Request::OffsetDelete(r) => {
+                        // The write may fsync.
+                        let (log, groups) = (log.clone(), Arc::clone(&groups));
+                        let resp =
+                            blocking(move || offset_delete::offset_delete(&groups, &r, &log))
+                                .await?;
                         encode(id, api, version, &resp)
                     }
                     Request::OffsetFetch(r) => {

@@ -5,15 +5,21 @@
 
 use brook_broker::api_versions::SUPPORTED;
 use brook_broker::frame::{self, Decoded, Request};
-use brook_broker::group::{membership, offsets, Coordinator, Limits};
+use brook_broker::group::{membership, offset_delete, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
-use brook_broker::{create_topics, fetch, list_offsets, metadata, produce};
+use brook_broker::{
+    create_partitions, create_topics, delete_topics, describe_configs, fetch, list_offsets,
+    metadata, produce,
+};
 use brook_core::time::ManualClock;
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -22,13 +28,17 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest, TopicName,
+    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -168,6 +178,37 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
         ApiKey::ListGroups => ListGroupsRequest::default().encode(&mut buf, version),
         ApiKey::DescribeGroups => DescribeGroupsRequest::default()
             .with_groups(vec![group("g")])
+            .encode(&mut buf, version),
+        // The topic t{n} is created before the request is handled.
+        ApiKey::DeleteTopics if version >= 6 => DeleteTopicsRequest::default()
+            .with_topics(vec![
+                DeleteTopicState::default().with_name(Some(name(&topic)))
+            ])
+            .encode(&mut buf, version),
+        ApiKey::DeleteTopics => DeleteTopicsRequest::default()
+            .with_topic_names(vec![name(&topic)])
+            .encode(&mut buf, version),
+        // One partition more each time (snacks has 1 to start with).
+        ApiKey::CreatePartitions => CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(name("snacks"))
+                .with_count(i32::from(version) + 2)
+                .with_assignments(None)])
+            .encode(&mut buf, version),
+        ApiKey::DescribeConfigs => DescribeConfigsRequest::default()
+            .with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(describe_configs::RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_static_str("snacks"))
+                .with_configuration_keys(None)])
+            .with_include_documentation(version >= 3)
+            .encode(&mut buf, version),
+        ApiKey::OffsetDelete => OffsetDeleteRequest::default()
+            .with_group_id(group("solo"))
+            .with_topics(vec![OffsetDeleteRequestTopic::default()
+                .with_name(name("snacks"))
+                .with_partitions(vec![
+                    OffsetDeleteRequestPartition::default().with_partition_index(0)
+                ])])
             .encode(&mut buf, version),
         other => panic!("{other:?} is advertised but this test does not know it"),
     }
@@ -309,6 +350,31 @@ fn every_advertised_version_parses_handles_and_encodes() {
                 Request::DescribeGroups(r) => {
                     let resp = membership::describe_groups(&groups, &r, &log);
                     assert_eq!(resp.groups[0].group_state.as_str(), "Dead");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DeleteTopics(r) => {
+                    log.create_topic(&format!("t{n}"), 1, TopicConfig::default())
+                        .expect("a topic to delete");
+                    let resp = delete_topics::handle(&r, &log);
+                    assert_eq!(resp.responses[0].error_code, 0, "DeleteTopics v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::CreatePartitions(r) => {
+                    let resp = create_partitions::handle(&r, &log);
+                    assert_eq!(resp.results[0].error_code, 0, "CreatePartitions v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DescribeConfigs(r) => {
+                    let resp = describe_configs::handle(&r, &log, &[]);
+                    let result = &resp.results[0];
+                    assert_eq!(result.error_code, 0, "DescribeConfigs v{version}");
+                    assert!(!result.configs.is_empty(), "DescribeConfigs v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::OffsetDelete(r) => {
+                    let resp = offset_delete::offset_delete(&groups, &r, &log);
+                    assert_eq!(resp.error_code, 0, "OffsetDelete v{version}");
+                    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
                     frame::encode_response(5, api, version, &resp)
                 }
             };

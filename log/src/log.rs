@@ -483,6 +483,22 @@ impl Log {
         Ok(())
     }
 
+    /// Durably removes a group's committed offsets of `partitions` (Kafka's
+    /// OffsetDelete; whether the group may lose them is the caller's rule).
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`], I/O errors.
+    pub fn delete_committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<()> {
+        self.check_open()?;
+        validate_name("group", group)?;
+        lock_or_recover(&self.inner.offsets).delete_offsets(group, partitions)?;
+        Ok(())
+    }
+
     /// A group's committed offset for one partition.
     pub fn committed_offset(&self, group: &str, tp: &TopicPartition) -> Option<u64> {
         lock_or_recover(&self.inner.offsets).committed(group, tp)

@@ -71,3 +71,22 @@ pub fn kafka_python(target_tmpdir: &Path, manifest_dir: &Path) -> PathBuf {
     );
     dir
 }
+
+/// kcat's path, installed from Debian's packages by `scripts/kcat.sh` of the
+/// workspace at `manifest_dir` if it is missing.
+///
+/// # Panics
+/// If the install fails.
+pub fn kcat(manifest_dir: &Path) -> PathBuf {
+    let output = Command::new("bash")
+        .arg(manifest_dir.join("scripts/kcat.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/kcat.sh");
+    assert!(
+        output.status.success(),
+        "installing kcat failed: {}",
+        output.status
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
