@@ -721,3 +721,33 @@ fn a_read_command_on_a_missing_data_directory_fails_and_creates_nothing() {
     assert!(err.contains("no data directory at"), "{err}");
     assert!(!missing.exists(), "nothing was created");
 }
+
+/// Keyless records use the sticky partitioner with a random start per producer
+/// (Kafka's default since 2.4, KIP-480): 20 one-line `brook produce` processes into 4
+/// partitions do not all land on one partition, as they all did on partition 0 before.
+/// Each process starts at a uniformly random partition, so all 20 agree by chance
+/// with probability 4 · (1/4)^20 = 4^-19 ≈ 3.6e-12.
+#[test]
+fn keyless_records_of_separate_producers_use_more_than_one_partition() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "4"], "");
+    for i in 0..20 {
+        b.ok(&["produce", "t"], &format!("line-{i}\n"));
+    }
+    let recs = b.consume_all("t");
+    assert_eq!(recs.len(), 20);
+    let used: std::collections::BTreeSet<u64> =
+        positions(&recs).into_iter().map(|(p, _)| p).collect();
+    assert!(used.len() > 1, "all 20 producers used partitions {used:?}");
+    // One `brook produce` of many lines is one producer: its batches move on from
+    // partition to partition, so 4 batches of keyless lines fill all four.
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "4"], "");
+    let input: String = (0..8).map(|i| format!("v{i}\n")).collect();
+    b.ok(&["produce", "t", "--batch", "2"], &input);
+    let mut per_partition = [0u32; 4];
+    for (p, _) in positions(&b.consume_all("t")) {
+        per_partition[p as usize] += 1;
+    }
+    assert_eq!(per_partition, [2, 2, 2, 2]);
+}

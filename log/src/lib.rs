@@ -7,7 +7,7 @@
 //! `docs/semantics.md` §1, after Apache Kafka:
 //!
 //! - keyed records go to `toPositive(murmur2(key)) % N` ([`partitioner`]), keyless
-//!   ones round-robin;
+//!   ones by Kafka's sticky partitioner (one partition per batch, a random start);
 //! - appends are batched (one append = one batch with a CRC32C) and durable according
 //!   to the [`FsyncPolicy`]; after a crash a torn tail is truncated on open and
 //!   corruption elsewhere is reported, never skipped;

@@ -638,3 +638,42 @@ async fn committed_offset_below_the_log_start_follows_the_reset_policy() {
     }
     assert_eq!(log.committed_offset("strict", &tp(0)), Some(5));
 }
+
+/// Kafka's sticky partitioner (KIP-480): the keyless records of one append (a batch)
+/// all go to one partition, and the next batch to the next partition, in plain and
+/// transactional appends alike.
+#[test]
+fn a_batch_of_keyless_records_goes_to_one_partition_and_the_next_batch_to_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 3, TopicConfig::default()).unwrap();
+    let batch = |tag: &str| {
+        (0..5)
+            .map(|i| ProducerRecord::new(format!("{tag}{i}")))
+            .collect()
+    };
+    let first = topic.append(batch("a")).unwrap();
+    assert_eq!(first.len(), 1, "one batch, one partition: {first:?}");
+    assert_eq!(first[0].last_offset - first[0].base_offset, 4);
+    let p0 = first[0].partition;
+    let second = topic.append(batch("b")).unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].partition, (p0 + 1) % 3);
+    // A keyed record does not move the keyless batch's partition.
+    let mut mixed: Vec<ProducerRecord> = batch("c");
+    mixed.push(ProducerRecord::keyed("k", "v"));
+    let third = topic.append(mixed).unwrap();
+    let keyed_p = brook_log::partitioner::partition_for_key(b"k", 3);
+    let keyless: Vec<_> = third
+        .iter()
+        .filter(|i| i.partition == (p0 + 2) % 3)
+        .collect();
+    assert_eq!(keyless.len(), 1, "{third:?} (keyed to {keyed_p})");
+    let mut txp = log.init_transactions("tx").unwrap();
+    txp.begin().unwrap();
+    let fourth = txp.send("t", batch("d")).unwrap();
+    assert_eq!(fourth.len(), 1);
+    assert_eq!(fourth[0].partition, p0);
+    txp.commit_transaction().unwrap();
+}
