@@ -93,8 +93,9 @@ pub struct TopicConfig {
     pub retention_bytes: Option<u64>,
     /// Roll to a new segment before one grows past this (bytes). Default 1 GiB.
     pub segment_bytes: u64,
-    /// Roll to a new segment when the active one is older than this (ms of wall-clock
-    /// time since it was created or reopened). Default 7 days (Kafka's `segment.ms`).
+    /// Roll to a new segment before a batch whose largest timestamp is more than this
+    /// (ms) after the largest timestamp of the active segment's first batch, as Kafka's
+    /// `segment.ms` (`LogSegment.shouldRoll`). Default 7 days.
     pub segment_ms: Option<i64>,
     /// Largest encoded record accepted (bytes). Default 1 MiB.
     pub max_record_bytes: u64,

@@ -453,7 +453,17 @@ impl Partition {
         now: i64,
         kind: Batch,
     ) -> Result<AppendInfo> {
-        self.maybe_roll(st, total as u64, records.len() as u64, now)?;
+        // The batch's largest timestamp, as the encoder will write it (a marker carries
+        // the time it is written).
+        let batch_max_ts = match kind {
+            Batch::Control(..) => now,
+            _ => records
+                .iter()
+                .map(|r| r.timestamp.unwrap_or(now))
+                .max()
+                .unwrap_or(now),
+        };
+        self.maybe_roll(st, total as u64, records.len() as u64, now, batch_max_ts)?;
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
@@ -668,6 +678,7 @@ impl Partition {
         batch_bytes: u64,
         batch_records: u64,
         now: i64,
+        batch_max_ts: i64,
     ) -> Result<()> {
         let Some(active) = st.segments.last() else {
             return Ok(());
@@ -676,10 +687,13 @@ impl Partition {
             return Ok(());
         }
         let too_big = active.size + batch_bytes > self.config.segment_bytes;
+        // Kafka's `segment.ms` rule (`LogSegment.shouldRoll`): the new batch's time is
+        // more than `segment.ms` after the segment's first batch. Record time, not the
+        // life of this process, so appends by short-lived processes roll too.
         let too_old = self
             .config
             .segment_ms
-            .is_some_and(|ms| now - active.created_ms >= ms);
+            .is_some_and(|ms| active.time_waited_for_roll(now, batch_max_ts) > ms);
         let too_many =
             active.next_offset - active.base_offset + batch_records > u64::from(u32::MAX);
         if too_big || too_old || too_many {

@@ -127,8 +127,13 @@ pub(crate) struct Segment {
     pub(crate) size: u64,
     /// Largest timestamp in the segment, `i64::MIN` when empty.
     pub(crate) max_timestamp: i64,
-    /// Wall-clock time (ms) the segment was created or opened; for rolling by age.
+    /// Wall-clock time (ms) the segment was created or opened; for rolling by age
+    /// when the first batch's timestamp is not known.
     pub(crate) created_ms: i64,
+    /// The largest timestamp of the segment's first batch (Kafka's
+    /// `rollingBasedTimestamp`): segments roll by age measured from it, so the age
+    /// survives a reopen by another process. `None` while empty or unread.
+    pub(crate) first_batch_timestamp: Option<i64>,
     file: Arc<File>,
     path: PathBuf,
     index_path: PathBuf,
@@ -184,6 +189,7 @@ impl Segment {
             size: 0,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
+            first_batch_timestamp: None,
             file: Arc::new(file),
             path,
             index_path,
@@ -222,6 +228,7 @@ impl Segment {
             size,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
+            first_batch_timestamp: None,
             file: Arc::new(file),
             path,
             index_path,
@@ -233,6 +240,9 @@ impl Segment {
         };
         if recover || size == 0 || !seg.load_indexes()? {
             seg.scan(is_last)?;
+        } else if is_last {
+            // The index files do not hold it; only the active segment needs it.
+            seg.first_batch_timestamp = seg.read_first_batch_timestamp();
         }
         Ok(seg)
     }
@@ -309,6 +319,7 @@ impl Segment {
         self.time_index.clear();
         self.next_offset = self.base_offset;
         self.max_timestamp = i64::MIN;
+        self.first_batch_timestamp = None;
         self.bytes_since_index = 0;
         let file_len = self.size;
         let mut pos = 0u64;
@@ -416,8 +427,31 @@ impl Segment {
         Ok(h)
     }
 
+    /// The largest timestamp of the first batch, read from its header; `None` if it
+    /// cannot be read (rolling by age then falls back to the time of opening).
+    fn read_first_batch_timestamp(&self) -> Option<i64> {
+        let mut buf = vec![0u8; self.size.min(MIN_BATCH_LEN as u64) as usize];
+        self.file.read_exact_at(&mut buf, 0).ok()?;
+        format::parse_header(&buf).ok().map(|h| h.max_timestamp)
+    }
+
+    /// How long the segment has waited for a roll when a batch whose largest timestamp
+    /// is `batch_max_ts` comes at `now` (both ms), as Kafka's
+    /// `LogSegment.timeWaitedForRoll`: by record time since the first batch when its
+    /// timestamp is known and not negative, else by wall-clock time since the segment
+    /// was created or opened.
+    pub(crate) fn time_waited_for_roll(&self, now: i64, batch_max_ts: i64) -> i64 {
+        match self.first_batch_timestamp {
+            Some(first) if first >= 0 => batch_max_ts.saturating_sub(first),
+            _ => now.saturating_sub(self.created_ms),
+        }
+    }
+
     /// Records a batch written (or found) at `pos` in the in-memory indexes.
     fn note_batch(&mut self, pos: u64, h: &BatchHeader) {
+        if pos == 0 {
+            self.first_batch_timestamp = Some(h.max_timestamp);
+        }
         if pos > 0 && self.bytes_since_index >= self.index_interval {
             let rel = (h.base_offset - self.base_offset) as u32;
             self.index.push(IndexEntry {

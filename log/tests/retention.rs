@@ -1,0 +1,94 @@
+//! Segment age and time retention as Kafka's (`docs/semantics.md` §1): segments roll by
+//! `segment.ms` measured on record timestamps, so appends by short-lived processes
+//! (each opening the log anew) roll and retention deletes their old data.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use brook_core::time::ManualClock;
+use brook_log::{FsyncPolicy, Log, LogOptions, ProducerRecord, TopicConfig};
+
+const T0: i64 = 1_700_000_000_000;
+const HOUR: i64 = 3_600_000;
+
+fn open(dir: &Path, clock: &ManualClock) -> Log {
+    Log::open(
+        dir,
+        LogOptions {
+            fsync: FsyncPolicy::Never,
+            clock: clock.shared(),
+            maintenance_interval_ms: None,
+        },
+    )
+    .unwrap()
+}
+
+fn config() -> TopicConfig {
+    TopicConfig {
+        segment_ms: Some(HOUR),
+        retention_ms: Some(2 * HOUR),
+        ..TopicConfig::default()
+    }
+}
+
+/// Each append comes from a new "process" (the log is closed and opened again, or
+/// dropped without a clean close), an hour and a bit after the last: every append
+/// after the first rolls, and time retention deletes the old segments.
+#[test]
+fn segments_roll_by_record_time_across_reopens_and_retention_follows() {
+    for clean in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        open(dir.path(), &clock)
+            .create_topic("t", 1, config())
+            .unwrap();
+        for i in 0..4 {
+            let log = open(dir.path(), &clock);
+            let p = log.topic("t").unwrap().partition(0).unwrap();
+            p.append(&[ProducerRecord::new(format!("r{i}"))]).unwrap();
+            assert_eq!(
+                p.info().segments,
+                i + 1,
+                "append {i} (clean close: {clean})"
+            );
+            if clean {
+                log.close().unwrap();
+            } else {
+                // As a SIGKILLed process: no clean-shutdown marker, the next open scans.
+                drop(log);
+                std::fs::remove_file(dir.path().join(".clean-shutdown")).unwrap();
+            }
+            clock.advance(HOUR + 1);
+        }
+        // Now T0 + 4h: the three closed segments' records are more than 2h old.
+        let log = open(dir.path(), &clock);
+        assert_eq!(log.run_maintenance().unwrap(), 3);
+        let p = log.topic("t").unwrap().partition(0).unwrap();
+        assert_eq!((p.log_start_offset(), p.log_end_offset()), (3, 4));
+    }
+}
+
+/// The age is measured on the records' timestamps (the first batch's against the new
+/// batch's), exactly as Kafka: not more than `segment.ms` apart stays, more rolls.
+#[test]
+fn segment_age_is_measured_on_record_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(dir.path(), &clock);
+    let p = log
+        .create_topic("t", 1, config())
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    let at = |ts: i64| ProducerRecord::new("v").with_timestamp(ts);
+    p.append(&[at(T0 - 5 * HOUR)]).unwrap();
+    p.append(&[at(T0 - 4 * HOUR)]).unwrap();
+    assert_eq!(p.info().segments, 1, "exactly segment.ms apart: no roll");
+    p.append(&[at(T0 - 4 * HOUR + 1)]).unwrap();
+    assert_eq!(p.info().segments, 2, "more than segment.ms apart: roll");
+    // The wall clock alone does not roll a segment whose records are recent.
+    clock.advance(10 * HOUR);
+    p.append(&[at(T0 - 4 * HOUR + 2)]).unwrap();
+    assert_eq!(p.info().segments, 2);
+}
