@@ -139,7 +139,15 @@ fn topic_create_list_describe_add_partitions_delete() {
     assert!(lines[0].contains("retention 604800000ms"), "{desc}");
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["PARTITION", "START", "END", "STABLE", "BYTES", "SEGMENTS"]
+        [
+            "PARTITION",
+            "START",
+            "END",
+            "STABLE",
+            "BYTES",
+            "SEGMENTS",
+            "FUTURE-HELD"
+        ]
     );
     let rows: Vec<Vec<u64>> = lines[2..]
         .iter()
@@ -155,6 +163,7 @@ fn topic_create_list_describe_add_partitions_delete() {
         assert_eq!(row[3], row[2], "stable = end without transactions: {desc}");
         assert_eq!(row[4] > 0, p == kp, "bytes of {p}: {desc}");
         assert_eq!(row[5], 1, "segments");
+        assert_eq!(row[6], 0, "segments held by future timestamps");
     }
     assert!(b
         .ok(&["topic", "describe", "audit.log-2"], "")
@@ -750,4 +759,61 @@ fn keyless_records_of_separate_producers_use_more_than_one_partition() {
         per_partition[p as usize] += 1;
     }
     assert_eq!(per_partition, [2, 2, 2, 2]);
+}
+
+/// A closed segment written more than `retention.ms` ago but holding a record stamped in
+/// the future is kept (as Kafka) and reported: `topic describe` counts it in
+/// FUTURE-HELD and the command warns, naming topic, partition and segment.
+#[test]
+fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
+    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let b = Brook::new();
+    let now = std::time::SystemTime::now();
+    let now_ms = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    {
+        let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+        let config = TopicConfig {
+            retention_ms: Some(3_600_000),
+            ..TopicConfig::default()
+        };
+        let p = log
+            .create_topic("t", 1, config)
+            .unwrap()
+            .partition(0)
+            .unwrap();
+        let future = now_ms + 10 * 3_600_000;
+        p.append(&[ProducerRecord::new("ahead").with_timestamp(future)])
+            .unwrap();
+        p.roll().unwrap();
+        p.append(&[ProducerRecord::new("now")]).unwrap();
+        log.close().unwrap();
+    }
+    // Written two hours ago, as far as the file system can tell.
+    let seg = b.data_dir().join("topics/t/0/00000000000000000000.log");
+    std::fs::File::options()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_modified(now - std::time::Duration::from_secs(2 * 3600))
+        .unwrap();
+    let (out, err) = b.ok_with_stderr(&["topic", "describe", "t"], "");
+    let row: Vec<u64> = out
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    assert_eq!(
+        (row[1], row[5], row[6]),
+        (0, 2, 1),
+        "start, segments, held: {out}"
+    );
+    assert!(err.contains("stamped in the future"), "{err}");
+    for part in ["topic=t", "partition=0", "segment=0"] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
 }

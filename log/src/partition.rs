@@ -127,6 +127,10 @@ pub struct PartitionInfo {
     /// The last stable offset: the first offset of the earliest open transaction, or
     /// the log end offset when none is open (as Kafka's LSO).
     pub last_stable_offset: u64,
+    /// Closed segments that time retention keeps only because they hold a record
+    /// stamped in the future (as of the last retention pass; see
+    /// [`Partition::apply_retention`]).
+    pub segments_held_by_future_timestamps: usize,
 }
 
 /// A transaction that has written (or may write) to a partition and is not decided.
@@ -193,6 +197,8 @@ struct State {
     buf: Vec<u8>,
     closed: bool,
     txns: Txns,
+    /// See [`PartitionInfo::segments_held_by_future_timestamps`].
+    held_by_future: usize,
 }
 
 impl State {
@@ -360,6 +366,7 @@ impl Partition {
                 unsynced: false,
                 buf: Vec::new(),
                 closed: false,
+                held_by_future: 0,
                 txns: Txns {
                     open: BTreeMap::new(),
                     aborted,
@@ -476,6 +483,7 @@ impl Partition {
             }
         };
         let res = active.append(&buf, &enc);
+        active.last_write_ms = now;
         // Keep the buffer for the next batch unless it grew unusually large.
         if buf.capacity() <= 8 << 20 {
             st.buf = buf;
@@ -781,13 +789,14 @@ impl Partition {
     /// Start and end offsets, size and segment count.
     pub fn info(&self) -> PartitionInfo {
         let st = self.state.lock();
-        let (start, size, segments) = match &st {
+        let (start, size, segments, held) = match &st {
             Ok(st) => (
                 st.segments.first().map_or(0, |s| s.base_offset),
                 st.segments.iter().map(|s| s.size).sum(),
                 st.segments.len(),
+                st.held_by_future,
             ),
-            Err(_) => (0, 0, 0),
+            Err(_) => (0, 0, 0, 0),
         };
         PartitionInfo {
             partition: self.id,
@@ -796,6 +805,7 @@ impl Partition {
             size_bytes: size,
             segments,
             last_stable_offset: self.last_stable_offset(),
+            segments_held_by_future_timestamps: held,
         }
     }
 
@@ -1061,6 +1071,11 @@ impl Partition {
     /// partition is bigger than `retention_bytes` without it. Never deletes the active
     /// segment. Returns how many segments were deleted.
     ///
+    /// A closed segment that stays only because it holds a record stamped in the
+    /// future (its last append is older than `retention_ms`, its newest timestamp is
+    /// not) is counted in [`PartitionInfo::segments_held_by_future_timestamps`] and
+    /// reported with a warning naming topic, partition and segment, once per segment.
+    ///
     /// # Errors
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
@@ -1093,6 +1108,30 @@ impl Partition {
             st.segments.remove(0);
             deleted += 1;
         }
+        let mut held = 0;
+        if let Some(ms) = self.config.retention_ms {
+            let closed = st.segments.len().saturating_sub(1);
+            for seg in &mut st.segments[..closed] {
+                if !seg.held_by_future_timestamp(now, ms) {
+                    continue;
+                }
+                held += 1;
+                if !seg.future_hold_reported {
+                    seg.future_hold_reported = true;
+                    warn!(
+                        topic = %self.topic,
+                        partition = self.id,
+                        segment = seg.base_offset,
+                        max_timestamp = seg.max_timestamp,
+                        last_write_ms = seg.last_write_ms,
+                        retention_ms = ms,
+                        kept_until = seg.max_timestamp.saturating_add(ms),
+                        "segment kept past its time retention: it holds a record stamped in the future"
+                    );
+                }
+            }
+        }
+        st.held_by_future = held;
         Ok(deleted)
     }
 

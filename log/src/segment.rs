@@ -134,6 +134,12 @@ pub(crate) struct Segment {
     /// `rollingBasedTimestamp`): segments roll by age measured from it, so the age
     /// survives a reopen by another process. `None` while empty or unread.
     pub(crate) first_batch_timestamp: Option<i64>,
+    /// Time (ms) of the last append: the clock's when appended by this process, the
+    /// data file's modification time when opened. For telling when a record stamped
+    /// in the future keeps the segment past its time retention.
+    pub(crate) last_write_ms: i64,
+    /// Whether that was already reported (once per segment and process).
+    pub(crate) future_hold_reported: bool,
     file: Arc<File>,
     path: PathBuf,
     index_path: PathBuf,
@@ -190,6 +196,8 @@ impl Segment {
             max_timestamp: i64::MIN,
             created_ms: now_ms,
             first_batch_timestamp: None,
+            last_write_ms: now_ms,
+            future_hold_reported: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -221,7 +229,13 @@ impl Segment {
             .write(true)
             .open(&path)
             .ctx("open", &path)?;
-        let size = file.metadata().ctx("stat", &path)?.len();
+        let meta = file.metadata().ctx("stat", &path)?;
+        let size = meta.len();
+        let modified_ms = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(now_ms, |d| d.as_millis() as i64);
         let mut seg = Segment {
             base_offset,
             next_offset: base_offset,
@@ -229,6 +243,8 @@ impl Segment {
             max_timestamp: i64::MIN,
             created_ms: now_ms,
             first_batch_timestamp: None,
+            last_write_ms: modified_ms,
+            future_hold_reported: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -445,6 +461,16 @@ impl Segment {
             Some(first) if first >= 0 => batch_max_ts.saturating_sub(first),
             _ => now.saturating_sub(self.created_ms),
         }
+    }
+
+    /// Whether time retention (`retention_ms`) keeps this segment at `now` only because
+    /// of a record stamped in the future: by its newest timestamp it is not expired,
+    /// but its last append is older than the retention, so every record in it was
+    /// written more than `retention_ms` ago and a timestamp ahead of its writing keeps
+    /// it (Kafka keeps such segments the same way, by the newest timestamp).
+    pub(crate) fn held_by_future_timestamp(&self, now: i64, retention_ms: i64) -> bool {
+        let limit = now.saturating_sub(retention_ms);
+        self.max_timestamp >= limit && self.last_write_ms < limit
     }
 
     /// Records a batch written (or found) at `pos` in the in-memory indexes.

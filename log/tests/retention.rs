@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use brook_core::time::ManualClock;
 use brook_log::{FsyncPolicy, Log, LogOptions, ProducerRecord, TopicConfig};
@@ -91,4 +92,83 @@ fn segment_age_is_measured_on_record_timestamps() {
     clock.advance(10 * HOUR);
     p.append(&[at(T0 - 4 * HOUR + 2)]).unwrap();
     assert_eq!(p.info().segments, 2);
+}
+
+/// The warnings a closure logs, as text.
+fn warnings_of(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let out = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || out.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let text = buf.0.lock().unwrap().clone();
+    String::from_utf8(text).unwrap()
+}
+
+/// A segment whose records were all written more than `retention.ms` ago but which
+/// holds a record stamped in the future stays (as Kafka: retention goes by the newest
+/// timestamp), and says so: a warning naming topic, partition and segment, once (not
+/// on every maintenance pass), and a count in the partition's info.
+#[test]
+fn a_segment_kept_by_a_future_timestamp_is_reported_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(dir.path(), &clock);
+    let t = log.create_topic("orders", 2, config()).unwrap();
+    let p = t.partition(1).unwrap();
+    // Segment 0: a record of now. Segment 1: a record stamped 10 hours ahead.
+    p.append(&[ProducerRecord::new("now")]).unwrap();
+    p.roll().unwrap();
+    p.append(&[ProducerRecord::new("future").with_timestamp(T0 + 10 * HOUR)])
+        .unwrap();
+    p.roll().unwrap();
+    p.append(&[ProducerRecord::new("active")]).unwrap();
+    let held = |log: &Log| {
+        log.describe_topic("orders").unwrap().partitions[1].segments_held_by_future_timestamps
+    };
+
+    // Within the retention nothing is held.
+    let w = warnings_of(|| assert_eq!(log.run_maintenance().unwrap(), 0));
+    assert_eq!(held(&log), 0);
+    assert!(w.is_empty(), "{w}");
+
+    // 3 hours on (retention 2 hours): segment 0 goes, segment 1 is held.
+    clock.advance(3 * HOUR);
+    let w = warnings_of(|| assert_eq!(log.run_maintenance().unwrap(), 1));
+    assert_eq!(held(&log), 1);
+    let lines: Vec<&str> = w.lines().collect();
+    assert_eq!(lines.len(), 1, "{w}");
+    for part in [
+        "stamped in the future",
+        "topic=orders",
+        "partition=1",
+        "segment=1",
+    ] {
+        assert!(lines[0].contains(part), "{part:?} in {w}");
+    }
+    // Later passes keep counting it but do not warn again.
+    let w = warnings_of(|| assert_eq!(log.run_maintenance().unwrap(), 0));
+    assert!(w.is_empty(), "{w}");
+    assert_eq!(held(&log), 1);
+    assert_eq!(p.log_start_offset(), 1);
+
+    // Once its future record is older than the retention too, it is deleted.
+    clock.advance(10 * HOUR);
+    assert_eq!(log.run_maintenance().unwrap(), 1);
+    assert_eq!(held(&log), 0);
+    assert_eq!(p.log_start_offset(), 2);
 }

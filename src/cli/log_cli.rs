@@ -180,24 +180,28 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 show_ms(c.segment_ms),
                 c.max_record_bytes,
             );
+            // FUTURE-HELD: closed segments time retention keeps only because they
+            // hold a record stamped in the future (a warning names each).
             outln!(
-                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                 "PARTITION",
                 "START",
                 "END",
                 "STABLE",
                 "BYTES",
-                "SEGMENTS"
+                "SEGMENTS",
+                "FUTURE-HELD"
             );
             for p in info.partitions {
                 outln!(
-                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                     p.partition,
                     p.log_start_offset,
                     p.log_end_offset,
                     p.last_stable_offset,
                     p.size_bytes,
-                    p.segments
+                    p.segments,
+                    p.segments_held_by_future_timestamps
                 );
             }
         }
