@@ -817,3 +817,88 @@ fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
         assert!(err.contains(part), "{part:?} in {err}");
     }
 }
+
+/// Commits `offset` for `group` on partition 0 of `topic` through the log's API (as a
+/// tool that sets offsets would), in this process, before any command runs.
+fn commit_offset(b: &Brook, group: &str, topic: &str, offset: u64) {
+    use brook::log::{CommitIdentity, Log, LogOptions, TopicPartition};
+    let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+    log.commit_offsets(
+        group,
+        &CommitIdentity::Standalone,
+        &[(TopicPartition::new(topic, 0), offset)],
+    )
+    .unwrap();
+    log.close().unwrap();
+}
+
+/// A group's committed offset past the log end (as Kafka's `auto.offset.reset`): `group
+/// describe` marks it, `consume --group` resets it (default `latest`: the end, so the
+/// next record is read; `earliest`: the start) instead of waiting there forever, and
+/// `--auto-offset-reset none` fails naming group, topic, partition and offset.
+#[test]
+fn a_committed_offset_past_the_end_is_marked_and_reset() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    b.ok(&["produce", "t"], "a\nb\n");
+    for g in ["late", "early", "strict"] {
+        commit_offset(&b, g, "t", 100);
+    }
+    let (out, err) = b.ok_with_stderr(&["group", "describe", "late"], "");
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..6], ["100", "2", "2", "out-of-range"], "{out}");
+    assert!(err.contains("t-0 (log 0..2)"), "{err}");
+
+    let err = b.fail(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "strict",
+            "--auto-offset-reset",
+            "none",
+        ],
+        "",
+    );
+    for part in [
+        "\"strict\"",
+        "t-0",
+        "offset 100",
+        "auto.offset.reset is none",
+    ] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+    let err = b.fail(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "strict",
+            "--auto-offset-reset",
+            "soon",
+        ],
+        "",
+    );
+    assert!(err.contains("--auto-offset-reset"), "{err}");
+
+    let early = json_lines(&b.ok(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "early",
+            "--auto-offset-reset",
+            "earliest",
+        ],
+        "",
+    ));
+    assert_eq!(positions(&early), [(0, 0), (0, 1)]);
+
+    assert!(b.ok(&["consume", "t", "--group", "late"], "").is_empty());
+    let out = b.ok(&["group", "describe", "late"], "");
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..6], ["2", "2", "2", "0"], "reset to the end: {out}");
+    b.ok(&["produce", "t"], "c\n");
+    let next = json_lines(&b.ok(&["consume", "t", "--group", "late"], ""));
+    assert_eq!(positions(&next), [(0, 2)]);
+}

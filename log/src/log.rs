@@ -34,8 +34,14 @@ pub struct PartitionLag {
     pub partition: u32,
     /// The group's committed offset (the next offset it will read), if any.
     pub committed: Option<u64>,
+    /// The partition's log start offset.
+    pub log_start_offset: u64,
     /// The partition's log end offset.
     pub log_end_offset: u64,
+    /// Whether the committed offset lies outside [log start, log end] (retention
+    /// deleted past it, or it was set beyond the end): a consumer of the group resets
+    /// it by its `auto.offset.reset`, or fails with `none`.
+    pub out_of_range: bool,
     /// The partition's last stable offset: where read-committed consumers stop.
     pub last_stable_offset: u64,
     /// `last_stable_offset - committed` (semantics.md §1): how far the group is from
@@ -545,6 +551,7 @@ impl Log {
             let Ok(p) = topic.partition(tp.partition) else {
                 continue;
             };
+            let start = p.log_start_offset();
             let end = p.log_end_offset();
             let stable = p.last_stable_offset();
             let c = committed.get(&tp).copied();
@@ -552,6 +559,8 @@ impl Log {
                 member: owners.get(&tp).cloned(),
                 lag: c.map(|c| stable.saturating_sub(c)),
                 committed: c,
+                out_of_range: c.is_some_and(|c| !(start..=end).contains(&c)),
+                log_start_offset: start,
                 log_end_offset: end,
                 last_stable_offset: stable,
                 topic: tp.topic,

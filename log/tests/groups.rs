@@ -625,16 +625,19 @@ async fn committed_offset_below_the_log_start_follows_the_reset_policy() {
         },
     )
     .unwrap();
+    // The error of a group's consumer names the group.
     match strict.try_poll() {
-        Err(LogError::OffsetOutOfRange {
-            requested,
+        Err(LogError::GroupOffsetOutOfRange {
+            group,
+            offset,
             log_start,
             ..
         }) => {
-            assert_eq!(requested, 5);
+            assert_eq!(group, "strict");
+            assert_eq!(offset, 5);
             assert_eq!(log_start, start);
         }
-        other => panic!("expected OffsetOutOfRange, got {other:?}"),
+        other => panic!("expected GroupOffsetOutOfRange, got {other:?}"),
     }
     assert_eq!(log.committed_offset("strict", &tp(0)), Some(5));
 }
@@ -676,4 +679,67 @@ fn a_batch_of_keyless_records_goes_to_one_partition_and_the_next_batch_to_anothe
     assert_eq!(fourth.len(), 1);
     assert_eq!(fourth[0].partition, p0);
     txp.commit_transaction().unwrap();
+}
+
+/// A committed offset past the log end (set beyond it) is detected as Kafka's consumer
+/// does on `OFFSET_OUT_OF_RANGE`: `earliest` starts at the log start, `latest` at the
+/// end (and reads what comes next), `none` fails naming group, topic, partition and
+/// offset. Before, the consumer waited at the bad offset forever.
+#[test]
+fn a_committed_offset_past_the_end_is_reset_by_the_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    let p = topic.partition(0).unwrap();
+    p.append(&[ProducerRecord::new("a"), ProducerRecord::new("b")])
+        .unwrap();
+    for g in ["early", "late", "strict"] {
+        log.commit_offsets(g, &brook_log::CommitIdentity::Standalone, &[(tp(0), 100)])
+            .unwrap();
+    }
+    let consumer = |g: &str, reset: OffsetReset| {
+        let config = ConsumerConfig {
+            auto_offset_reset: reset,
+            ..member_config(g, "c", AssignmentStrategy::Range)
+        };
+        Consumer::subscribe(log.clone(), vec!["t".into()], config)
+    };
+
+    let mut early = consumer("early", OffsetReset::Earliest).unwrap();
+    assert_eq!(early.position(&tp(0)).unwrap(), 0);
+    assert_eq!(early.try_poll().unwrap().len(), 2);
+    early.close().unwrap();
+
+    let mut late = consumer("late", OffsetReset::Latest).unwrap();
+    assert_eq!(late.position(&tp(0)).unwrap(), 2);
+    assert!(late.try_poll().unwrap().is_empty());
+    p.append(&[ProducerRecord::new("c")]).unwrap();
+    let got = late.try_poll().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].record.value[..], b"c");
+    late.close().unwrap();
+
+    let mut strict = consumer("strict", OffsetReset::None).unwrap();
+    let err = strict.try_poll().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LogError::GroupOffsetOutOfRange { group, topic, partition: 0, offset: 100, log_start: 0, log_end: 3 }
+                if group == "strict" && topic == "t"
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("\"strict\"") && text.contains("t-0") && text.contains("100"),
+        "{text}"
+    );
+    strict.close().unwrap();
+
+    // A position sought past the end resets too (here: to the end).
+    let mut c = consumer("seeker", OffsetReset::Latest).unwrap();
+    c.seek(&tp(0), 50).unwrap();
+    assert!(c.try_poll().unwrap().is_empty());
+    assert_eq!(c.position(&tp(0)).unwrap(), 3);
 }

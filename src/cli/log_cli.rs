@@ -83,8 +83,15 @@ pub(crate) struct ConsumeArgs {
     #[arg(long)]
     group: Option<String>,
     /// Without a committed offset, start at the oldest record (default: only new ones).
-    #[arg(long)]
+    /// The same as `--auto-offset-reset earliest`.
+    #[arg(long, conflicts_with = "auto_offset_reset")]
     from_beginning: bool,
+    /// Where to start without a committed offset, or when the group's committed offset
+    /// is outside the log (deleted by retention, or beyond the end), as Kafka's
+    /// `auto.offset.reset`: `earliest`, `latest` (the default) or `none` (fail, naming
+    /// the offset).
+    #[arg(long, value_name = "POLICY")]
+    auto_offset_reset: Option<String>,
     /// Read partition P from offset O (repeatable); only these partitions are read.
     /// An offset past the partition's end is an error naming the end.
     #[arg(long, value_name = "P:O", conflicts_with = "from_beginning")]
@@ -107,7 +114,8 @@ pub(crate) enum GroupCommand {
     List,
     /// Show a group's committed offset, end offset, last stable offset and lag per
     /// partition (lag = last stable offset - committed: what a read-committed
-    /// consumer has left to read).
+    /// consumer has left to read). A committed offset outside the log shows
+    /// `out-of-range` as its lag.
     Describe {
         /// Group name.
         group: String,
@@ -334,10 +342,12 @@ pub(crate) async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
     let mut config = ConsumerConfig {
         group: args.group.clone(),
         client_id: "brook-cli".into(),
-        auto_offset_reset: if args.from_beginning {
-            OffsetReset::Earliest
-        } else {
-            OffsetReset::Latest
+        auto_offset_reset: match (&args.auto_offset_reset, args.from_beginning) {
+            (Some(policy), _) => policy
+                .parse::<OffsetReset>()
+                .context("--auto-offset-reset")?,
+            (None, true) => OffsetReset::Earliest,
+            (None, false) => OffsetReset::Latest,
         },
         strategy: AssignmentStrategy::Range,
         isolation: args.isolation.parse::<IsolationLevel>()?,
@@ -467,7 +477,7 @@ pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
                 bail!("group {group:?} has no committed offsets and no members");
             }
             outln!(
-                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  MEMBER",
+                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  MEMBER",
                 "TOPIC",
                 "PARTITION",
                 "COMMITTED",
@@ -476,16 +486,37 @@ pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
                 "LAG"
             );
             let dash = || "-".to_string();
+            let out_of_range: Vec<String> = rows
+                .iter()
+                .filter(|r| r.out_of_range)
+                .map(|r| {
+                    format!(
+                        "{}-{} (log {}..{})",
+                        r.topic, r.partition, r.log_start_offset, r.log_end_offset
+                    )
+                })
+                .collect();
             for r in rows {
+                let lag = if r.out_of_range {
+                    "out-of-range".to_string()
+                } else {
+                    r.lag.map_or_else(dash, |l| l.to_string())
+                };
                 outln!(
-                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  {}",
+                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  {}",
                     r.topic,
                     r.partition,
                     r.committed.map_or_else(dash, |c| c.to_string()),
                     r.log_end_offset,
                     r.last_stable_offset,
-                    r.lag.map_or_else(dash, |l| l.to_string()),
+                    lag,
                     r.member.unwrap_or_else(dash),
+                );
+            }
+            if !out_of_range.is_empty() {
+                eprintln!(
+                    "note: committed offsets outside the log on {}: the group's next consumer resets them by its auto.offset.reset (earliest, latest; none fails), or move them with `brook group reset-offsets`",
+                    out_of_range.join(", ")
                 );
             }
         }
