@@ -902,3 +902,172 @@ fn a_committed_offset_past_the_end_is_marked_and_reset() {
     let next = json_lines(&b.ok(&["consume", "t", "--group", "late"], ""));
     assert_eq!(positions(&next), [(0, 2)]);
 }
+
+/// `group reset-offsets` as kafka-consumer-groups --reset-offsets: each target, the plan
+/// printed, `--dry-run` committing nothing, an offset outside the log moved into it
+/// with a warning; consumers of the group then start at the new offsets.
+#[test]
+fn group_reset_offsets_moves_a_groups_offsets() {
+    use brook::log::{Log, LogOptions, ProducerRecord};
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    // 2024-01-01T00:00:00Z and every hour after it.
+    const JAN1: i64 = 1_704_067_200_000;
+    {
+        let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+        let p = log.topic("t").unwrap().partition(0).unwrap();
+        for i in 0..5 {
+            let r = ProducerRecord::new(format!("v{i}")).with_timestamp(JAN1 + i * 3_600_000);
+            p.append(&[r]).unwrap();
+        }
+        log.close().unwrap();
+    }
+    b.ok(&["consume", "t", "--group", "g", "--from-beginning"], "");
+    let committed = |b: &Brook| -> String {
+        let out = b.ok(&["group", "describe", "g"], "");
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(committed(&b), "5");
+    let reset = |args: &[&str]| {
+        let mut all = vec!["group", "reset-offsets", "g", "--topic", "t"];
+        all.extend_from_slice(args);
+        b.ok_with_stderr(&all, "")
+    };
+    let plan_row = |out: &str| -> Vec<String> {
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW-OFFSET"]
+        );
+        lines[1].split_whitespace().map(str::to_string).collect()
+    };
+
+    let (out, err) = reset(&["--to-earliest", "--dry-run"]);
+    assert_eq!(plan_row(&out), ["g", "t", "0", "5", "0"]);
+    assert!(err.contains("dry run"), "{err}");
+    assert_eq!(committed(&b), "5", "a dry run commits nothing");
+
+    let (out, _) = reset(&["--to-datetime", "2024-01-01T02:00:00"]);
+    assert_eq!(plan_row(&out)[4], "2");
+    assert_eq!(committed(&b), "2");
+    let (out, _) = reset(&["--to-datetime", "2024-01-01T04:30:00+02:00"]);
+    assert_eq!(
+        plan_row(&out)[4],
+        "3",
+        "02:30 UTC: the first record at or after is 03:00"
+    );
+    let next = json_lines(&b.ok(&["consume", "t", "--group", "g"], ""));
+    assert_eq!(positions(&next), [(0, 3), (0, 4)]);
+
+    let (out, err) = reset(&["--to-offset", "99"]);
+    assert_eq!(plan_row(&out)[4], "5");
+    assert!(
+        err.contains("offset 99 is outside t-0; it is set to 5"),
+        "{err}"
+    );
+    let (out, _) = reset(&["--to-offset", "1"]);
+    assert_eq!(plan_row(&out)[3..], ["5", "1"]);
+    let (out, _) = reset(&["--to-latest"]);
+    assert_eq!(plan_row(&out)[3..], ["1", "5"]);
+
+    let err = b.fail(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--to-datetime",
+            "yesterday",
+        ],
+        "",
+    );
+    assert!(err.contains("--to-datetime \"yesterday\""), "{err}");
+    let err = b.fail(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "nope",
+            "--to-latest",
+        ],
+        "",
+    );
+    assert!(err.contains("nope"), "{err}");
+}
+
+/// `topic alter --config NAME=VALUE` (as kafka-configs --alter) changes the stored
+/// configs by Kafka's names; unknown names and bad values are errors naming them, and
+/// nothing changes then.
+#[test]
+fn topic_alter_changes_configs_by_kafkas_names() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    let out = b.ok(
+        &[
+            "topic",
+            "alter",
+            "t",
+            "--config",
+            "retention.ms=3600000",
+            "--config",
+            "segment.bytes=2KiB",
+            "--config",
+            "segment.ms=-1",
+        ],
+        "",
+    );
+    assert!(out.contains("set retention.ms=3600000"), "{out}");
+    let desc = b.ok(&["topic", "describe", "t"], "");
+    let head = desc.lines().next().unwrap();
+    for part in [
+        "retention 3600000ms",
+        "segment-bytes 2048",
+        "segment-ms none",
+    ] {
+        assert!(head.contains(part), "{part:?} in {head}");
+    }
+    let err = b.fail(
+        &["topic", "alter", "t", "--config", "retention.hours=1"],
+        "",
+    );
+    assert!(
+        err.contains("\"retention.hours\"") && err.contains("supported"),
+        "{err}"
+    );
+    let err = b.fail(
+        &[
+            "topic",
+            "alter",
+            "t",
+            "--config",
+            "retention.ms=5",
+            "--config",
+            "segment.bytes=10",
+        ],
+        "",
+    );
+    assert!(
+        err.contains("segment.bytes") && err.contains("between 1024"),
+        "{err}"
+    );
+    let err = b.fail(&["topic", "alter", "t", "--config", "retention.ms"], "");
+    assert!(err.contains("NAME=VALUE"), "{err}");
+    let head = b.ok(&["topic", "describe", "t"], "");
+    assert!(
+        head.contains("retention 3600000ms"),
+        "unchanged after errors: {head}"
+    );
+    let err = b.fail(
+        &["topic", "alter", "nope", "--config", "retention.ms=5"],
+        "",
+    );
+    assert!(err.contains("nope"), "{err}");
+}

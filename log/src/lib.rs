@@ -49,6 +49,7 @@ mod options;
 mod partition;
 pub mod partitioner;
 mod record;
+pub mod reset;
 mod segment;
 mod topic;
 pub mod txn;
@@ -65,5 +66,6 @@ pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
+pub use crate::reset::{OffsetResetRow, ResetTo};
 pub use crate::topic::{Topic, TopicInfo};
 pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};

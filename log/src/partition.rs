@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
-use crate::options::{FsyncPolicy, TopicConfig};
+use crate::options::{ConfigCell, FsyncPolicy};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
 
@@ -282,7 +282,7 @@ pub struct Partition {
     topic: Arc<str>,
     id: u32,
     dir: PathBuf,
-    config: Arc<TopicConfig>,
+    config: Arc<ConfigCell>,
     fsync: FsyncPolicy,
     clock: SharedClock,
     state: Mutex<State>,
@@ -296,11 +296,12 @@ impl Partition {
         topic: Arc<str>,
         id: u32,
         dir: PathBuf,
-        config: Arc<TopicConfig>,
+        config: Arc<ConfigCell>,
         fsync: FsyncPolicy,
         clock: SharedClock,
         recover: bool,
     ) -> Result<Self> {
+        let index_interval_bytes = config.get().index_interval_bytes;
         fs::create_dir_all(&dir).ctx("create directory", &dir)?;
         let now = clock.now_ms();
         let mut bases = Vec::new();
@@ -321,7 +322,7 @@ impl Partition {
             let seg = Segment::open(
                 &dir,
                 base,
-                config.index_interval_bytes,
+                index_interval_bytes,
                 recover && is_last,
                 is_last,
                 now,
@@ -345,7 +346,7 @@ impl Partition {
             // The active segment's index files are rewritten when it is closed again.
             Some(last) => last.remove_index_files(),
             None => {
-                segments.push(Segment::create(&dir, 0, config.index_interval_bytes, now)?);
+                segments.push(Segment::create(&dir, 0, index_interval_bytes, now)?);
                 sync_dir(&dir)?;
             }
         }
@@ -426,7 +427,7 @@ impl Partition {
     /// Checks the sizes of `records` (at least one) in a batch whose header has
     /// `header_len` bytes; returns the batch's encoded size.
     fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
-        let max = self.config.max_record_bytes as usize;
+        let max = self.config.get().max_record_bytes as usize;
         let mut total = header_len;
         for (index, r) in records.iter().enumerate() {
             let size = format::record_len(r);
@@ -694,12 +695,12 @@ impl Partition {
         if active.size == 0 {
             return Ok(());
         }
-        let too_big = active.size + batch_bytes > self.config.segment_bytes;
+        let config = self.config.get();
+        let too_big = active.size + batch_bytes > config.segment_bytes;
         // Kafka's `segment.ms` rule (`LogSegment.shouldRoll`): the new batch's time is
         // more than `segment.ms` after the segment's first batch. Record time, not the
         // life of this process, so appends by short-lived processes roll too.
-        let too_old = self
-            .config
+        let too_old = config
             .segment_ms
             .is_some_and(|ms| active.time_waited_for_roll(now, batch_max_ts) > ms);
         let too_many =
@@ -727,7 +728,7 @@ impl Partition {
         st.segments.push(Segment::create(
             &self.dir,
             next,
-            self.config.index_interval_bytes,
+            self.config.get().index_interval_bytes,
             now,
         )?);
         if durable {
@@ -1079,17 +1080,16 @@ impl Partition {
     /// # Errors
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
+        let config = self.config.get();
         let mut st = self.lock()?;
         let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
         let mut deleted = 0;
         while st.segments.len() > 1 {
             let oldest = &st.segments[0];
-            let expired = self
-                .config
+            let expired = config
                 .retention_ms
                 .is_some_and(|ms| oldest.max_timestamp < now.saturating_sub(ms));
-            let oversized = self
-                .config
+            let oversized = config
                 .retention_bytes
                 .is_some_and(|max| total - oldest.size >= max);
             if !(expired || oversized) {
@@ -1109,7 +1109,7 @@ impl Partition {
             deleted += 1;
         }
         let mut held = 0;
-        if let Some(ms) = self.config.retention_ms {
+        if let Some(ms) = config.retention_ms {
             let closed = st.segments.len().saturating_sub(1);
             for seg in &mut st.segments[..closed] {
                 if !seg.held_by_future_timestamp(now, ms) {

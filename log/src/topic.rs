@@ -9,7 +9,7 @@ use brook_core::time::SharedClock;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{IoContext, LogError, Result};
-use crate::options::{FsyncPolicy, TopicConfig};
+use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::partition::{sync_dir, AppendInfo, Partition, PartitionInfo};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::record::ProducerRecord;
@@ -76,7 +76,7 @@ pub struct TopicInfo {
 pub struct Topic {
     name: Arc<str>,
     dir: PathBuf,
-    config: Arc<TopicConfig>,
+    config: Arc<ConfigCell>,
     fsync: FsyncPolicy,
     clock: SharedClock,
     partitions: RwLock<Vec<Arc<Partition>>>,
@@ -94,7 +94,7 @@ impl Topic {
         recover: bool,
     ) -> Result<Self> {
         let name: Arc<str> = Arc::from(name);
-        let config = Arc::new(meta.config.clone());
+        let config = Arc::new(ConfigCell::new(meta.config.clone()));
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
             partitions.push(Arc::new(Partition::open(
@@ -123,9 +123,25 @@ impl Topic {
         &self.name
     }
 
-    /// The topic's configuration.
-    pub fn config(&self) -> &TopicConfig {
-        &self.config
+    /// The topic's configuration (as of now: [`crate::Log::alter_topic`] replaces it).
+    pub fn config(&self) -> Arc<TopicConfig> {
+        self.config.get()
+    }
+
+    /// Stores `config` (validated) in `topic.json` and makes it the configuration of
+    /// every partition from their next append or retention pass on. Serialised with
+    /// adding partitions by the partitions lock.
+    pub(crate) fn set_config(&self, config: TopicConfig) -> Result<()> {
+        config.validate()?;
+        let parts = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        TopicMeta {
+            version: TOPIC_META_VERSION,
+            partitions: parts.len() as u32,
+            config: config.clone(),
+        }
+        .store(&self.dir)?;
+        self.config.set(config);
+        Ok(())
     }
 
     fn read_partitions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Partition>>> {
@@ -185,7 +201,7 @@ impl Topic {
         records: Vec<ProducerRecord>,
     ) -> Result<BTreeMap<u32, Vec<ProducerRecord>>> {
         let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
-        let max = self.config.max_record_bytes as usize;
+        let max = self.config.get().max_record_bytes as usize;
         let n = self.partition_count();
         let keyless = self.sticky.partition(n);
         let mut any_keyless = false;
@@ -269,7 +285,7 @@ impl Topic {
         TopicMeta {
             version: TOPIC_META_VERSION,
             partitions: total,
-            config: (*self.config).clone(),
+            config: (*self.config.get()).clone(),
         }
         .store(&self.dir)?;
         parts.extend(added);
@@ -280,7 +296,7 @@ impl Topic {
     pub fn info(&self) -> TopicInfo {
         TopicInfo {
             name: self.name.to_string(),
-            config: (*self.config).clone(),
+            config: (*self.config.get()).clone(),
             partitions: self.read_partitions().iter().map(|p| p.info()).collect(),
         }
     }

@@ -743,3 +743,46 @@ fn a_committed_offset_past_the_end_is_reset_by_the_policy() {
     assert!(c.try_poll().unwrap().is_empty());
     assert_eq!(c.position(&tp(0)).unwrap(), 3);
 }
+
+/// Resetting a group's offsets is refused while it has members (as Kafka's
+/// kafka-consumer-groups refuses a group that is not inactive), dry run or not; once
+/// the member left it is done, and a dry run commits nothing.
+#[test]
+fn reset_offsets_is_refused_while_the_group_has_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 2, TopicConfig::default()).unwrap();
+    topic
+        .partition(1)
+        .unwrap()
+        .append(&[ProducerRecord::new("a"), ProducerRecord::new("b")])
+        .unwrap();
+    let c = subscribe(&log, "g", "c");
+    for dry_run in [true, false] {
+        let err = log
+            .reset_offsets("g", "t", brook_log::ResetTo::Latest, dry_run)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LogError::Group(GroupError::GroupHasMembers { members: 1, .. })
+            ),
+            "{err:?}"
+        );
+    }
+    c.close().unwrap();
+    let plan = log
+        .reset_offsets("g", "t", brook_log::ResetTo::Latest, true)
+        .unwrap();
+    assert_eq!(
+        plan.iter()
+            .map(|r| (r.partition, r.new_offset))
+            .collect::<Vec<_>>(),
+        [(0, 0), (1, 2)]
+    );
+    assert_eq!(log.committed_offset("g", &tp(1)), None, "dry run");
+    log.reset_offsets("g", "t", brook_log::ResetTo::Latest, false)
+        .unwrap();
+    assert_eq!(log.committed_offset("g", &tp(1)), Some(2));
+}

@@ -172,3 +172,40 @@ fn a_segment_kept_by_a_future_timestamp_is_reported_once_and_counted() {
     assert_eq!(held(&log), 0);
     assert_eq!(p.log_start_offset(), 2);
 }
+
+/// An altered topic config takes effect on partitions already open (as Kafka's dynamic
+/// topic configs): a smaller segment.ms rolls at the next append, a shorter retention
+/// deletes at the next pass; the change is stored and survives a reopen.
+#[test]
+fn altered_configs_apply_to_open_partitions_and_are_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(dir.path(), &clock);
+    let t = log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    let p = t.partition(0).unwrap();
+    p.append(&[ProducerRecord::new("a")]).unwrap();
+    clock.advance(2 * HOUR);
+    p.append(&[ProducerRecord::new("b")]).unwrap();
+    assert_eq!(p.info().segments, 1, "7 days by default");
+    let mut c = (*t.config()).clone();
+    c.set("segment.ms", "1h").unwrap();
+    c.set("retention.ms", "1h").unwrap();
+    log.alter_topic("t", c.clone()).unwrap();
+    assert_eq!(*t.config(), c);
+    clock.advance(2 * HOUR);
+    p.append(&[ProducerRecord::new("c")]).unwrap();
+    assert_eq!(p.info().segments, 2, "rolled by the new segment.ms");
+    assert_eq!(
+        log.run_maintenance().unwrap(),
+        1,
+        "deleted by the new retention.ms"
+    );
+    let bad = TopicConfig {
+        segment_bytes: 1,
+        ..c.clone()
+    };
+    assert!(log.alter_topic("t", bad).is_err());
+    drop(log);
+    let log = open(dir.path(), &clock);
+    assert_eq!(*log.topic("t").unwrap().config(), c);
+}

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
 use brook::log::{
     format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, IsolationLevel, Log,
-    OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
+    OffsetReset, ProducerRecord, Record, ResetTo, Topic, TopicConfig, TopicPartition,
 };
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -49,6 +49,17 @@ pub(crate) enum TopicCommand {
     Delete {
         /// Topic name.
         name: String,
+    },
+    /// Change a topic's configs (as kafka-configs --alter --add-config), by Kafka's
+    /// names: retention.ms, retention.bytes, segment.bytes, segment.ms,
+    /// max.message.bytes, index.interval.bytes.
+    Alter {
+        /// Topic name.
+        name: String,
+        /// NAME=VALUE (repeatable); durations in ms or with units (7d), sizes in bytes
+        /// or with units (1GiB), -1 or none for no limit.
+        #[arg(long = "config", value_name = "NAME=VALUE", required = true)]
+        configs: Vec<String>,
     },
     /// Grow a topic to N partitions (changes where keys land).
     AddPartitions {
@@ -120,6 +131,63 @@ pub(crate) enum GroupCommand {
         /// Group name.
         group: String,
     },
+    /// Move a group's committed offsets on every partition of a topic (as
+    /// kafka-consumer-groups --reset-offsets); refused while the group has members.
+    /// Prints the plan; commits it unless --dry-run.
+    ResetOffsets {
+        /// Group name.
+        group: String,
+        /// The topic whose partitions are reset.
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        to: ResetTarget,
+        /// Print the plan without committing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Where `group reset-offsets` moves the offsets: exactly one.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ResetTarget {
+    /// To the log start offset.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To the log end offset.
+    #[arg(long)]
+    to_latest: bool,
+    /// To the first offset at or after this time: RFC 3339
+    /// (2024-05-01T12:00:00+02:00), or without a zone as UTC (2024-05-01T10:00:00.000).
+    #[arg(long, value_name = "DATETIME")]
+    to_datetime: Option<String>,
+    /// To this offset (moved into the log's range when outside, with a warning).
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<u64>,
+}
+
+impl ResetTarget {
+    fn resolve(&self) -> Result<ResetTo> {
+        Ok(match (&self.to_datetime, self.to_offset) {
+            (Some(text), _) => ResetTo::Timestamp(parse_datetime_ms(text)?),
+            (None, Some(o)) => ResetTo::Offset(o),
+            _ if self.to_earliest => ResetTo::Earliest,
+            _ => ResetTo::Latest,
+        })
+    }
+}
+
+/// Ms since the epoch of an RFC 3339 time, or of one without a zone taken as UTC.
+fn parse_datetime_ms(text: &str) -> Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .map(|t| t.and_utc().timestamp_millis())
+        .with_context(|| {
+            format!("--to-datetime {text:?}: expected a time such as 2024-05-01T12:00:00 (UTC) or 2024-05-01T12:00:00+02:00")
+        })
 }
 
 /// `println!` that returns an error instead of panicking when stdout is closed (for
@@ -216,6 +284,21 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
         TopicCommand::Delete { name } => {
             log.delete_topic(&name)?;
             outln!("deleted topic {name}");
+        }
+        TopicCommand::Alter { name, configs } => {
+            let mut config = (*log.topic(&name)?.config()).clone();
+            for kv in &configs {
+                let (k, v) = kv.split_once('=').with_context(|| {
+                    format!("--config {kv:?}: expected NAME=VALUE, such as retention.ms=86400000")
+                })?;
+                config
+                    .set(k.trim(), v.trim())
+                    .with_context(|| format!("--config {kv}"))?;
+            }
+            log.alter_topic(&name, config)?;
+            for kv in &configs {
+                outln!("topic {name}: set {kv}");
+            }
         }
         TopicCommand::AddPartitions { name, partitions } => {
             let before = log.topic(&name)?.partition_count();
@@ -469,6 +552,48 @@ pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
         GroupCommand::List => {
             for g in log.groups() {
                 outln!("{g}");
+            }
+        }
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            dry_run,
+        } => {
+            let rows = log
+                .reset_offsets(&group, &topic, to.resolve()?, dry_run)
+                .with_context(|| {
+                    format!("resetting the offsets of group {group:?} (only possible while it has no members, as Kafka: stop its consumers first)")
+                })?;
+            outln!(
+                "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT",
+                "NEW-OFFSET"
+            );
+            for r in &rows {
+                if let Some(asked) = r.clamped_from {
+                    eprintln!(
+                        "warning: offset {asked} is outside {}-{}; it is set to {}, the log's {}",
+                        r.topic,
+                        r.partition,
+                        r.new_offset,
+                        if asked < r.new_offset { "start" } else { "end" }
+                    );
+                }
+                outln!(
+                    "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                    group,
+                    r.topic,
+                    r.partition,
+                    r.current.map_or_else(|| "-".to_string(), |c| c.to_string()),
+                    r.new_offset
+                );
+            }
+            if dry_run {
+                eprintln!("dry run: nothing committed");
             }
         }
         GroupCommand::Describe { group } => {
