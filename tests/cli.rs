@@ -766,13 +766,10 @@ fn keyless_records_of_separate_producers_use_more_than_one_partition() {
 /// FUTURE-HELD and the command warns, naming topic, partition and segment.
 #[test]
 fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
+    use brook::core::time::{Clock, SystemClock};
     use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
     let b = Brook::new();
-    let now = std::time::SystemTime::now();
-    let now_ms = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now_ms = SystemClock.now_ms();
     {
         let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
         let config = TopicConfig {
@@ -797,7 +794,10 @@ fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
         .write(true)
         .open(&seg)
         .unwrap()
-        .set_modified(now - std::time::Duration::from_secs(2 * 3600))
+        .set_modified(
+            std::time::UNIX_EPOCH
+                + std::time::Duration::from_millis((now_ms - 2 * 3_600_000) as u64),
+        )
         .unwrap();
     let (out, err) = b.ok_with_stderr(&["topic", "describe", "t"], "");
     let row: Vec<u64> = out
