@@ -131,14 +131,15 @@ fn topic_produce_consume_and_group_go_through_a_running_broker() {
         assert_eq!(*offsets, (0..n).collect::<Vec<_>>());
     }
 
-    // describe: the offsets the broker reports; sizes are the broker's (`-`).
+    // describe: the offsets the broker reports; sizes and future-held segments are the
+    // broker's (`-`).
     let described = ok(d, &["topic", "describe", "sales"]);
     let ends: BTreeMap<u64, u64> = described
         .lines()
         .skip(2)
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(&f[4..], ["-", "-"], "{described}");
+            assert_eq!(&f[4..], ["-", "-", "-"], "{described}");
             (f[0].parse().unwrap(), f[2].parse().unwrap())
         })
         .collect();

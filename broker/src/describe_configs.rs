@@ -193,7 +193,7 @@ pub fn handle(
             let entries = match r.resource_type {
                 RESOURCE_TOPIC => log
                     .topic(name)
-                    .map(|t| topic_entries(t.config()))
+                    .map(|t| topic_entries(&t.config()))
                     .map_err(|e| (error_code(&e), e.to_string())),
                 RESOURCE_BROKER if name == NODE_ID.to_string() => Ok(broker.to_vec()),
                 // The cluster-wide defaults: none can be set dynamically here.

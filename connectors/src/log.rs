@@ -35,8 +35,9 @@
 //! [`LogSink::json`] appends each record's value as JSON, with the record's timestamp
 //! (or the log's clock when it has none) and, with [`LogSink::key_by`], a key that
 //! routes it to `toPositive(murmur2(key)) % partitions` as Kafka's default
-//! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records are
-//! spread round-robin. In a job without checkpoints each batch is one
+//! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records of one
+//! batch go to one partition, the next batch to the next (Kafka's sticky partitioner,
+//! [`brook_log::partitioner::StickyPartitioner`]). In a job without checkpoints each batch is one
 //! [`Topic::append`](brook_log::Topic::append), visible at once (at least once: a
 //! restarted job writes again what it wrote before).
 //!

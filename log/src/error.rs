@@ -82,6 +82,24 @@ pub enum LogError {
         /// The offset the next record will get.
         log_end: u64,
     },
+    /// A consumer group's position (its committed offset) on a partition lies outside
+    /// [log start, log end] and the consumer's `auto.offset.reset` is `none`, as a Kafka
+    /// consumer's `NoOffsetForPartitionException`/`OffsetOutOfRangeException`.
+    #[error("group {group:?}: offset {offset} of {topic}-{partition} is out of range (the log starts at {log_start} and ends at {log_end}) and auto.offset.reset is none; move it with `brook group reset-offsets` or consume with --auto-offset-reset earliest|latest")]
+    GroupOffsetOutOfRange {
+        /// The consumer group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The group's offset there.
+        offset: u64,
+        /// The earliest offset still stored.
+        log_start: u64,
+        /// The offset the next record will get.
+        log_end: u64,
+    },
     /// Stored data failed validation somewhere other than a torn tail; brook refuses to
     /// skip it silently.
     #[error("corrupt data in {path} at byte {position}: {reason}")]

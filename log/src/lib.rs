@@ -7,7 +7,7 @@
 //! `docs/semantics.md` §1, after Apache Kafka:
 //!
 //! - keyed records go to `toPositive(murmur2(key)) % N` ([`partitioner`]), keyless
-//!   ones round-robin;
+//!   ones by Kafka's sticky partitioner (one partition per batch, a random start);
 //! - appends are batched (one append = one batch with a CRC32C) and durable according
 //!   to the [`FsyncPolicy`]; after a crash a torn tail is truncated on open and
 //!   corruption elsewhere is reported, never skipped;
@@ -49,6 +49,7 @@ mod options;
 mod partition;
 pub mod partitioner;
 mod record;
+pub mod reset;
 mod segment;
 mod topic;
 pub mod txn;
@@ -65,5 +66,6 @@ pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
+pub use crate::reset::{OffsetResetRow, ResetTo};
 pub use crate::topic::{Topic, TopicInfo};
 pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};

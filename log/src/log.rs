@@ -13,12 +13,13 @@ use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::group::{
-    AssignmentStrategy, CommitIdentity, GroupCoordinator, GroupDescription, Membership,
+    AssignmentStrategy, CommitIdentity, GroupCoordinator, GroupDescription, GroupError, Membership,
     TopicPartition,
 };
 use crate::offsets::OffsetStore;
 use crate::options::{LogOptions, TopicConfig};
 use crate::partition::sync_dir;
+use crate::reset::{target, OffsetResetRow, ResetTo};
 use crate::topic::{new_meta, Topic, TopicInfo, TopicMeta};
 use crate::txn::{decide, TxnCoordinator};
 
@@ -34,8 +35,14 @@ pub struct PartitionLag {
     pub partition: u32,
     /// The group's committed offset (the next offset it will read), if any.
     pub committed: Option<u64>,
+    /// The partition's log start offset.
+    pub log_start_offset: u64,
     /// The partition's log end offset.
     pub log_end_offset: u64,
+    /// Whether the committed offset lies outside [log start, log end] (retention
+    /// deleted past it, or it was set beyond the end): a consumer of the group resets
+    /// it by its `auto.offset.reset`, or fails with `none`.
+    pub out_of_range: bool,
     /// The partition's last stable offset: where read-committed consumers stop.
     pub last_stable_offset: u64,
     /// `last_stable_offset - committed` (semantics.md §1): how far the group is from
@@ -364,6 +371,21 @@ impl Log {
         Ok(())
     }
 
+    /// Replaces a topic's configuration (Kafka's `kafka-configs --alter` on a topic):
+    /// stored durably, used by its partitions from their next append and retention
+    /// pass on (a smaller `segment.bytes` or `segment.ms` rolls the active segment at
+    /// the next append, a shorter retention deletes at the next pass).
+    ///
+    /// # Errors
+    /// [`LogError::UnknownTopic`], [`LogError::InvalidConfig`] naming the field, I/O
+    /// errors.
+    pub fn alter_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
+        let topic = self.topic(name)?;
+        topic.set_config(config)?;
+        info!(topic = name, config = ?topic.config(), "altered topic configuration");
+        Ok(())
+    }
+
     fn partition_counts(&self) -> HashMap<String, u32> {
         self.topics_read()
             .iter()
@@ -513,6 +535,65 @@ impl Log {
         all
     }
 
+    /// Moves `group`'s committed offsets on every partition of `topic` as `to` says
+    /// (Kafka's `kafka-consumer-groups --reset-offsets`) and returns the plan, one row
+    /// per partition; with `dry_run` nothing is committed. Refused while the group has
+    /// live members, as Kafka's tool refuses a group that is not inactive.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`], [`LogError::UnknownTopic`],
+    /// `GroupError::GroupHasMembers`, I/O errors.
+    pub fn reset_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: ResetTo,
+        dry_run: bool,
+    ) -> Result<Vec<OffsetResetRow>> {
+        self.check_open()?;
+        validate_name("group", group)?;
+        let t = self.topic(topic)?;
+        if let Some(d) = self.describe_group(group).filter(|d| !d.members.is_empty()) {
+            return Err(GroupError::GroupHasMembers {
+                group: group.to_owned(),
+                members: d.members.len(),
+            }
+            .into());
+        }
+        let mut rows = Vec::new();
+        for p in t.partitions() {
+            let tp = TopicPartition::new(topic, p.id());
+            let at_time = match to {
+                ResetTo::Timestamp(ts) => p.offset_for_timestamp(ts)?,
+                _ => None,
+            };
+            let (new_offset, clamped_from) =
+                target(to, p.log_start_offset(), p.log_end_offset(), at_time);
+            rows.push(OffsetResetRow {
+                current: self.committed_offset(group, &tp),
+                topic: topic.to_owned(),
+                partition: p.id(),
+                new_offset,
+                clamped_from,
+            });
+        }
+        if !dry_run {
+            let offsets: Vec<(TopicPartition, u64)> = rows
+                .iter()
+                .map(|r| (TopicPartition::new(topic, r.partition), r.new_offset))
+                .collect();
+            // A standalone commit: refused if a member joined meanwhile.
+            self.commit_offsets(group, &CommitIdentity::Standalone, &offsets)?;
+            info!(
+                group,
+                topic,
+                partitions = rows.len(),
+                "reset committed offsets"
+            );
+        }
+        Ok(rows)
+    }
+
     /// Live membership of a group in this process, if it has members.
     pub fn describe_group(&self, group: &str) -> Option<GroupDescription> {
         lock_or_recover(&self.inner.groups).describe(group)
@@ -561,6 +642,7 @@ impl Log {
             let Ok(p) = topic.partition(tp.partition) else {
                 continue;
             };
+            let start = p.log_start_offset();
             let end = p.log_end_offset();
             let stable = p.last_stable_offset();
             let c = committed.get(&tp).copied();
@@ -568,6 +650,8 @@ impl Log {
                 member: owners.get(&tp).cloned(),
                 lag: c.map(|c| stable.saturating_sub(c)),
                 committed: c,
+                out_of_range: c.is_some_and(|c| !(start..=end).contains(&c)),
+                log_start_offset: start,
                 log_end_offset: end,
                 last_stable_offset: stable,
                 topic: tp.topic,

@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
-use crate::options::{FsyncPolicy, TopicConfig};
+use crate::options::{ConfigCell, FsyncPolicy};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
 
@@ -127,6 +127,10 @@ pub struct PartitionInfo {
     /// The last stable offset: the first offset of the earliest open transaction, or
     /// the log end offset when none is open (as Kafka's LSO).
     pub last_stable_offset: u64,
+    /// Closed segments that time retention keeps only because they hold a record
+    /// stamped in the future (as of the last retention pass; see
+    /// [`Partition::apply_retention`]).
+    pub segments_held_by_future_timestamps: usize,
 }
 
 /// A transaction that has written (or may write) to a partition and is not decided.
@@ -193,6 +197,8 @@ struct State {
     buf: Vec<u8>,
     closed: bool,
     txns: Txns,
+    /// See [`PartitionInfo::segments_held_by_future_timestamps`].
+    held_by_future: usize,
 }
 
 impl State {
@@ -276,7 +282,7 @@ pub struct Partition {
     topic: Arc<str>,
     id: u32,
     dir: PathBuf,
-    config: Arc<TopicConfig>,
+    config: Arc<ConfigCell>,
     fsync: FsyncPolicy,
     clock: SharedClock,
     state: Mutex<State>,
@@ -290,11 +296,12 @@ impl Partition {
         topic: Arc<str>,
         id: u32,
         dir: PathBuf,
-        config: Arc<TopicConfig>,
+        config: Arc<ConfigCell>,
         fsync: FsyncPolicy,
         clock: SharedClock,
         recover: bool,
     ) -> Result<Self> {
+        let index_interval_bytes = config.get().index_interval_bytes;
         fs::create_dir_all(&dir).ctx("create directory", &dir)?;
         let now = clock.now_ms();
         let mut bases = Vec::new();
@@ -315,7 +322,7 @@ impl Partition {
             let seg = Segment::open(
                 &dir,
                 base,
-                config.index_interval_bytes,
+                index_interval_bytes,
                 recover && is_last,
                 is_last,
                 now,
@@ -339,7 +346,7 @@ impl Partition {
             // The active segment's index files are rewritten when it is closed again.
             Some(last) => last.remove_index_files(),
             None => {
-                segments.push(Segment::create(&dir, 0, config.index_interval_bytes, now)?);
+                segments.push(Segment::create(&dir, 0, index_interval_bytes, now)?);
                 sync_dir(&dir)?;
             }
         }
@@ -360,6 +367,7 @@ impl Partition {
                 unsynced: false,
                 buf: Vec::new(),
                 closed: false,
+                held_by_future: 0,
                 txns: Txns {
                     open: BTreeMap::new(),
                     aborted,
@@ -419,7 +427,7 @@ impl Partition {
     /// Checks the sizes of `records` (at least one) in a batch whose header has
     /// `header_len` bytes; returns the batch's encoded size.
     fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
-        let max = self.config.max_record_bytes as usize;
+        let max = self.config.get().max_record_bytes as usize;
         let mut total = header_len;
         for (index, r) in records.iter().enumerate() {
             let size = format::record_len(r);
@@ -453,7 +461,17 @@ impl Partition {
         now: i64,
         kind: Batch,
     ) -> Result<AppendInfo> {
-        self.maybe_roll(st, total as u64, records.len() as u64, now)?;
+        // The batch's largest timestamp, as the encoder will write it (a marker carries
+        // the time it is written).
+        let batch_max_ts = match kind {
+            Batch::Control(..) => now,
+            _ => records
+                .iter()
+                .map(|r| r.timestamp.unwrap_or(now))
+                .max()
+                .unwrap_or(now),
+        };
+        self.maybe_roll(st, total as u64, records.len() as u64, now, batch_max_ts)?;
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
@@ -466,6 +484,7 @@ impl Partition {
             }
         };
         let res = active.append(&buf, &enc);
+        active.last_write_ms = now;
         // Keep the buffer for the next batch unless it grew unusually large.
         if buf.capacity() <= 8 << 20 {
             st.buf = buf;
@@ -668,6 +687,7 @@ impl Partition {
         batch_bytes: u64,
         batch_records: u64,
         now: i64,
+        batch_max_ts: i64,
     ) -> Result<()> {
         let Some(active) = st.segments.last() else {
             return Ok(());
@@ -675,11 +695,14 @@ impl Partition {
         if active.size == 0 {
             return Ok(());
         }
-        let too_big = active.size + batch_bytes > self.config.segment_bytes;
-        let too_old = self
-            .config
+        let config = self.config.get();
+        let too_big = active.size + batch_bytes > config.segment_bytes;
+        // Kafka's `segment.ms` rule (`LogSegment.shouldRoll`): the new batch's time is
+        // more than `segment.ms` after the segment's first batch. Record time, not the
+        // life of this process, so appends by short-lived processes roll too.
+        let too_old = config
             .segment_ms
-            .is_some_and(|ms| now - active.created_ms >= ms);
+            .is_some_and(|ms| active.time_waited_for_roll(now, batch_max_ts) > ms);
         let too_many =
             active.next_offset - active.base_offset + batch_records > u64::from(u32::MAX);
         if too_big || too_old || too_many {
@@ -705,7 +728,7 @@ impl Partition {
         st.segments.push(Segment::create(
             &self.dir,
             next,
-            self.config.index_interval_bytes,
+            self.config.get().index_interval_bytes,
             now,
         )?);
         if durable {
@@ -767,13 +790,14 @@ impl Partition {
     /// Start and end offsets, size and segment count.
     pub fn info(&self) -> PartitionInfo {
         let st = self.state.lock();
-        let (start, size, segments) = match &st {
+        let (start, size, segments, held) = match &st {
             Ok(st) => (
                 st.segments.first().map_or(0, |s| s.base_offset),
                 st.segments.iter().map(|s| s.size).sum(),
                 st.segments.len(),
+                st.held_by_future,
             ),
-            Err(_) => (0, 0, 0),
+            Err(_) => (0, 0, 0, 0),
         };
         PartitionInfo {
             partition: self.id,
@@ -782,6 +806,7 @@ impl Partition {
             size_bytes: size,
             segments,
             last_stable_offset: self.last_stable_offset(),
+            segments_held_by_future_timestamps: held,
         }
     }
 
@@ -1047,20 +1072,24 @@ impl Partition {
     /// partition is bigger than `retention_bytes` without it. Never deletes the active
     /// segment. Returns how many segments were deleted.
     ///
+    /// A closed segment that stays only because it holds a record stamped in the
+    /// future (its last append is older than `retention_ms`, its newest timestamp is
+    /// not) is counted in [`PartitionInfo::segments_held_by_future_timestamps`] and
+    /// reported with a warning naming topic, partition and segment, once per segment.
+    ///
     /// # Errors
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
+        let config = self.config.get();
         let mut st = self.lock()?;
         let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
         let mut deleted = 0;
         while st.segments.len() > 1 {
             let oldest = &st.segments[0];
-            let expired = self
-                .config
+            let expired = config
                 .retention_ms
                 .is_some_and(|ms| oldest.max_timestamp < now.saturating_sub(ms));
-            let oversized = self
-                .config
+            let oversized = config
                 .retention_bytes
                 .is_some_and(|max| total - oldest.size >= max);
             if !(expired || oversized) {
@@ -1079,6 +1108,30 @@ impl Partition {
             st.segments.remove(0);
             deleted += 1;
         }
+        let mut held = 0;
+        if let Some(ms) = config.retention_ms {
+            let closed = st.segments.len().saturating_sub(1);
+            for seg in &mut st.segments[..closed] {
+                if !seg.held_by_future_timestamp(now, ms) {
+                    continue;
+                }
+                held += 1;
+                if !seg.future_hold_reported {
+                    seg.future_hold_reported = true;
+                    warn!(
+                        topic = %self.topic,
+                        partition = self.id,
+                        segment = seg.base_offset,
+                        max_timestamp = seg.max_timestamp,
+                        last_write_ms = seg.last_write_ms,
+                        retention_ms = ms,
+                        kept_until = seg.max_timestamp.saturating_add(ms),
+                        "segment kept past its time retention: it holds a record stamped in the future"
+                    );
+                }
+            }
+        }
+        st.held_by_future = held;
         Ok(deleted)
     }
 

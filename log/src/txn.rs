@@ -583,19 +583,7 @@ impl TransactionalProducer {
     /// open transaction; [`LogError::TransactionNotOpen`] when the transaction was
     /// aborted meanwhile by a newer session; as [`crate::Topic::append`].
     pub fn send(&mut self, topic: &str, records: Vec<ProducerRecord>) -> Result<Vec<AppendInfo>> {
-        let t = self.log.topic(topic)?;
-        let max = t.config().max_record_bytes as usize;
-        let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
-        for (index, r) in records.into_iter().enumerate() {
-            let size = crate::format::record_len(&r);
-            if size > max {
-                return Err(LogError::RecordTooLarge { index, size, max });
-            }
-            by_partition
-                .entry(t.partition_for(r.key.as_deref()))
-                .or_default()
-                .push(r);
-        }
+        let by_partition = self.log.topic(topic)?.split_batch(records)?;
         let parts: Vec<u32> = by_partition.keys().copied().collect();
         let (mark, handles) = self.add_partitions(topic, &parts)?;
         let mut out = Vec::with_capacity(by_partition.len());

@@ -59,6 +59,9 @@ pub(crate) struct PartitionView {
     pub(crate) size_bytes: Option<u64>,
     /// Known in-process only.
     pub(crate) segments: Option<usize>,
+    /// Closed segments time retention keeps only because they hold a record stamped
+    /// in the future; known in-process only.
+    pub(crate) future_held: Option<usize>,
 }
 
 /// A live member of a group, as `brook group describe` shows it.
@@ -104,6 +107,21 @@ impl LogAccess {
 
     /// Applies retention now (in-process: a short command would otherwise end before
     /// the background maintenance first runs; a broker runs its own).
+    /// The log itself, for the commands served in-process only (`what`, such as `brook
+    /// topic alter`, names the command in the error a broker-held directory gets).
+    ///
+    /// # Errors
+    /// Through a broker: the command is not served there yet.
+    pub(crate) fn local(&self, what: &str) -> Result<&Log> {
+        match self {
+            LogAccess::Local(log) => Ok(log),
+            LogAccess::Remote(r) => bail!(
+                "{what} works on a log opened in this process only; the data directory is served by the broker at {} (stop it, run {what}, start it again)",
+                r.addr
+            ),
+        }
+    }
+
     pub(crate) fn run_maintenance(&self) -> Result<()> {
         if let LogAccess::Local(log) = self {
             log.run_maintenance().context("applying retention")?;
@@ -154,6 +172,7 @@ impl LogAccess {
                             stable: p.last_stable_offset,
                             size_bytes: Some(p.size_bytes),
                             segments: Some(p.segments),
+                            future_held: Some(p.segments_held_by_future_timestamps),
                         })
                         .collect(),
                 })
@@ -210,11 +229,7 @@ impl LogAccess {
         let mut config = ConsumerConfig {
             group: spec.group.clone(),
             client_id: "brook-cli".into(),
-            auto_offset_reset: if spec.from_beginning {
-                OffsetReset::Earliest
-            } else {
-                OffsetReset::Latest
-            },
+            auto_offset_reset: spec.auto_offset_reset,
             strategy: AssignmentStrategy::Range,
             isolation: spec.isolation,
             ..ConsumerConfig::default()

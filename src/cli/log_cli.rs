@@ -4,7 +4,7 @@ use std::io::{self, BufRead, BufWriter, Write};
 
 use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
-use brook::log::{IsolationLevel, ProducerRecord, Record, TopicConfig};
+use brook::log::{IsolationLevel, OffsetReset, ProducerRecord, Record, ResetTo, TopicConfig};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
@@ -48,6 +48,17 @@ pub(crate) enum TopicCommand {
         /// Topic name.
         name: String,
     },
+    /// Change a topic's configs (as kafka-configs --alter --add-config), by Kafka's
+    /// names: retention.ms, retention.bytes, segment.bytes, segment.ms,
+    /// max.message.bytes, index.interval.bytes.
+    Alter {
+        /// Topic name.
+        name: String,
+        /// NAME=VALUE (repeatable); durations in ms or with units (7d), sizes in bytes
+        /// or with units (1GiB), -1 or none for no limit.
+        #[arg(long = "config", value_name = "NAME=VALUE", required = true)]
+        configs: Vec<String>,
+    },
     /// Grow a topic to N partitions (changes where keys land).
     AddPartitions {
         /// Topic name.
@@ -81,8 +92,15 @@ pub(crate) struct ConsumeArgs {
     #[arg(long)]
     group: Option<String>,
     /// Without a committed offset, start at the oldest record (default: only new ones).
-    #[arg(long)]
+    /// The same as `--auto-offset-reset earliest`.
+    #[arg(long, conflicts_with = "auto_offset_reset")]
     from_beginning: bool,
+    /// Where to start without a committed offset, or when the group's committed offset
+    /// is outside the log (deleted by retention, or beyond the end), as Kafka's
+    /// `auto.offset.reset`: `earliest`, `latest` (the default) or `none` (fail, naming
+    /// the offset).
+    #[arg(long, value_name = "POLICY")]
+    auto_offset_reset: Option<String>,
     /// Read partition P from offset O (repeatable); only these partitions are read.
     /// An offset past the partition's end is an error naming the end.
     #[arg(long, value_name = "P:O", conflicts_with = "from_beginning")]
@@ -105,11 +123,69 @@ pub(crate) enum GroupCommand {
     List,
     /// Show a group's committed offset, end offset, last stable offset and lag per
     /// partition (lag = last stable offset - committed: what a read-committed
-    /// consumer has left to read).
+    /// consumer has left to read). A committed offset outside the log shows
+    /// `out-of-range` as its lag.
     Describe {
         /// Group name.
         group: String,
     },
+    /// Move a group's committed offsets on every partition of a topic (as
+    /// kafka-consumer-groups --reset-offsets); refused while the group has members.
+    /// Prints the plan; commits it unless --dry-run.
+    ResetOffsets {
+        /// Group name.
+        group: String,
+        /// The topic whose partitions are reset.
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        to: ResetTarget,
+        /// Print the plan without committing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Where `group reset-offsets` moves the offsets: exactly one.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ResetTarget {
+    /// To the log start offset.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To the log end offset.
+    #[arg(long)]
+    to_latest: bool,
+    /// To the first offset at or after this time: RFC 3339
+    /// (2024-05-01T12:00:00+02:00), or without a zone as UTC (2024-05-01T10:00:00.000).
+    #[arg(long, value_name = "DATETIME")]
+    to_datetime: Option<String>,
+    /// To this offset (moved into the log's range when outside, with a warning).
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<u64>,
+}
+
+impl ResetTarget {
+    fn resolve(&self) -> Result<ResetTo> {
+        Ok(match (&self.to_datetime, self.to_offset) {
+            (Some(text), _) => ResetTo::Timestamp(parse_datetime_ms(text)?),
+            (None, Some(o)) => ResetTo::Offset(o),
+            _ if self.to_earliest => ResetTo::Earliest,
+            _ => ResetTo::Latest,
+        })
+    }
+}
+
+/// Ms since the epoch of an RFC 3339 time, or of one without a zone taken as UTC.
+fn parse_datetime_ms(text: &str) -> Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .map(|t| t.and_utc().timestamp_millis())
+        .with_context(|| {
+            format!("--to-datetime {text:?}: expected a time such as 2024-05-01T12:00:00 (UTC) or 2024-05-01T12:00:00+02:00")
+        })
 }
 
 /// `println!` that returns an error instead of panicking when stdout is closed (for
@@ -186,30 +262,50 @@ pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
                 info.name,
                 info.partitions.len(),
             );
+            // FUTURE-HELD: closed segments time retention keeps only because they
+            // hold a record stamped in the future (a warning names each).
             outln!(
-                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                 "PARTITION",
                 "START",
                 "END",
                 "STABLE",
                 "BYTES",
-                "SEGMENTS"
+                "SEGMENTS",
+                "FUTURE-HELD"
             );
             for p in info.partitions {
                 outln!(
-                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                     p.partition,
                     p.start,
                     p.end,
                     p.stable,
                     p.size_bytes.map_or_else(dash, |b| b.to_string()),
-                    p.segments.map_or_else(dash, |s| s.to_string())
+                    p.segments.map_or_else(dash, |s| s.to_string()),
+                    p.future_held.map_or_else(dash, |s| s.to_string())
                 );
             }
         }
         TopicCommand::Delete { name } => {
             log.delete_topic(&name)?;
             outln!("deleted topic {name}");
+        }
+        TopicCommand::Alter { name, configs } => {
+            let log = log.local("brook topic alter")?;
+            let mut config = (*log.topic(&name)?.config()).clone();
+            for kv in &configs {
+                let (k, v) = kv.split_once('=').with_context(|| {
+                    format!("--config {kv:?}: expected NAME=VALUE, such as retention.ms=86400000")
+                })?;
+                config
+                    .set(k.trim(), v.trim())
+                    .with_context(|| format!("--config {kv}"))?;
+            }
+            log.alter_topic(&name, config)?;
+            for kv in &configs {
+                outln!("topic {name}: set {kv}");
+            }
         }
         TopicCommand::AddPartitions { name, partitions } => {
             let before = log.add_partitions(&name, partitions)?;
@@ -323,6 +419,13 @@ pub(crate) async fn consume(log: &LogAccess, args: ConsumeArgs) -> Result<()> {
             .map(|o| parse_offset_arg(o))
             .collect::<Result<_>>()?,
         isolation,
+        auto_offset_reset: match (&args.auto_offset_reset, args.from_beginning) {
+            (Some(policy), _) => policy
+                .parse::<OffsetReset>()
+                .context("--auto-offset-reset")?,
+            (None, true) => OffsetReset::Earliest,
+            (None, false) => OffsetReset::Latest,
+        },
     };
     let mut reader = log.reader(&args.topic, &spec)?;
 
@@ -382,13 +485,56 @@ pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
                 outln!("{g}");
             }
         }
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            dry_run,
+        } => {
+            let rows = log
+                .local("brook group reset-offsets")?
+                .reset_offsets(&group, &topic, to.resolve()?, dry_run)
+                .with_context(|| {
+                    format!("resetting the offsets of group {group:?} (only possible while it has no members, as Kafka: stop its consumers first)")
+                })?;
+            outln!(
+                "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT",
+                "NEW-OFFSET"
+            );
+            for r in &rows {
+                if let Some(asked) = r.clamped_from {
+                    eprintln!(
+                        "warning: offset {asked} is outside {}-{}; it is set to {}, the log's {}",
+                        r.topic,
+                        r.partition,
+                        r.new_offset,
+                        if asked < r.new_offset { "start" } else { "end" }
+                    );
+                }
+                outln!(
+                    "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                    group,
+                    r.topic,
+                    r.partition,
+                    r.current.map_or_else(|| "-".to_string(), |c| c.to_string()),
+                    r.new_offset
+                );
+            }
+            if dry_run {
+                eprintln!("dry run: nothing committed");
+            }
+        }
         GroupCommand::Describe { group } => {
             let (rows, members) = log.group_lag(&group)?;
             if rows.is_empty() && members.is_empty() {
                 bail!("group {group:?} has no committed offsets and no members");
             }
             outln!(
-                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  MEMBER",
+                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  MEMBER",
                 "TOPIC",
                 "PARTITION",
                 "COMMITTED",
@@ -397,15 +543,30 @@ pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
                 "LAG"
             );
             let dash = || "-".to_string();
+            let out_of_range: Vec<String> = rows
+                .iter()
+                .filter(|r| r.out_of_range)
+                .map(|r| {
+                    format!(
+                        "{}-{} (log {}..{})",
+                        r.topic, r.partition, r.log_start_offset, r.log_end_offset
+                    )
+                })
+                .collect();
             for r in rows {
+                let lag = if r.out_of_range {
+                    "out-of-range".to_string()
+                } else {
+                    r.lag.map_or_else(dash, |l| l.to_string())
+                };
                 outln!(
-                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  {}",
+                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  {}",
                     r.topic,
                     r.partition,
                     r.committed.map_or_else(dash, |c| c.to_string()),
                     r.log_end_offset,
                     r.last_stable_offset,
-                    r.lag.map_or_else(dash, |l| l.to_string()),
+                    lag,
                     r.member.unwrap_or_else(dash),
                 );
             }
@@ -437,6 +598,12 @@ pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
                         }
                     );
                 }
+            }
+            if !out_of_range.is_empty() {
+                eprintln!(
+                    "note: committed offsets outside the log on {}: the group's next consumer resets them by its auto.offset.reset (earliest, latest; none fails), or move them with `brook group reset-offsets`",
+                    out_of_range.join(", ")
+                );
             }
         }
     }

@@ -287,6 +287,7 @@ impl RemoteLog {
                 stable,
                 size_bytes: None,
                 segments: None,
+                future_held: None,
             });
         }
         Ok(TopicView {
@@ -376,12 +377,14 @@ impl RemoteLog {
         for t in read {
             let Some(n) = topics.get(t) else { continue };
             for p in 0..*n {
-                let (_, end, stable) = self.offsets(t, p)?;
+                let (start, end, stable) = self.offsets(t, p)?;
                 let c = committed.get(&(t.to_string(), p)).copied();
                 rows.push(PartitionLag {
                     topic: t.to_string(),
                     partition: p,
                     committed: c,
+                    log_start_offset: start,
+                    out_of_range: c.is_some_and(|c| !(start..=end).contains(&c)),
                     log_end_offset: end,
                     last_stable_offset: stable,
                     lag: c.map(|c| stable.saturating_sub(c)),

@@ -13,7 +13,7 @@ use brook::kafka::rdkafka::consumer::{
 use brook::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use brook::kafka::rdkafka::message::Message;
 use brook::kafka::rdkafka::{ClientContext, Offset, TopicPartitionList};
-use brook::log::{ConsumerRecord, IsolationLevel, LogError, Record};
+use brook::log::{ConsumerRecord, IsolationLevel, LogError, OffsetReset, Record};
 use bytes::Bytes;
 
 use super::remote_log::{config, kafka, RemoteLog, CLIENT_ID, TIMEOUT};
@@ -26,6 +26,9 @@ pub(crate) struct ReadSpec {
     /// Explicit starts: (partition, offset); only these partitions are read.
     pub(crate) offsets: Vec<(u32, u64)>,
     pub(crate) isolation: IsolationLevel,
+    /// Where a group member starts on a partition without a committed offset (or with
+    /// one outside the log): Kafka's `auto.offset.reset`.
+    pub(crate) auto_offset_reset: OffsetReset,
 }
 
 impl RemoteLog {
@@ -50,10 +53,11 @@ impl RemoteLog {
             )
             .set(
                 "auto.offset.reset",
-                if spec.from_beginning {
-                    "earliest"
-                } else {
-                    "latest"
+                match spec.auto_offset_reset {
+                    OffsetReset::Earliest => "earliest",
+                    OffsetReset::Latest => "latest",
+                    // librdkafka's name for `none`: the consumer gets an error.
+                    OffsetReset::None => "error",
                 },
             );
         // librdkafka's consumer needs a group id even to read assigned partitions; a
@@ -122,7 +126,7 @@ impl RemoteLog {
             topic: topic.into(),
             manual,
             eof: BTreeSet::new(),
-            from_beginning: spec.from_beginning,
+            from_beginning: matches!(spec.auto_offset_reset, OffsetReset::Earliest),
             seen_assignments: 0,
         })
     }
