@@ -29,10 +29,13 @@ mod error_code;
 pub mod fetch;
 pub mod frame;
 pub mod group;
+pub mod idempotence;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod producers;
 pub mod server;
+pub mod transactions;
 
 pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
 pub use crate::error_code::error_code;
