@@ -3,17 +3,19 @@
 //! a transaction committed and one aborted are seen by read_committed and
 //! read_uncommitted consumers as Kafka's; a second producer with the same
 //! transactional id fences the first; consume-transform-produce commits the group's
-//! offsets only with its transaction. The broker is the real binary, killed when a
-//! test ends.
+//! offsets only with its transaction; kafka-python (from PyPI, installed by the test)
+//! does the same from Python. The broker is the real binary, killed when a test ends.
 
 // Reading back waits with a deadline (librdkafka's poll returns early on its own
 // events, so a count of polls is no bound).
 #![allow(clippy::disallowed_methods)]
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brook_testkit::broker::BrokerProcess;
+use brook_testkit::broker::{kafka_python, BrokerProcess};
+use brook_testkit::process::wait_bounded;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -349,4 +351,31 @@ fn consume_transform_produce_commits_the_group_offsets_only_with_the_transaction
     let mut want: Vec<String> = input.iter().map(|v| format!("cooked-{v}")).collect();
     want.sort();
     assert_eq!(values(&out), want);
+}
+
+#[test]
+fn kafka_python_idempotent_and_transactional_producers() {
+    let broker = Broker::start();
+    let python_path = kafka_python(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    );
+    let child = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_txn.py"))
+        .arg(broker.bootstrap())
+        .env("PYTHONPATH", python_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let (ok, out) = match wait_bounded(child, Duration::from_secs(90)) {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        ok && stdout.contains("ok"),
+        "kafka_python_txn.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
