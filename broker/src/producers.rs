@@ -26,7 +26,8 @@ use crate::idempotence::PartitionProducers;
 #[derive(Debug)]
 pub struct Producers {
     next_id: AtomicI64,
-    partitions: Mutex<HashMap<(String, u32), Arc<Mutex<PartitionProducers>>>>,
+    /// By topic, then partition (looked up by `&str`, without allocating).
+    partitions: Mutex<HashMap<String, HashMap<u32, Arc<Mutex<PartitionProducers>>>>>,
     clock: SharedClock,
 }
 
@@ -59,14 +60,15 @@ impl Producers {
             .partitions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        match all.get(&(topic.to_string(), partition)) {
-            Some(p) => Arc::clone(p),
-            None => {
-                let p = Arc::new(Mutex::new(PartitionProducers::default()));
-                all.insert((topic.to_string(), partition), Arc::clone(&p));
-                p
-            }
+        if let Some(p) = all.get(topic).and_then(|t| t.get(&partition)) {
+            return Arc::clone(p);
         }
+        Arc::clone(
+            all.entry(topic.to_string())
+                .or_default()
+                .entry(partition)
+                .or_default(),
+        )
     }
 }
 

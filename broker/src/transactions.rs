@@ -159,8 +159,9 @@ impl Transactions {
                 .with_producer_epoch(0);
         };
         let id = id.0.as_str();
-        // transaction.timeout.ms (request.transaction_timeout_ms) is not applied here:
-        // the log's transaction coordinator owns transaction timeouts.
+        // transaction.timeout.ms: the log's transaction coordinator owns transaction
+        // timeouts; this is the single place to hand it request.transaction_timeout_ms
+        // once its API takes one (issue 17, transaction timeouts).
         let cell = self.session(id);
         let mut session = lock(&cell);
         // KIP-360 (v3+): a producer that names its current id and epoch asks for the
