@@ -209,7 +209,7 @@ fn read_committed_sees_committed_transactions_only_and_read_uncommitted_sees_all
     for (prefix, commit) in [("c", true), ("a", false), ("d", true)] {
         producer.begin_transaction().expect("begin");
         for i in 0..6 {
-            send(&producer, "orders", (i % 2) as i32, &format!("{prefix}{i}"));
+            send(&producer, "orders", i % 2, &format!("{prefix}{i}"));
         }
         if commit {
             producer.commit_transaction(TIMEOUT).expect("commit");
