@@ -413,3 +413,55 @@ fn kafka_python_idempotent_and_transactional_producers() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_transaction_left_open_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    create_topic(&b, "stalled", 1);
+    let stuck: BaseProducer = config(&b)
+        .set("transactional.id", "stuck-writer")
+        .set("transaction.timeout.ms", "1500")
+        // librdkafka wants its socket timeout within the transaction timeout.
+        .set("socket.timeout.ms", "1500")
+        .set("message.timeout.ms", "1500")
+        .create()
+        .expect("transactional producer");
+    stuck.init_transactions(TIMEOUT).expect("init_transactions");
+    stuck.begin_transaction().expect("begin");
+    send(&stuck, "stalled", 0, "never committed");
+    stuck.flush(TIMEOUT).expect("flush");
+    let started = Instant::now();
+    // A plain record after the open transaction: read_committed readers get it only
+    // once the transaction is decided, which its 1.5 s timeout does.
+    let plain: FutureProducer = config(&b).create().expect("producer");
+    futures::executor::block_on(
+        plain.send(
+            FutureRecord::<(), _>::to("stalled")
+                .partition(0)
+                .payload("after"),
+            TIMEOUT,
+        ),
+    )
+    .expect("plain record appended");
+    let got = read(&b, "stalled", 1, 1, "read_committed");
+    assert_eq!(values(&got), vec!["after".to_string()]);
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "read_committed got past the open transaction before its timeout ({:?})",
+        started.elapsed()
+    );
+    // The coordinator bumped the session's epoch when it aborted: the late commit fails.
+    let err = stuck
+        .commit_transaction(TIMEOUT)
+        .expect_err("the timed-out transaction cannot commit");
+    assert!(
+        matches!(&err, KafkaError::Transaction(_)),
+        "expected a transaction error, got {err}"
+    );
+    let all = read(&b, "stalled", 1, 2, "read_uncommitted");
+    assert_eq!(
+        values(&all),
+        vec!["after".to_string(), "never committed".to_string()]
+    );
+}

@@ -17,6 +17,7 @@ pub fn error_code(e: &LogError) -> i16 {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::Corrupt { .. } => ResponseError::CorruptMessage,
         LogError::ProducerFenced { .. } => ResponseError::ProducerFenced,
+        LogError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
         LogError::InvalidTransactionState { .. } | LogError::TransactionNotOpen { .. } => {
             ResponseError::InvalidTxnState
         }

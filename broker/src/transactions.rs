@@ -159,9 +159,6 @@ impl Transactions {
                 .with_producer_epoch(0);
         };
         let id = id.0.as_str();
-        // transaction.timeout.ms: the log's transaction coordinator owns transaction
-        // timeouts; this is the single place to hand it request.transaction_timeout_ms
-        // once its API takes one (issue 17, transaction timeouts).
         let cell = self.session(id);
         let mut session = lock(&cell);
         // KIP-360 (v3+): a producer that names its current id and epoch asks for the
@@ -173,7 +170,10 @@ impl Transactions {
                 }
             }
         }
-        let producer = match log.init_transactions(id) {
+        // transaction.timeout.ms is the session's: the log's transaction coordinator
+        // aborts (and fences) a transaction undecided past it (semantics §1).
+        let timeout_ms = u64::try_from(request.transaction_timeout_ms).unwrap_or(0);
+        let producer = match log.init_transactions_with_timeout(id, timeout_ms) {
             Ok(p) => p,
             Err(e) => {
                 warn!(transactional_id = id, "InitProducerId: {e}");

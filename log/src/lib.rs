@@ -20,6 +20,8 @@
 //!   id, fenced by epoch, writes records that read-committed readers (the default,
 //!   [`IsolationLevel`]) see only once the transaction is committed; a transaction
 //!   can be prepared and committed later, also by a new session after a restart;
+//!   one undecided past its session's `transaction.timeout.ms` is aborted by the
+//!   log's maintenance and its writer fenced;
 //! - an async [`Producer`] and [`Consumer`] on tokio.
 //!
 //! The log must not know about jobs, operators or the engine: connectors adapt it into
@@ -53,6 +55,7 @@ pub mod reset;
 mod segment;
 mod topic;
 pub mod txn;
+mod txn_timeout;
 
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
@@ -68,4 +71,7 @@ pub use crate::partition::{
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
 pub use crate::reset::{OffsetResetRow, ResetTo};
 pub use crate::topic::{Topic, TopicInfo};
-pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};
+pub use crate::txn::{
+    CommitOutcome, TransactionHandle, TransactionalProducer, DEFAULT_TRANSACTION_TIMEOUT_MS,
+    MAX_TRANSACTION_TIMEOUT_MS,
+};
