@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
     MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -94,6 +94,10 @@ pub enum Request {
     ListGroups(ListGroupsRequest),
     /// DescribeGroups.
     DescribeGroups(DescribeGroupsRequest),
+    /// SaslHandshake (crate::sasl).
+    SaslHandshake(SaslHandshakeRequest),
+    /// SaslAuthenticate (crate::sasl).
+    SaslAuthenticate(SaslAuthenticateRequest),
 }
 
 /// A request frame as decoded.
@@ -194,6 +198,12 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         ApiKey::DescribeGroups => {
             Request::DescribeGroups(decode(&mut frame, version).map_err(malformed)?)
         }
+        ApiKey::SaslHandshake => {
+            Request::SaslHandshake(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::SaslAuthenticate => {
+            Request::SaslAuthenticate(decode(&mut frame, version).map_err(malformed)?)
+        }
         // is_supported admitted only the APIs above.
         _ => return Err(FrameError::Unsupported { api, version }),
     };
@@ -206,6 +216,15 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
 
 fn decode<T: Decodable>(buf: &mut Bytes, version: i16) -> anyhow::Result<T> {
     T::decode(buf, version)
+}
+
+/// A bare SASL token frame (the size prefix and the token), the answer to a token
+/// sent after SaslHandshake v0.
+pub fn encode_bare_token(token: &[u8]) -> anyhow::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(4 + token.len());
+    buf.put_i32(i32::try_from(token.len())?);
+    buf.put_slice(token);
+    Ok(buf.freeze())
 }
 
 /// A response frame: the size prefix, the response header for `api` at `version`,

@@ -17,7 +17,8 @@
 //! This serves the first two steps of issue 17: a single broker (node id 0) that
 //! leads every partition; plain producers (no idempotence, no transactions); consumers
 //! that assign partitions themselves or form consumer groups of separate processes
-//! ([`group`]: Kafka's classic protocol). Transactions, SASL and the other APIs come
+//! ([`group`]: Kafka's classic protocol); clients authenticated with SASL SCRAM
+//! ([`sasl`]) when users are configured. Transactions and the other APIs come
 //! later; an API that is not served is left out of ApiVersions, so
 //! clients report it as unsupported instead of waiting. `docs/semantics.md` §
 //! "The log as a Kafka broker" lists the rules.
@@ -32,6 +33,7 @@ pub mod group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod sasl;
 pub mod server;
 
 pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};

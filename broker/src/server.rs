@@ -5,6 +5,10 @@
 //! per connection. Handlers that touch the log run on tokio's blocking pool (an
 //! append may fsync). A frame that cannot be served ([`crate::frame::FrameError`])
 //! is logged with the peer's address and closes that connection only.
+//!
+//! With SASL users configured ([`BrokerConfig::sasl_users`]) every connection first
+//! authenticates ([`crate::sasl::session`]); until then only ApiVersions,
+//! SaslHandshake and SaslAuthenticate are served, and anything else closes it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,14 +29,25 @@ use tracing::{debug, error, info, warn};
 use crate::frame::{self, Decoded, Request};
 use crate::group::{coordinator, membership, offsets, Coordinator, Limits};
 use crate::metadata::Advertised;
+use crate::sasl::{Authenticator, Users};
 use crate::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
 
 /// How `brook broker` serves.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// Address to listen on; loopback only until SASL is served (port 0: any free
-    /// port). Default `127.0.0.1:9092`, Kafka's port.
+    /// Address to listen on (port 0: any free port). Default `127.0.0.1:9092`, Kafka's
+    /// port. Any address but loopback needs [`BrokerConfig::sasl_users`].
     pub listen: SocketAddr,
+    /// The host clients are told to connect to in Metadata and FindCoordinator
+    /// answers (Kafka's `advertised.listeners`); default: the listen address's IP.
+    /// Required when listening on the wildcard address (0.0.0.0 or ::), which is
+    /// no address a client can connect back to (Kafka refuses to advertise it too).
+    pub advertised_host: Option<String>,
+    /// The users of SASL SCRAM authentication. `Some`: the listener is Kafka's
+    /// `SASL_PLAINTEXT`, every client must authenticate, loopback ones too (Kafka
+    /// decides per listener, not per client address). `None`: `PLAINTEXT`, loopback
+    /// only.
+    pub sasl_users: Option<Arc<Users>>,
     /// Kafka's `auto.create.topics.enable`; brook's default is off
     /// (see [`Advertised::auto_create_topics`]).
     pub auto_create_topics: bool,
@@ -47,6 +62,8 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised_host: None,
+            sasl_users: None,
             auto_create_topics: false,
             default_partitions: 1,
             group_min_session_timeout_ms: Limits::default().min_session_timeout_ms,
@@ -57,10 +74,13 @@ impl Default for BrokerConfig {
 /// Why the broker cannot serve.
 #[derive(Debug, Error)]
 pub enum BrokerError {
-    /// `listen` is not a loopback address: without authentication (SASL, a later
-    /// step) anyone who can reach the port could read and write every topic.
-    #[error("listen address {0} is not loopback: brook broker serves only 127.0.0.1 or ::1 until SASL authentication is supported")]
+    /// `listen` is not a loopback address and no SASL users are configured: anyone
+    /// who can reach the port could read and write every topic.
+    #[error("listen address {0} is not loopback and SASL is not configured: anyone reaching the port could read and write every topic. Add a user (printf '%s\n' PASSWORD | brook broker user add NAME, stored in <data-dir>/users.scram) or pass --sasl-users FILE, or listen on 127.0.0.1")]
     NotLoopback(SocketAddr),
+    /// `listen` is the wildcard address and no advertised host is given.
+    #[error("listen address {0} is the wildcard address, which clients cannot connect back to: pass --advertised-host (Kafka's advertised.listeners) with the name or address clients reach this machine by")]
+    WildcardNotAdvertised(SocketAddr),
     /// `default_partitions` is 0.
     #[error("invalid default_partitions: must be at least 1")]
     NoPartitions,
@@ -79,10 +99,14 @@ impl BrokerConfig {
     /// Checks the configuration.
     ///
     /// # Errors
-    /// [`BrokerError::NotLoopback`], [`BrokerError::NoPartitions`].
+    /// [`BrokerError::NotLoopback`], [`BrokerError::WildcardNotAdvertised`],
+    /// [`BrokerError::NoPartitions`].
     pub fn validate(&self) -> Result<(), BrokerError> {
-        if !self.listen.ip().is_loopback() {
+        if !self.listen.ip().is_loopback() && self.sasl_users.is_none() {
             return Err(BrokerError::NotLoopback(self.listen));
+        }
+        if self.listen.ip().is_unspecified() && self.advertised_host.is_none() {
+            return Err(BrokerError::WildcardNotAdvertised(self.listen));
         }
         if self.default_partitions == 0 {
             return Err(BrokerError::NoPartitions);
@@ -99,6 +123,7 @@ pub struct Server {
     advertised: Advertised,
     addr: SocketAddr,
     groups: Arc<Coordinator>,
+    sasl_users: Option<Arc<Users>>,
 }
 
 impl Server {
@@ -115,7 +140,10 @@ impl Server {
         let listener = TcpListener::bind(config.listen).await.map_err(io)?;
         let addr = listener.local_addr().map_err(io)?;
         let advertised = Advertised {
-            host: addr.ip().to_string(),
+            host: config
+                .advertised_host
+                .clone()
+                .unwrap_or_else(|| addr.ip().to_string()),
             port: addr.port(),
             auto_create_topics: config.auto_create_topics,
             default_partitions: config.default_partitions,
@@ -138,6 +166,7 @@ impl Server {
             advertised,
             addr,
             groups,
+            sasl_users: config.sasl_users.clone(),
         })
     }
 
@@ -152,7 +181,7 @@ impl Server {
     /// Never returns on its own; accept errors (out of file descriptors) are logged
     /// and retried after a pause.
     pub async fn run(self) -> Result<(), BrokerError> {
-        info!(addr = %self.addr, "brook broker serving");
+        info!(addr = %self.addr, sasl = self.sasl_users.is_some(), "brook broker serving");
         let ticker = Arc::clone(&self.groups);
         let _ticks = AbortOnDrop(tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_millis(coordinator::TICK_MS));
@@ -167,8 +196,14 @@ impl Server {
                     let log = self.log.clone();
                     let advertised = self.advertised.clone();
                     let groups = Arc::clone(&self.groups);
+                    let auth = match &self.sasl_users {
+                        Some(users) => Authenticator::sasl(Arc::clone(users), server_nonce()),
+                        None => Authenticator::open(),
+                    };
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, log, advertised, groups).await {
+                        if let Err(e) =
+                            connection(stream, peer, log, advertised, groups, auth).await
+                        {
                             debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -188,6 +223,7 @@ async fn connection(
     log: Log,
     advertised: Advertised,
     groups: Arc<Coordinator>,
+    mut auth: Authenticator,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
@@ -207,6 +243,23 @@ async fn connection(
         };
         let mut body = vec![0u8; size];
         stream.read_exact(&mut body).await?;
+        if auth.expects_bare_token() {
+            // After SaslHandshake v0 the frame is the token itself.
+            let answer = auth.authenticate(&body);
+            if let Some(e) = &answer.failure {
+                // A bare token has no error field: closing is the only answer.
+                warn!(%peer, "SASL authentication failed: {e}; closing the connection");
+                return Ok(());
+            }
+            log_authenticated(peer, answer.authenticated.as_deref());
+            match frame::encode_bare_token(&answer.auth_bytes) {
+                Ok(bytes) => stream.write_all(&bytes).await?,
+                Err(e) => error!("encoding a SASL token: {e}"),
+            }
+            continue;
+        }
+        // Set when the answer is the last thing this connection gets.
+        let mut close = false;
         let response = match frame::parse(Bytes::from(body)) {
             Ok(Decoded::ApiVersionsTooNew {
                 correlation_id,
@@ -224,6 +277,13 @@ async fn connection(
             }) => {
                 let version = header.request_api_version;
                 let id = header.correlation_id;
+                if !auth.admits(api) {
+                    warn!(
+                        %peer,
+                        "SASL authentication failed: unexpected {api:?} request before authentication; closing the connection"
+                    );
+                    return Ok(());
+                }
                 match request {
                     Request::ApiVersions => {
                         encode(id, api, version, &api_versions::handle(version))
@@ -303,6 +363,25 @@ async fn connection(
                             blocking(move || offsets::offset_fetch(&r, version, &log)).await?;
                         encode(id, api, version, &resp)
                     }
+                    Request::SaslHandshake(r) => {
+                        let answer = auth.handshake(&r.mechanism, version);
+                        if answer.close {
+                            warn!(%peer, mechanism = %r.mechanism.as_str(), "SASL handshake refused (error {}); closing the connection", answer.error_code);
+                        }
+                        close = answer.close;
+                        encode(id, api, version, &sasl_handshake_response(answer))
+                    }
+                    Request::SaslAuthenticate(r) => {
+                        let answer = auth.authenticate(&r.auth_bytes);
+                        if let Some(e) = &answer.failure {
+                            warn!(%peer, "SASL authentication failed: {e}; closing the connection");
+                        } else if answer.close {
+                            warn!(%peer, "SaslAuthenticate before SaslHandshake; closing the connection");
+                        }
+                        log_authenticated(peer, answer.authenticated.as_deref());
+                        close = answer.close;
+                        encode(id, api, version, &sasl_authenticate_response(answer))
+                    }
                 }
             }
             Err(e) => {
@@ -313,7 +392,50 @@ async fn connection(
         if let Some(bytes) = response {
             stream.write_all(&bytes).await?;
         }
+        if close {
+            stream.flush().await?;
+            return Ok(());
+        }
     }
+}
+
+/// This connection's part of the SCRAM nonce: 18 bytes from the OS's random source
+/// as 24 characters of URL-safe base64 (printable, no `,`, as RFC 5802 requires).
+fn server_nonce() -> String {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 18];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn log_authenticated(peer: SocketAddr, user: Option<&str>) {
+    if let Some(user) = user {
+        debug!(%peer, user, "SASL authenticated");
+    }
+}
+
+fn sasl_handshake_response(
+    answer: crate::sasl::session::HandshakeAnswer,
+) -> kafka_protocol::messages::SaslHandshakeResponse {
+    kafka_protocol::messages::SaslHandshakeResponse::default()
+        .with_error_code(answer.error_code)
+        .with_mechanisms(
+            answer
+                .mechanisms
+                .into_iter()
+                .map(kafka_protocol::protocol::StrBytes::from_static_str)
+                .collect(),
+        )
+}
+
+fn sasl_authenticate_response(
+    answer: crate::sasl::session::AuthenticateAnswer,
+) -> kafka_protocol::messages::SaslAuthenticateResponse {
+    kafka_protocol::messages::SaslAuthenticateResponse::default()
+        .with_error_code(answer.error_code)
+        .with_error_message(answer.error_message.map(Into::into))
+        .with_auth_bytes(answer.auth_bytes.into())
 }
 
 /// Stops the group ticker when the server stops.
