@@ -140,6 +140,13 @@ pub fn check_size(prefix: [u8; 4]) -> Result<usize, FrameError> {
     }
 }
 
+/// The API a frame's header names, read without decoding anything else; `None` for a
+/// frame too short or an unknown key (which [`parse`] refuses).
+pub fn api_key(frame: &[u8]) -> Option<ApiKey> {
+    let key = i16::from_be_bytes([*frame.first()?, *frame.get(1)?]);
+    ApiKey::try_from(key).ok()
+}
+
 /// Decodes a frame's bytes (without the size prefix).
 ///
 /// # Errors
@@ -313,6 +320,14 @@ mod tests {
             parse(Bytes::from(f)),
             Err(FrameError::Malformed { .. })
         ));
+    }
+
+    #[test]
+    fn the_api_key_is_read_from_the_first_two_bytes() {
+        let f = frame(ApiKey::Metadata, 9, &MetadataRequest::default());
+        assert_eq!(api_key(&f), Some(ApiKey::Metadata));
+        assert_eq!(api_key(&[0]), None);
+        assert_eq!(api_key(&999i16.to_be_bytes()), None);
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Default for BrokerConfig {
 pub enum BrokerError {
     /// `listen` is not a loopback address and no SASL users are configured: anyone
     /// who can reach the port could read and write every topic.
-    #[error("listen address {0} is not loopback and SASL is not configured: anyone reaching the port could read and write every topic. Add a user (printf '%s\n' PASSWORD | brook broker user add NAME, stored in <data-dir>/users.scram) or pass --sasl-users FILE, or listen on 127.0.0.1")]
+    #[error("listen address {0} is not loopback and SASL is not configured: anyone reaching the port could read and write every topic. Add a user with `brook broker user add NAME` (the password from standard input; stored in <data-dir>/users.scram) or pass --sasl-users FILE, or listen on 127.0.0.1")]
     NotLoopback(SocketAddr),
     /// `listen` is the wildcard address and no advertised host is given.
     #[error("listen address {0} is the wildcard address, which clients cannot connect back to: pass --advertised-host (Kafka's advertised.listeners) with the name or address clients reach this machine by")]
@@ -258,6 +258,15 @@ async fn connection(
             }
             continue;
         }
+        // Before authentication only the SASL requests are even decoded (the codec
+        // trusts array counts: a crafted request could exhaust memory).
+        if let Some(api) = frame::api_key(&body).filter(|&api| !auth.admits(api)) {
+            warn!(
+                %peer,
+                "SASL authentication failed: unexpected {api:?} request before authentication; closing the connection"
+            );
+            return Ok(());
+        }
         // Set when the answer is the last thing this connection gets.
         let mut close = false;
         let response = match frame::parse(Bytes::from(body)) {
@@ -277,13 +286,6 @@ async fn connection(
             }) => {
                 let version = header.request_api_version;
                 let id = header.correlation_id;
-                if !auth.admits(api) {
-                    warn!(
-                        %peer,
-                        "SASL authentication failed: unexpected {api:?} request before authentication; closing the connection"
-                    );
-                    return Ok(());
-                }
                 match request {
                     Request::ApiVersions => {
                         encode(id, api, version, &api_versions::handle(version))
@@ -369,7 +371,7 @@ async fn connection(
                             warn!(%peer, mechanism = %r.mechanism.as_str(), "SASL handshake refused (error {}); closing the connection", answer.error_code);
                         }
                         close = answer.close;
-                        encode(id, api, version, &sasl_handshake_response(answer))
+                        encode(id, api, version, &answer.response())
                     }
                     Request::SaslAuthenticate(r) => {
                         let answer = auth.authenticate(&r.auth_bytes);
@@ -380,7 +382,7 @@ async fn connection(
                         }
                         log_authenticated(peer, answer.authenticated.as_deref());
                         close = answer.close;
-                        encode(id, api, version, &sasl_authenticate_response(answer))
+                        encode(id, api, version, &answer.response())
                     }
                 }
             }
@@ -393,10 +395,27 @@ async fn connection(
             stream.write_all(&bytes).await?;
         }
         if close {
-            stream.flush().await?;
+            linger_close(stream).await;
             return Ok(());
         }
     }
+}
+
+/// How long a connection refused after its last answer stays open (ms): Kafka's
+/// `connection.failed.authentication.delay.ms` default (KIP-306).
+const FAILED_AUTHENTICATION_DELAY_MS: u64 = 100;
+
+/// Closes a connection after its last answer (an authentication failure) the way
+/// Kafka does: open for [`FAILED_AUTHENTICATION_DELAY_MS`] or until the client closes,
+/// reading (and dropping) what it still sends, then closed. Closing at once made
+/// kafka-python report only "socket disconnected", not the authentication error it
+/// had been sent; dropping unread input would send a reset.
+async fn linger_close(mut stream: TcpStream) {
+    let mut sink = [0u8; 4096];
+    let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ =
+        tokio::time::timeout(Duration::from_millis(FAILED_AUTHENTICATION_DELAY_MS), drain).await;
+    let _ = stream.shutdown().await;
 }
 
 /// This connection's part of the SCRAM nonce: 18 bytes from the OS's random source
@@ -413,29 +432,6 @@ fn log_authenticated(peer: SocketAddr, user: Option<&str>) {
     if let Some(user) = user {
         debug!(%peer, user, "SASL authenticated");
     }
-}
-
-fn sasl_handshake_response(
-    answer: crate::sasl::session::HandshakeAnswer,
-) -> kafka_protocol::messages::SaslHandshakeResponse {
-    kafka_protocol::messages::SaslHandshakeResponse::default()
-        .with_error_code(answer.error_code)
-        .with_mechanisms(
-            answer
-                .mechanisms
-                .into_iter()
-                .map(kafka_protocol::protocol::StrBytes::from_static_str)
-                .collect(),
-        )
-}
-
-fn sasl_authenticate_response(
-    answer: crate::sasl::session::AuthenticateAnswer,
-) -> kafka_protocol::messages::SaslAuthenticateResponse {
-    kafka_protocol::messages::SaslAuthenticateResponse::default()
-        .with_error_code(answer.error_code)
-        .with_error_message(answer.error_message.map(Into::into))
-        .with_auth_bytes(answer.auth_bytes.into())
 }
 
 /// Stops the group ticker when the server stops.

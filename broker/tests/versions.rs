@@ -7,6 +7,7 @@ use brook_broker::api_versions::SUPPORTED;
 use brook_broker::frame::{self, Decoded, Request};
 use brook_broker::group::{membership, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
+use brook_broker::sasl::{Authenticator, Mechanism, ScramCredential, Users};
 use brook_broker::{create_topics, fetch, list_offsets, metadata, produce};
 use brook_core::time::ManualClock;
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
@@ -28,7 +29,8 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
     FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest, TopicName,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -169,10 +171,30 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
         ApiKey::DescribeGroups => DescribeGroupsRequest::default()
             .with_groups(vec![group("g")])
             .encode(&mut buf, version),
+        ApiKey::SaslHandshake => SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str("SCRAM-SHA-256"))
+            .encode(&mut buf, version),
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default()
+            .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=abc"))
+            .encode(&mut buf, version),
         other => panic!("{other:?} is advertised but this test does not know it"),
     }
     .expect("body");
     buf.freeze()
+}
+
+/// A connection on a SASL listener with user alice.
+fn sasl() -> Authenticator {
+    let mut users = Users::default();
+    let m = Mechanism::ScramSha256;
+    users
+        .set(
+            "alice",
+            m,
+            ScramCredential::derive(m, b"pw", vec![1; 16], 4096),
+        )
+        .expect("name");
+    Authenticator::sasl(std::sync::Arc::new(users), "nonce".into())
 }
 
 #[test]
@@ -310,6 +332,19 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     let resp = membership::describe_groups(&groups, &r, &log);
                     assert_eq!(resp.groups[0].group_state.as_str(), "Dead");
                     frame::encode_response(5, api, version, &resp)
+                }
+                // A fresh connection's authentication for each request.
+                Request::SaslHandshake(r) => {
+                    let answer = sasl().handshake(&r.mechanism, version);
+                    assert_eq!(answer.error_code, 0, "SaslHandshake v{version}");
+                    frame::encode_response(5, api, version, &answer.response())
+                }
+                Request::SaslAuthenticate(r) => {
+                    let mut auth = sasl();
+                    auth.handshake("SCRAM-SHA-256", 1);
+                    let answer = auth.authenticate(&r.auth_bytes);
+                    assert_eq!(answer.error_code, 0, "SaslAuthenticate v{version}");
+                    frame::encode_response(5, api, version, &answer.response())
                 }
             };
             encoded.unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));

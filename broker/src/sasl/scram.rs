@@ -14,7 +14,8 @@
 //! channel binding must), an authorization id only if it equals the user name, no
 //! mandatory extensions (`m=`), delegation tokens (`tokenauth=true`) refused, other
 //! extensions ignored; an unknown user fails at the first message, a wrong proof or a
-//! nonce other than this exchange's (a replayed final message) at the second.
+//! nonce that does not end with this exchange's (a replayed final message) at the
+//! second.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -59,7 +60,7 @@ pub enum ScramError {
         /// The mechanism.
         mechanism: Mechanism,
     },
-    /// The final message's nonce is not this exchange's.
+    /// The final message's nonce does not end with this exchange's.
     #[error("nonce of user {0:?} does not match this exchange (a replayed message?)")]
     Nonce(String),
     /// The final message's channel binding differs from the first message's header.
@@ -214,7 +215,11 @@ pub fn client_final(exchange: &Exchange, message: &[u8]) -> Result<(String, Vec<
         Some(a) if a.starts_with("r=") => &a[2..],
         _ => return Err(bad("no nonce (r=)")),
     };
-    if nonce != exchange.nonce {
+    // Kafka checks that the nonce *ends with* this exchange's (client + server) nonce
+    // rather than equals it, and librdkafka before 2.1 (Debian 12's, in kcat) sends
+    // the client nonce twice. Freshness holds either way: this connection's server
+    // nonce must end the nonce, and the proof signs the message as sent.
+    if !nonce.ends_with(&exchange.nonce) {
         return Err(ScramError::Nonce(user.clone()));
     }
     if binding != exchange.gs2_header.as_bytes() {
@@ -294,8 +299,23 @@ mod tests {
         client_first: &str,
         server_first: &str,
     ) -> String {
+        let nonce = server_first
+            .split(',')
+            .next()
+            .expect("r=")
+            .trim_start_matches("r=");
+        client_final_with_nonce(m, password, client_first, server_first, nonce)
+    }
+
+    /// As [`client_final_for`], sending `nonce`.
+    fn client_final_with_nonce(
+        m: Mechanism,
+        password: &str,
+        client_first: &str,
+        server_first: &str,
+        nonce: &str,
+    ) -> String {
         let text = server_first;
-        let nonce = text.split(',').next().expect("r=").trim_start_matches("r=");
         let salt = BASE64
             .decode(
                 text.split(",s=")
@@ -463,6 +483,32 @@ mod tests {
         assert_eq!(
             e.client_message(),
             "Authentication failed: Invalid client nonce"
+        );
+    }
+
+    /// librdkafka before 2.1 repeats the client nonce in front of the whole nonce;
+    /// Kafka accepts that (it checks the end), and so does brook.
+    #[test]
+    fn a_nonce_ending_with_this_exchanges_is_accepted() {
+        let users = rfc_users();
+        let m = Mechanism::ScramSha256;
+        let (exchange, first) =
+            client_first(m, &users, RFC_SERVER_NONCE, RFC_CLIENT_FIRST.as_bytes()).expect("first");
+        let server_first = String::from_utf8(first).expect("utf8");
+        let whole = server_first
+            .split(',')
+            .next()
+            .expect("r=")
+            .trim_start_matches("r=");
+        let doubled = format!("rOprNGfwEbeRWgbNEkqO{whole}");
+        let last = client_final_with_nonce(m, "pencil", RFC_CLIENT_FIRST, &server_first, &doubled);
+        assert!(client_final(&exchange, last.as_bytes()).is_ok());
+        // Still refused: this exchange's nonce followed by anything.
+        let appended = format!("{whole}x");
+        let last = client_final_with_nonce(m, "pencil", RFC_CLIENT_FIRST, &server_first, &appended);
+        assert_eq!(
+            client_final(&exchange, last.as_bytes()),
+            Err(ScramError::Nonce("user".into()))
         );
     }
 

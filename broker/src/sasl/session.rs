@@ -22,7 +22,8 @@
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::sasl::credentials::Mechanism;
 use crate::sasl::scram::{self, Exchange, ScramError};
@@ -81,7 +82,29 @@ pub struct AuthenticateAnswer {
     pub authenticated: Option<String>,
 }
 
+impl HandshakeAnswer {
+    /// The SaslHandshake response.
+    pub fn response(self) -> SaslHandshakeResponse {
+        SaslHandshakeResponse::default()
+            .with_error_code(self.error_code)
+            .with_mechanisms(
+                self.mechanisms
+                    .into_iter()
+                    .map(StrBytes::from_static_str)
+                    .collect(),
+            )
+    }
+}
+
 impl AuthenticateAnswer {
+    /// The SaslAuthenticate response (`session_lifetime_ms` 0: no re-authentication).
+    pub fn response(self) -> SaslAuthenticateResponse {
+        SaslAuthenticateResponse::default()
+            .with_error_code(self.error_code)
+            .with_error_message(self.error_message.map(StrBytes::from))
+            .with_auth_bytes(self.auth_bytes.into())
+    }
+
     fn illegal(message: &str, close: bool) -> Self {
         AuthenticateAnswer {
             error_code: ResponseError::IllegalSaslState.code(),
