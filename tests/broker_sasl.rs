@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use brook_testkit::binary::{expect_success, run_brook_err, run_brook_ok, run_brook_with_input};
 use brook_testkit::broker::BrokerProcess;
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer, ProducerContext};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 const USER: &str = "alice";
@@ -203,13 +203,6 @@ impl ClientContext for Errors {
             .push(format!("{error}: {reason}"));
     }
 }
-
-impl ProducerContext for Errors {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
-}
-
-impl ConsumerContext for Errors {}
 
 /// Waits (at most 15 s) for an error containing `text`.
 fn wait_for_error(errors: &Errors, text: &str) -> String {

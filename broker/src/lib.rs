@@ -10,6 +10,8 @@
 //!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
 //! - [`frame`] checks a request frame and decides what to do with it (answer, or
 //!   close the connection) as a pure function;
+//! - [`sasl`] authenticates clients (SCRAM-SHA-256/512) when users are configured:
+//!   one connection's authentication is a state machine the server consults;
 //! - [`server`] is the thin socket shell: it reads frames, calls the handlers (on
 //!   the blocking pool, as appends may fsync), waits for data for long-polling
 //!   fetches, and writes the responses.

@@ -1,7 +1,8 @@
 """kafka-python against a `brook broker` with SASL users (run by tests/broker_sasl.rs
 with the bootstrap address, the user and the password as arguments): produce with
-SCRAM-SHA-256, read back with SCRAM-SHA-512 into the existing topic `py-sasl`; a wrong
-password raises an authentication error and produces nothing. Prints `ok` at the end;
+SCRAM-SHA-256, read back with SCRAM-SHA-512 into the existing topic `py-sasl`; a
+producer with a wrong password gets the broker's SASL_AUTHENTICATION_FAILED ("Invalid
+user credentials", in kafka-python's log) and never connects. Prints `ok` at the end;
 exits non-zero (an assertion or exception) on any difference."""
 
 import logging
