@@ -241,6 +241,14 @@ async fn connection(
                 return Ok(());
             }
         };
+        if size > auth.max_frame_bytes() {
+            warn!(
+                %peer,
+                "SASL authentication failed: a frame of {size} bytes before authentication (the limit is {} bytes); closing the connection",
+                auth.max_frame_bytes()
+            );
+            return Ok(());
+        }
         let mut body = vec![0u8; size];
         stream.read_exact(&mut body).await?;
         if auth.expects_bare_token() {

@@ -1,8 +1,8 @@
 //! SASL through a real socket, as a client would speak it: SaslHandshake v1 +
 //! SaslAuthenticate and SaslHandshake v0 + bare token frames both authenticate and
 //! then Metadata is served; a Metadata request before authentication closes that
-//! connection unanswered while others are served; an unsupported mechanism gets the
-//! list and a closed connection; a wrong password gets SASL_AUTHENTICATION_FAILED and
+//! connection unanswered while others are served, as does a frame over 512 KiB; an
+//! unsupported mechanism gets the list and a closed connection; a wrong password gets SASL_AUTHENTICATION_FAILED and
 //! a closed connection.
 
 use std::sync::Arc;
@@ -192,6 +192,16 @@ async fn refusals_close_only_their_connection() {
     // Metadata before authentication: no answer, the connection is closed.
     let mut early = TcpStream::connect(addr).await.expect("connect");
     assert!(metadata(&mut early).await.is_none());
+
+    // A frame over 512 KiB before authentication (Kafka's sasl.server.max.receive.size):
+    // closed without reading it.
+    let mut big = TcpStream::connect(addr).await.expect("connect");
+    big.write_all(&(1i32 << 20).to_be_bytes())
+        .await
+        .expect("send");
+    let closed =
+        tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(&mut big)).await;
+    assert!(matches!(closed, Ok(None)), "not closed within 5 s");
 
     // An unsupported mechanism: the list, then closed.
     let mut plain = TcpStream::connect(addr).await.expect("connect");

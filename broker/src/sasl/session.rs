@@ -25,9 +25,14 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::frame;
 use crate::sasl::credentials::Mechanism;
 use crate::sasl::scram::{self, Exchange, ScramError};
 use crate::sasl::users::Users;
+
+/// Kafka's `sasl.server.max.receive.size` default (bytes): the largest frame a
+/// client may send before it has authenticated.
+pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 512 * 1024;
 
 #[derive(Debug)]
 enum State {
@@ -153,6 +158,16 @@ impl Authenticator {
             State::AwaitingFirst { raw, .. } | State::AwaitingFinal { raw, .. } => {
                 !raw && api == ApiKey::SaslAuthenticate
             }
+        }
+    }
+
+    /// The largest frame read from this connection (bytes): before authentication
+    /// [`MAX_UNAUTHENTICATED_FRAME_BYTES`] (a client nobody knows yet cannot make the
+    /// broker allocate 100 MiB), after it [`frame::MAX_FRAME_BYTES`].
+    pub fn max_frame_bytes(&self) -> usize {
+        match self.state {
+            State::Open | State::Authenticated { .. } => frame::MAX_FRAME_BYTES,
+            _ => MAX_UNAUTHENTICATED_FRAME_BYTES,
         }
     }
 
@@ -430,6 +445,24 @@ mod tests {
         assert!(!a.admits(ApiKey::ApiVersions) && !a.admits(ApiKey::Metadata));
         let again = a.handshake("SCRAM-SHA-512", 1);
         assert_eq!((again.error_code, again.close), (ILLEGAL, true));
+    }
+
+    #[test]
+    fn frames_before_authentication_are_limited_to_512_kib() {
+        let mut a = Authenticator::sasl(users(), "n".into());
+        assert_eq!(a.max_frame_bytes(), 512 * 1024);
+        a.handshake("SCRAM-SHA-256", 1);
+        assert_eq!(a.max_frame_bytes(), 512 * 1024);
+        let mut b = Authenticator::sasl(users(), "n".into());
+        assert_eq!(
+            exchange(&mut b, Mechanism::ScramSha256, "alice", "pw").error_code,
+            0
+        );
+        assert_eq!(b.max_frame_bytes(), frame::MAX_FRAME_BYTES);
+        assert_eq!(
+            Authenticator::open().max_frame_bytes(),
+            frame::MAX_FRAME_BYTES
+        );
     }
 
     #[test]
