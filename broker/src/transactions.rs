@@ -577,6 +577,7 @@ mod tests {
         fn init(&self) -> (i64, i16) {
             let r = self.txns.init_producer_id(
                 &InitProducerIdRequest::default()
+                    .with_transaction_timeout_ms(60_000)
                     .with_transactional_id(Some(tid()))
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1),
@@ -668,6 +669,7 @@ mod tests {
         let idempotent = |f: &Fixture| {
             let r = f.txns.init_producer_id(
                 &InitProducerIdRequest::default()
+                    .with_transaction_timeout_ms(60_000)
                     .with_transactional_id(None)
                     .with_producer_id(ProducerId(-1)),
                 &f.log,
@@ -699,6 +701,7 @@ mod tests {
         // KIP-360: an InitProducerId naming a session that is no longer current.
         let r = f.txns.init_producer_id(
             &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(60_000)
                 .with_transactional_id(Some(tid()))
                 .with_producer_id(ProducerId(old.0))
                 .with_producer_epoch(old.1),
