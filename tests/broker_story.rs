@@ -17,7 +17,8 @@
 //!   the killed member's records after its last commit (the rule asserted: docs/
 //!   semantics.md §1a, "at least once across a crash"); analytics read every record
 //!   exactly once; both groups' committed offsets reach the log end (no lag), read
-//!   through the Kafka protocol (OffsetFetch, ListOffsets).
+//!   through the Kafka protocol (OffsetFetch, ListOffsets) and shown by `brook group
+//!   describe` through the running broker with the live members.
 
 // Deadlines while waiting for processes, and the time a rebalance took.
 #![allow(clippy::disallowed_methods)]
@@ -28,7 +29,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brook::kafka::admin::{committed_offsets, create_topic};
-use brook_testkit::binary::example_binary;
+use brook_testkit::binary::{example_binary, run_brook_ok};
 use brook_testkit::broker::{kafka_python_command, BrokerProcess};
 use brook_testkit::child_lines::ChildLines;
 use brook_testkit::process::KillOnDrop;
@@ -219,6 +220,38 @@ fn read_counts(records: &[Consumed]) -> BTreeMap<(i32, i64), usize> {
     n
 }
 
+/// `brook group describe GROUP` on the data directory a broker serves (it goes through
+/// the broker).
+fn describe(data_dir: &Path, group: &str) -> String {
+    let out = run_brook_ok(
+        Command::new(env!("CARGO_BIN_EXE_brook"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["group", "describe", group]),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The partition table of `brook group describe`: partition -> committed, end,
+/// stable end and lag.
+fn lag_rows(text: &str) -> BTreeMap<i32, [String; 4]> {
+    text.lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let cols = [f.get(2)?, f.get(3)?, f.get(4)?, f.get(5)?].map(|c| c.to_string());
+            Some((f.get(1)?.parse().ok()?, cols))
+        })
+        .collect()
+}
+
+/// How many members `brook group describe` lists (the lines after its blank line and
+/// the members' header).
+fn member_lines(text: &str) -> usize {
+    text.lines().skip_while(|l| !l.is_empty()).skip(2).count()
+}
+
 #[test]
 fn snack_sales_teams_share_the_log_across_processes_crashes_and_leaves() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -356,6 +389,18 @@ fn snack_sales_teams_share_the_log_across_processes_crashes_and_leaves() {
         let c = |g| committed_offsets(&b, g, TOPIC).expect("OffsetFetch");
         c("billing") == ends && c("analytics") == ends
     });
+    // `brook group describe` through the running broker shows the same: no lag, and
+    // the live members.
+    for (group, live) in [("billing", billing.len()), ("analytics", 1)] {
+        let described = describe(dir.path(), group);
+        let rows = lag_rows(&described);
+        let want: BTreeMap<i32, [String; 4]> = ends
+            .iter()
+            .map(|(&p, &end)| (p, [end, end, end, 0].map(|n| n.to_string())))
+            .collect();
+        assert_eq!(rows, want, "{described}");
+        assert_eq!(member_lines(&described), live, "{described}");
+    }
     let mut billing_read = earlier;
     for m in billing {
         billing_read.extend(parse_records(&m.stop()));
