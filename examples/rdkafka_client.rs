@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! brook broker --data-dir /tmp/shop &            # serves 127.0.0.1:9092
-//! brook --data-dir /tmp/shop topic create snack-sales --partitions 3   # (before the broker)
+//! brook --data-dir /tmp/shop topic create snack-sales --partitions 3   # through the broker
 //! cargo run --example rdkafka_client -- produce 127.0.0.1:9092 snack-sales rk
 //! cargo run --example rdkafka_client -- consume 127.0.0.1:9092 snack-sales billing 6000
 //! ```
