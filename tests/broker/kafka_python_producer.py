@@ -20,10 +20,8 @@ def wait_for_stdin_end():
 
 
 threading.Thread(target=wait_for_stdin_end, daemon=True).start()
-# Not idempotent: kafka-python 3 defaults to an idempotent producer, which needs
-# InitProducerId (not served by brook broker yet: issue 17's transactions step).
-producer = KafkaProducer(
-    bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=False)
+# kafka-python's defaults otherwise (version 3: an idempotent producer).
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
 futures = []
 while not closed.is_set():
     n = len(futures)
