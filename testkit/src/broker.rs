@@ -113,3 +113,13 @@ pub fn kcat(manifest_dir: &Path) -> PathBuf {
     );
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
+
+/// `python3 <script>` with kafka-python on its `PYTHONPATH` (installed by
+/// [`kafka_python`] into `target_tmpdir`); `script` is relative to `manifest_dir`.
+pub fn kafka_python_command(target_tmpdir: &Path, manifest_dir: &Path, script: &str) -> Command {
+    let python_path = kafka_python(target_tmpdir, manifest_dir);
+    let mut cmd = Command::new("python3");
+    cmd.arg(manifest_dir.join(script))
+        .env("PYTHONPATH", python_path);
+    cmd
+}
