@@ -198,27 +198,6 @@ fn rdkafka_creates_produces_with_acks_all_and_reads_everything_back() {
 }
 
 #[test]
-fn an_idempotent_producer_gets_an_error_not_a_hang() {
-    let broker = Broker::start();
-    let b = broker.bootstrap();
-    create_topic(&b, "plain", 1);
-    let producer: FutureProducer = config(&b)
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", "5000")
-        .create()
-        .expect("producer");
-    let sent = futures::executor::block_on(producer.send(
-        FutureRecord::<(), _>::to("plain").payload("x"),
-        Duration::from_secs(5),
-    ));
-    let err = sent
-        .expect_err("an idempotent producer cannot be served yet")
-        .0;
-    eprintln!("idempotent producer: {err}");
-    assert!(!matches!(err, KafkaError::Canceled), "{err}");
-}
-
-#[test]
 fn acks_0_records_are_appended_without_an_answer() {
     let broker = Broker::start();
     let b = broker.bootstrap();

@@ -14,11 +14,11 @@
 //!   the blocking pool, as appends may fsync), waits for data for long-polling
 //!   fetches, and writes the responses.
 //!
-//! This serves the first two steps of issue 17: a single broker (node id 0) that
-//! leads every partition; plain producers (no idempotence, no transactions); consumers
-//! that assign partitions themselves or form consumer groups of separate processes
-//! ([`group`]: Kafka's classic protocol). Transactions, SASL and the other APIs come
-//! later; an API that is not served is left out of ApiVersions, so
+//! This serves a single broker (node id 0) that leads every partition; plain,
+//! idempotent ([`idempotence`], [`producers`]) and transactional ([`transactions`])
+//! producers; consumers that assign partitions themselves or form consumer groups of
+//! separate processes ([`group`]: Kafka's classic protocol). SASL and the other APIs
+//! come later; an API that is not served is left out of ApiVersions, so
 //! clients report it as unsupported instead of waiting. `docs/semantics.md` §
 //! "The log as a Kafka broker" lists the rules.
 
@@ -29,10 +29,13 @@ mod error_code;
 pub mod fetch;
 pub mod frame;
 pub mod group;
+pub mod idempotence;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod producers;
 pub mod server;
+pub mod transactions;
 
 pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
 pub use crate::error_code::error_code;

@@ -483,6 +483,17 @@ impl Log {
         Ok(())
     }
 
+    /// Writes a group's committed offsets without a membership check: the offsets of
+    /// a transaction as it commits ([`crate::txn`]).
+    pub(crate) fn write_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, u64)],
+    ) -> Result<()> {
+        lock_or_recover(&self.inner.offsets).commit(group, offsets)?;
+        Ok(())
+    }
+
     /// A group's committed offset for one partition.
     pub fn committed_offset(&self, group: &str, tp: &TopicPartition) -> Option<u64> {
         lock_or_recover(&self.inner.offsets).committed(group, tp)

@@ -71,6 +71,7 @@ use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{ControlType, TxnMark};
+use crate::group::TopicPartition;
 use crate::log::Log;
 use crate::partition::{sync_dir, AppendInfo, Partition};
 use crate::record::ProducerRecord;
@@ -143,6 +144,21 @@ struct TxnEntry {
     epoch: u16,
     status: Status,
     partitions: Vec<TxnPartition>,
+    /// Group offsets sent with the transaction (Kafka's `sendOffsetsToTransaction`):
+    /// written to the groups' committed offsets when it commits, dropped when it
+    /// aborts. Absent in state files of transactions without offsets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    offsets: Vec<TxnOffset>,
+}
+
+/// One group offset of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TxnOffset {
+    group: String,
+    topic: String,
+    partition: u32,
+    /// The next offset to read, as a commit.
+    offset: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -388,6 +404,20 @@ pub(crate) fn decide(
             part.end_txn(mark, control)?;
         }
     }
+    // The offsets become committed with the transaction; written again when a crash
+    // interrupted the decision (a commit of the same offsets changes nothing).
+    if commit {
+        let mut by_group: BTreeMap<&str, Vec<(TopicPartition, u64)>> = BTreeMap::new();
+        for o in &t.offsets {
+            by_group
+                .entry(&o.group)
+                .or_default()
+                .push((TopicPartition::new(o.topic.clone(), o.partition), o.offset));
+        }
+        for (group, offsets) in by_group {
+            log.write_group_offsets(group, &offsets)?;
+        }
+    }
     let Some(st) = coord.ids.get_mut(id) else {
         return Ok(());
     };
@@ -568,6 +598,7 @@ impl TransactionalProducer {
             epoch: self.epoch,
             status: Status::Open,
             partitions: Vec::new(),
+            offsets: Vec::new(),
         });
         self.current = Some(sequence);
         Ok(self.current_handle(sequence))
@@ -687,6 +718,47 @@ impl TransactionalProducer {
             }
         }
         Ok((mark, handles))
+    }
+
+    /// Adds group offsets to the open transaction (Kafka's `sendOffsetsToTransaction`):
+    /// they become `group`'s committed offsets when the transaction commits, in the
+    /// same step as its markers, and are dropped when it aborts. A later offset for
+    /// the same partition of the same group replaces an earlier one.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`] for a bad group name; [`LogError::ProducerFenced`];
+    /// [`LogError::InvalidTransactionState`] without an open transaction; I/O errors.
+    pub fn send_offsets(&mut self, group: &str, offsets: &[(TopicPartition, u64)]) -> Result<()> {
+        validate_name("group", group)?;
+        let mut coord = self.log.txn_coordinator()?;
+        coord.check_session(&self.id, self.producer_id, self.epoch)?;
+        let Some(seq) = self.current else {
+            return Err(self.invalid(u64::MAX, "no transaction is open in this session"));
+        };
+        let Some(st) = coord.ids.get_mut(&self.id) else {
+            return Err(self.invalid(seq, "unknown transactional id"));
+        };
+        let Some(i) = st.find(self.producer_id, seq) else {
+            self.current = None;
+            return Err(self.invalid(seq, "the transaction is no longer open"));
+        };
+        let entry = &mut st.transactions[i];
+        if entry.status != Status::Open {
+            return Err(self.invalid(seq, "the transaction is no longer open"));
+        }
+        for (tp, offset) in offsets {
+            entry.offsets.retain(|o| {
+                !(o.group == group && o.topic == tp.topic && o.partition == tp.partition)
+            });
+            entry.offsets.push(TxnOffset {
+                group: group.to_string(),
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: *offset,
+            });
+        }
+        let snapshot = st.clone();
+        coord.store(&snapshot)
     }
 
     /// Ends the writing of the open transaction: its data is fsynced in every

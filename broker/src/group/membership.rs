@@ -31,13 +31,14 @@ fn text(s: &str) -> StrBytes {
 }
 
 /// This broker coordinates every group (key type 0) and every transactional id
-/// (key type 1, not served yet: COORDINATOR_NOT_AVAILABLE).
+/// (key type 1); other key types (share groups) get COORDINATOR_NOT_AVAILABLE.
 pub fn find_coordinator(
     request: &FindCoordinatorRequest,
     version: i16,
     advertised: &Advertised,
 ) -> FindCoordinatorResponse {
-    let error = (request.key_type != 0).then_some(ResponseError::CoordinatorNotAvailable);
+    let error =
+        (!matches!(request.key_type, 0 | 1)).then_some(ResponseError::CoordinatorNotAvailable);
     let host = text(&advertised.host);
     let port = i32::from(advertised.port);
     if version >= 4 {
