@@ -421,3 +421,32 @@ fn kafka_python_creates_produces_and_reads_everything_back() {
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("90 records produced and read back"));
 }
+
+/// `transaction.timeout.ms` (semantics.md §1, §1a): a transaction a writer left open
+/// in the data directory holds back read_committed Kafka consumers only until its
+/// timeout; the broker's log maintenance then aborts it, and librdkafka reads the
+/// record behind it, without the aborted one.
+#[test]
+fn the_broker_aborts_a_transaction_left_open_after_its_timeout() {
+    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).expect("open the log");
+        log.create_topic("t", 1, TopicConfig::default())
+            .expect("create t");
+        let mut w = log
+            .init_transactions_with_timeout("crashed-writer", 2_000)
+            .expect("session");
+        w.begin().expect("begin");
+        w.send("t", vec![ProducerRecord::new("open")])
+            .expect("send");
+        log.topic("t")
+            .expect("t")
+            .append(vec![ProducerRecord::new("after")])
+            .expect("append");
+        // The writer goes away undecided, as a crashed one.
+    }
+    let process = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_brook")), dir.path(), &[]);
+    let got = read_all(&process.bootstrap(), "t", 1, 1, "read_committed");
+    assert_eq!(got, vec![(0, 1, String::new(), "after".to_string())]);
+}

@@ -52,6 +52,7 @@ mod record;
 mod segment;
 mod topic;
 pub mod txn;
+mod txn_timeout;
 
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
@@ -66,4 +67,7 @@ pub use crate::partition::{
 };
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
 pub use crate::topic::{Topic, TopicInfo};
-pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};
+pub use crate::txn::{
+    CommitOutcome, TransactionHandle, TransactionalProducer, DEFAULT_TRANSACTION_TIMEOUT_MS,
+    MAX_TRANSACTION_TIMEOUT_MS,
+};

@@ -161,7 +161,7 @@ impl Log {
             topics.insert(name, Arc::new(topic));
         }
         let offsets = OffsetStore::open(&dir.join("groups"))?;
-        let txns = TxnCoordinator::open(&dir.join("transactions"))?;
+        let txns = TxnCoordinator::open(&dir.join("transactions"), options.clock.now_ms())?;
         // Each partition's undecided transactions (and so its last stable offset) come
         // from the coordinator's durable state.
         for (topic, partition, key, first_offset) in txns.undecided() {
@@ -372,8 +372,10 @@ impl Log {
     }
 
     /// Applies retention to every partition, flushes partitions whose `interval` fsync
-    /// is due, and evicts group members past their session timeout, all at the
-    /// clock's current time. The background thread calls this periodically.
+    /// is due, evicts group members past their session timeout and aborts
+    /// transactions past their `transaction.timeout.ms`
+    /// ([`Log::expire_transactions`]), all at the clock's current time. The
+    /// background thread calls this periodically.
     ///
     /// Returns the number of segments deleted.
     ///
@@ -402,6 +404,12 @@ impl Log {
         }
         for (group, member) in lock_or_recover(&self.inner.groups).expire(now) {
             info!(group = %group, member = %member, "evicted group member after its session timeout");
+        }
+        match self.expire_transactions(now) {
+            Ok(_) | Err(LogError::Closed) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
         match first_err {
             Some(e) => Err(e),

@@ -59,11 +59,12 @@ impl fmt::Display for FsyncPolicy {
 pub struct LogOptions {
     /// Durability of appends. Default: `interval=1s`.
     pub fsync: FsyncPolicy,
-    /// The clock used for record timestamps, segment age, retention and group session
-    /// timeouts. Default: the system clock.
+    /// The clock used for record timestamps, segment age, retention, group session
+    /// timeouts and transaction timeouts. Default: the system clock.
     pub clock: SharedClock,
     /// How often (ms of real time) the background thread applies retention, flushes
-    /// under `interval` and evicts expired group members; `None` runs no thread (call
+    /// under `interval`, evicts expired group members and aborts timed-out
+    /// transactions; `None` runs no thread (call
     /// [`crate::Log::run_maintenance`] yourself). Default: 1000 ms.
     pub maintenance_interval_ms: Option<u64>,
 }
