@@ -72,7 +72,7 @@
 //! stable offset (and every read-committed reader) back at most that long. Prepared
 //! transactions expire too, as Kafka's coordinator aborts a Flink `KafkaSink`'s: a
 //! restore after the timeout fails, naming the transaction
-//! ([`LogError::TransactionTimedOut`](brook_log::LogError::TransactionTimedOut)),
+//! ([`LogError::TransactionTimedOut`]),
 //! rather than losing its records silently. So keep the timeout well above the
 //! checkpoint interval plus the time a restore may take, as Flink advises.
 //!

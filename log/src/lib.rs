@@ -20,6 +20,8 @@
 //!   id, fenced by epoch, writes records that read-committed readers (the default,
 //!   [`IsolationLevel`]) see only once the transaction is committed; a transaction
 //!   can be prepared and committed later, also by a new session after a restart;
+//!   one undecided past its session's `transaction.timeout.ms` is aborted by the
+//!   log's maintenance and its writer fenced;
 //! - an async [`Producer`] and [`Consumer`] on tokio.
 //!
 //! The log must not know about jobs, operators or the engine: connectors adapt it into

@@ -47,7 +47,7 @@
 //! transaction records, durably, when its first partition was added (the log's
 //! clock) and its session's timeout. A transaction still undecided (open *or*
 //! prepared) once that timeout has passed is aborted by the log's maintenance
-//! ([`Log::expire_transactions`]; the rule is in [`crate::txn_timeout`]), as Kafka's
+//! ([`Log::expire_transactions`]; the rule is in `log/src/txn_timeout.rs`), as Kafka's
 //! coordinator does: markers written, the aborted index updated, the last stable
 //! offset advanced. When it belonged to the id's current session the epoch is bumped,
 //! so the late writer is fenced ([`LogError::ProducerFenced`]). Committing an
@@ -616,7 +616,7 @@ impl Log {
     }
 
     /// Aborts every transaction whose `transaction.timeout.ms` has passed at `now_ms`
-    /// (the rule: [`crate::txn_timeout`]), as Kafka's coordinator does: markers
+    /// (the rule: `log/src/txn_timeout.rs`), as Kafka's coordinator does: markers
     /// written, the partitions' aborted index updated, their last stable offsets
     /// advanced; an id whose current session owned an expired transaction gets its
     /// epoch bumped (the late writer is fenced) and that session's other open

@@ -100,7 +100,8 @@ mod tests {
     fn the_decision_table() {
         use Status::*;
         // (case, session epoch, transactions, now, expected)
-        let cases: Vec<(&str, u16, Vec<TxnEntry>, i64, Option<Expiry>)> = vec![
+        type Case = (&'static str, u16, Vec<TxnEntry>, i64, Option<Expiry>);
+        let cases: Vec<Case> = vec![
             ("nothing", 0, vec![], 1_000, None),
             (
                 "open, exactly at its timeout: alive",
