@@ -209,7 +209,7 @@ fn read_committed_sees_committed_transactions_only_and_read_uncommitted_sees_all
     for (prefix, commit) in [("c", true), ("a", false), ("d", true)] {
         producer.begin_transaction().expect("begin");
         for i in 0..6 {
-            send(&producer, "orders", (i % 2) as i32, &format!("{prefix}{i}"));
+            send(&producer, "orders", i % 2, &format!("{prefix}{i}"));
         }
         if commit {
             producer.commit_transaction(TIMEOUT).expect("commit");
@@ -260,6 +260,40 @@ fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
     assert_eq!(
         values(&all),
         vec!["fresh".to_string(), "zombie".to_string()]
+    );
+}
+
+#[test]
+fn after_a_broker_sigkill_a_new_session_aborts_the_open_transaction_and_keeps_the_committed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = Path::new(env!("CARGO_BIN_EXE_brook"));
+    let first = BrokerProcess::start(binary, dir.path(), &[]);
+    let b = first.bootstrap();
+    create_topic(&b, "ledger", 1);
+    let writer = transactional(&b, "ledger-writer");
+    writer.begin_transaction().expect("begin");
+    send(&writer, "ledger", 0, "kept");
+    writer.commit_transaction(TIMEOUT).expect("commit");
+    writer.begin_transaction().expect("begin");
+    send(&writer, "ledger", 0, "open");
+    writer.flush(TIMEOUT).expect("flush");
+    drop(writer);
+    // SIGKILL (KillOnDrop), with the second transaction open in the log.
+    drop(first);
+
+    let second = BrokerProcess::start(binary, dir.path(), &[]);
+    let b = second.bootstrap();
+    // The id's new session (epoch bumped from the log's persisted state) aborts the
+    // open transaction, which held the last stable offset: a read_committed reader
+    // gets past it.
+    let writer = transactional(&b, "ledger-writer");
+    writer.begin_transaction().expect("begin");
+    send(&writer, "ledger", 0, "after");
+    writer.commit_transaction(TIMEOUT).expect("commit");
+    let got = read(&b, "ledger", 1, 2, "read_committed");
+    assert_eq!(
+        got.iter().map(|r| r.2.as_str()).collect::<Vec<_>>(),
+        vec!["kept", "after"]
     );
 }
 

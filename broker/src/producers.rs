@@ -22,12 +22,15 @@ use brook_core::time::SharedClock;
 
 use crate::idempotence::PartitionProducers;
 
+/// One partition's state, shared by the connections producing to it.
+type Shared = Arc<Mutex<PartitionProducers>>;
+
 /// Producer ids and sequence state, shared by every connection.
 #[derive(Debug)]
 pub struct Producers {
     next_id: AtomicI64,
     /// By topic, then partition (looked up by `&str`, without allocating).
-    partitions: Mutex<HashMap<String, HashMap<u32, Arc<Mutex<PartitionProducers>>>>>,
+    partitions: Mutex<HashMap<String, HashMap<u32, Shared>>>,
     clock: SharedClock,
 }
 
@@ -55,7 +58,7 @@ impl Producers {
     /// The sequence state of one partition. Held across the check and the append of
     /// a batch, so two requests of one producer cannot both pass the same check; one
     /// lock per batch, not per record.
-    pub fn partition(&self, topic: &str, partition: u32) -> Arc<Mutex<PartitionProducers>> {
+    pub fn partition(&self, topic: &str, partition: u32) -> Shared {
         let mut all = self
             .partitions
             .lock()

@@ -26,6 +26,9 @@ impl BrokerProcess {
     /// # Panics
     /// If the broker exits or writes no address in time (a test failure).
     pub fn start(binary: &Path, data_dir: &Path, extra: &[&str]) -> BrokerProcess {
+        // A broker SIGKILLed before leaves its address behind: waiting for the file
+        // would find the dead broker's address, not this one's.
+        let _ = std::fs::remove_file(brook_broker::address_file(data_dir));
         let child = Command::new(binary)
             .arg("--data-dir")
             .arg(data_dir)
