@@ -184,7 +184,7 @@ pub(crate) struct TxnEntry {
     /// written to the groups' committed offsets when it commits, dropped when it
     /// aborts. Absent in state files of transactions without offsets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    offsets: Vec<TxnOffset>,
+    pub(crate) offsets: Vec<TxnOffset>,
     /// When its first partition was added (the log's clock, ms), as Kafka's
     /// `txnStartTimestamp`; `None` while it has none (it holds nothing back). State
     /// files written before timeouts existed lack it: the log's open fills in the
@@ -202,7 +202,7 @@ pub(crate) struct TxnEntry {
 
 /// One group offset of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TxnOffset {
+pub(crate) struct TxnOffset {
     group: String,
     topic: String,
     partition: u32,
