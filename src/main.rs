@@ -147,8 +147,15 @@ fn run(cli: Cli) -> Result<()> {
     let command = match command {
         // The log is opened only if the job reads or writes it.
         Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
-        // The runner and its clients never open the log: job processes do.
-        Command::Runner(args) => return runner_cli::runner(args, &data_dir),
+        // The runner holds the log and serves it to its job processes (Kafka protocol);
+        // its clients never open it.
+        Command::Runner(args) => {
+            let options = LogOptions {
+                fsync: fsync.parse().context("--fsync")?,
+                ..LogOptions::default()
+            };
+            return runner_cli::runner(args, &data_dir, options);
+        }
         // Holds the log (its lock) while it serves.
         Command::Broker(args) => {
             return broker_cli::broker(args, &data_dir, || open_log(&data_dir, &fsync))

@@ -180,6 +180,11 @@ pub(crate) struct TxnEntry {
     pub(crate) epoch: u16,
     pub(crate) status: Status,
     pub(crate) partitions: Vec<TxnPartition>,
+    /// Group offsets sent with the transaction (Kafka's `sendOffsetsToTransaction`):
+    /// written to the groups' committed offsets when it commits, dropped when it
+    /// aborts. Absent in state files of transactions without offsets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) offsets: Vec<TxnOffset>,
     /// When its first partition was added (the log's clock, ms), as Kafka's
     /// `txnStartTimestamp`; `None` while it has none (it holds nothing back). State
     /// files written before timeouts existed lack it: the log's open fills in the
@@ -193,16 +198,11 @@ pub(crate) struct TxnEntry {
     /// between that decision and the markers, so its outcome says so).
     #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) timed_out: bool,
-    /// Group offsets sent with the transaction (Kafka's `sendOffsetsToTransaction`):
-    /// written to the groups' committed offsets when it commits, dropped when it
-    /// aborts. Absent in state files of transactions without offsets.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    offsets: Vec<TxnOffset>,
 }
 
 /// One group offset of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TxnOffset {
+pub(crate) struct TxnOffset {
     group: String,
     topic: String,
     partition: u32,

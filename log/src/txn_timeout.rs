@@ -90,6 +90,7 @@ mod tests {
             epoch,
             status,
             partitions: Vec::new(),
+            offsets: Vec::new(),
             began_ms: began,
             timeout_ms: 100,
             timed_out: false,

@@ -209,8 +209,8 @@ fn user_command(cmd: UserCommand, data_dir: &Path) -> Result<()> {
 
 /// `e`, and when it is the data directory's lock held by a live `brook broker` (its
 /// address file names a port that accepts connections), the broker's address and what
-/// to do: a user who ran `brook run` beside a broker otherwise reads only "in use by
-/// another brook process" (the log commands go through the broker: cli::log_access). The [`LogError`] stays in the chain (the runner's
+/// to do: a user whose command could not reach the broker otherwise reads only "in use
+/// by another brook process" (the log commands go through the broker: cli::log_access). The [`LogError`] stays in the chain (the runner's
 /// children look for [`LogError::Locked`]).
 pub(crate) fn name_the_broker(e: LogError, data_dir: &Path) -> anyhow::Error {
     let locked = matches!(e, LogError::Locked { .. });
@@ -221,9 +221,8 @@ pub(crate) fn name_the_broker(e: LogError, data_dir: &Path) -> anyhow::Error {
         locked && TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
     }) {
         Some(addr) => e.context(format!(
-            "brook broker serves this data directory on {addr}: brook topic, produce, consume \
-             and group go through it, as any Kafka client (kcat -b {addr} -L); stop the \
-             broker to use it from brook run"
+            "brook broker serves this data directory on {addr}: brook topic, produce, consume, \
+             group and run go through it, as any Kafka client (kcat -b {addr} -L)"
         )),
         None => e,
     }

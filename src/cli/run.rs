@@ -13,14 +13,16 @@ use brook::engine::{
     latest_complete, CheckpointConfig, EngineError, JobConfig, RestoredCheckpoint,
     StateBackendFactory,
 };
-use brook::log::Log;
+use brook::log::{Log, LogError};
 use brook::runner::lock::{holder, LockError, ProcessLock};
 use brook::runner::ChildContext;
-use brook::spec::{self, SinkSpec, SourceSpec};
+use brook::spec::{self, JobLog, SinkSpec, SourceSpec};
 use brook::state::RocksDbOptions;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::log_access::LogAccess;
+use super::remote_log::RemoteLog;
 use super::totals::totals;
 
 /// Arguments of `brook run`.
@@ -276,6 +278,31 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
         })
 }
 
+/// The topics of the job's `log` sources and sinks exist on the broker (in-process the
+/// build checks them; the Kafka connectors would only fail once the job runs).
+fn check_served_topics(spec: &spec::JobSpec, remote: &RemoteLog) -> Result<()> {
+    let topics = remote.topics()?;
+    let known = |t: &String| topics.contains(t);
+    let sources = spec
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            SourceSpec::Log { topic, .. } => Some((format!("sources[{i}] ({})", s.name()), topic)),
+            _ => None,
+        });
+    let sinks = spec.sinks.iter().enumerate().filter_map(|(i, s)| match s {
+        SinkSpec::Log { topic, .. } => Some((format!("sinks[{i}] ({})", s.name()), topic)),
+        _ => None,
+    });
+    for (field, topic) in sources.chain(sinks) {
+        if !known(topic) {
+            anyhow::bail!("{field}.topic: {}", LogError::UnknownTopic(topic.clone()));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn run(
     args: RunArgs,
     data_dir: &std::path::Path,
@@ -331,14 +358,33 @@ pub(crate) fn run(
         Some(_) => Vec::new(),
         None => hold_output_locks(&valid.spec)?,
     };
+    // In-process, or through the broker that holds the data directory (`brook broker`,
+    // `brook runner`): the job's log sources and sinks then speak the Kafka protocol.
     let log = if uses_log(&valid.spec) {
-        Some(open_log()?)
+        Some(LogAccess::open(data_dir, open_log)?)
     } else {
         None
     };
+    let job_log = match &log {
+        None => None,
+        Some(LogAccess::Local(log)) => Some(JobLog::Local(log)),
+        Some(LogAccess::Remote(remote)) => {
+            check_served_topics(&valid.spec, remote)
+                .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
+            if !args.quiet {
+                eprintln!(
+                    "job {}: the log of {} is served by a broker at {}: reading and writing through it",
+                    valid.spec.name,
+                    data_dir.display(),
+                    remote.addr
+                );
+            }
+            Some(JobLog::Served(remote.addr))
+        }
+    };
     let name = valid.spec.name.clone();
     let config = checkpoint_config(&args, &valid.spec, data_dir, runner.as_ref())?;
-    let built = spec::build(&valid, config, log.as_ref())
+    let built = spec::build_on(&valid, config, job_log)
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();

@@ -5,11 +5,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use brook::log::LogOptions;
 use brook::runner::api::{
     JobDetail, JobKind, JobSummary, RestartStrategy, ResumeRequest, SubmitRequest,
 };
 use brook::runner::client::Client;
 use brook::runner::{RunnerConfig, ENV_TOKEN};
+use brook_broker::BrokerConfig;
 use clap::Args;
 
 /// Arguments of `brook runner`.
@@ -24,6 +26,17 @@ pub(crate) struct RunnerArgs {
     /// `brook submit`, `jobs`, ... on the same data directory read.
     #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
     token: Option<String>,
+    /// Where the runner serves the data directory's log over the Kafka protocol, as
+    /// `brook broker --listen` (port 0: any free port). The address goes to
+    /// `<data-dir>/broker.addr`: the runner's jobs, `brook topic/produce/consume/group`
+    /// and any Kafka client reach the log there while the runner holds it.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    broker_listen: SocketAddr,
+    /// Do not open or serve the log: each job process opens it itself, so jobs that
+    /// use the log take turns with it (one waits while another holds it), as before
+    /// the runner served it.
+    #[arg(long, conflicts_with = "broker_listen")]
+    no_broker: bool,
 }
 
 /// How a client reaches the runner.
@@ -152,8 +165,9 @@ fn rt() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// `brook runner`.
-pub(crate) fn runner(args: RunnerArgs, data_dir: &Path) -> Result<()> {
+/// `brook runner`: opens the log with `log_options` and serves it (see
+/// [`RunnerArgs::broker_listen`]) beside the HTTP API.
+pub(crate) fn runner(args: RunnerArgs, data_dir: &Path, log_options: LogOptions) -> Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     // Job processes run in their own directories: they get absolute paths.
@@ -166,7 +180,13 @@ pub(crate) fn runner(args: RunnerArgs, data_dir: &Path) -> Result<()> {
         data_dir,
         token: args.token,
         exe,
+        broker: (!args.no_broker).then(|| BrokerConfig {
+            listen: args.broker_listen,
+            ..BrokerConfig::default()
+        }),
+        log_options,
     };
+    let broker_addr = brook_broker::address_file(&config.data_dir);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -177,7 +197,11 @@ pub(crate) fn runner(args: RunnerArgs, data_dir: &Path) -> Result<()> {
             r = brook::runner::serve(config) => r.context("runner"),
             // Jobs notice the runner is gone (their stdin closes) and stop; the next
             // runner on this data directory restarts them from their checkpoints.
-            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = tokio::signal::ctrl_c() => {
+                // The broker stops with the runner: its address is stale.
+                let _ = std::fs::remove_file(&broker_addr);
+                Ok(())
+            }
         }
     })
 }

@@ -74,4 +74,10 @@ pub enum RunnerError {
     /// The runner cannot be reached or answered with an error.
     #[error("{0}")]
     Http(String),
+    /// The broker serving the log cannot start or stopped.
+    #[error("serving the log: {0}")]
+    Broker(brook_broker::BrokerError),
+    /// The log the runner serves cannot be opened or closed.
+    #[error("the log: {0}")]
+    Log(brook_log::LogError),
 }

@@ -12,6 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
+use brook_broker::{address_file, write_address, BrokerConfig, Server};
+use brook_log::{Log, LogOptions};
+
 use super::api::{validate_job_id, CancelRequest, ErrorBody, ResumeRequest, SubmitRequest};
 use super::lock::{LockError, ProcessLock};
 use super::supervisor::Supervisor;
@@ -33,6 +36,14 @@ pub struct RunnerConfig {
     pub token: Option<String>,
     /// The `brook` executable that runs YAML jobs (`brook run`).
     pub exe: PathBuf,
+    /// Serve the data directory's log over the Kafka protocol while the runner runs
+    /// (`brook runner --broker-listen`): the runner holds the log, and its job
+    /// processes (and any other client) go through this broker, so several jobs use
+    /// the log at once. `None`: the runner does not open the log; its jobs take turns
+    /// with it (a job waits while another process holds it).
+    pub broker: Option<BrokerConfig>,
+    /// How the runner opens the log it serves.
+    pub log_options: LogOptions,
 }
 
 impl IntoResponse for RunnerError {
@@ -44,9 +55,11 @@ impl IntoResponse for RunnerError {
             RunnerError::NotFound(_) => StatusCode::NOT_FOUND,
             RunnerError::Conflict(_) => StatusCode::CONFLICT,
             RunnerError::Unauthorized => StatusCode::UNAUTHORIZED,
-            RunnerError::Io { .. } | RunnerError::Engine(_) | RunnerError::Http(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            RunnerError::Io { .. }
+            | RunnerError::Engine(_)
+            | RunnerError::Http(_)
+            | RunnerError::Broker(_)
+            | RunnerError::Log(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (
             status,
@@ -294,12 +307,15 @@ async fn metrics(State(app): State<AppState>) -> Response {
 }
 
 /// Runs the runner until the process is stopped: takes the data directory's runner
-/// lock, restarts the jobs a previous runner left running, and serves the API.
+/// lock, opens and serves the log (with [`RunnerConfig::broker`]: its address goes to
+/// `<data-dir>/broker.addr` before any job starts), restarts the jobs a previous runner
+/// left running, and serves the API.
 ///
 /// # Errors
 /// [`RunnerError::Invalid`] for a non-loopback address without a token, an empty
 /// token, or a token file others may read; [`RunnerError::Conflict`] when another
-/// runner uses the data directory;
+/// runner uses the data directory, or another process holds its log;
+/// [`RunnerError::Broker`] when the broker's address cannot be used;
 /// [`RunnerError::Io`] when the directory or the address cannot be used.
 pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
     if config.token.as_deref().is_some_and(str::is_empty) {
@@ -336,6 +352,11 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         path: PathBuf::from(config.listen.to_string()),
         source,
     })?;
+    // Before any job process starts: they find the broker from broker.addr.
+    let broker = match &config.broker {
+        Some(b) => Some(serve_log(b, &config).await?),
+        None => None,
+    };
     let token_file = super::token_file(&config.data_dir);
     let (token, told) = match config.token {
         Some(t) => (t, String::new()),
@@ -361,12 +382,58 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         .with_state(app);
     super::status::write_atomic(&root.join("address"), addr.to_string().as_bytes())?;
     eprintln!("brook runner listening on http://{addr}{told}");
-    axum::serve(listener, router)
-        .await
-        .map_err(|source| RunnerError::Io {
-            path: PathBuf::from(addr.to_string()),
-            source,
-        })?;
+    let api = async {
+        axum::serve(listener, router)
+            .await
+            .map_err(|source| RunnerError::Io {
+                path: PathBuf::from(addr.to_string()),
+                source,
+            })
+    };
+    match broker {
+        Some((server, log)) => {
+            let served = tokio::select! {
+                r = api => r,
+                r = server.run() => r.map_err(RunnerError::Broker),
+            };
+            // The address is stale once the broker stops serving.
+            let _ = std::fs::remove_file(address_file(&config.data_dir));
+            log.close().map_err(RunnerError::Log)?;
+            served?;
+        }
+        None => api.await?,
+    }
     drop(lock);
     Ok(())
+}
+
+/// Opens the data directory's log (its lock: no other process may open it now) and
+/// binds a broker on it at `broker.listen`, writing the address to
+/// `<data-dir>/broker.addr`.
+async fn serve_log(
+    broker: &BrokerConfig,
+    config: &RunnerConfig,
+) -> Result<(Server, Log), RunnerError> {
+    broker.validate().map_err(RunnerError::Broker)?;
+    let log = Log::open(&config.data_dir, config.log_options.clone()).map_err(|e| match e {
+        brook_log::LogError::Locked { .. } => RunnerError::Conflict(format!(
+            "the runner serves the log of {} to its jobs, and another process holds it ({e}): \
+             stop that process (brook broker, brook run) first",
+            config.data_dir.display()
+        )),
+        e => RunnerError::Log(e),
+    })?;
+    let server = Server::bind(broker, log.clone())
+        .await
+        .map_err(RunnerError::Broker)?;
+    let addr = server.local_addr();
+    write_address(&config.data_dir, addr).map_err(|source| RunnerError::Io {
+        path: address_file(&config.data_dir),
+        source,
+    })?;
+    eprintln!(
+        "brook runner serving the log of {} on {addr} (Kafka protocol)",
+        config.data_dir.display()
+    );
+    Ok((server, log))
 }

@@ -27,6 +27,7 @@ use serde_json::json;
 
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
+use super::served::{self, JobLog};
 use super::{
     connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat, Isolation,
     KafkaAssignment, KafkaStartSpec, LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec,
@@ -124,6 +125,21 @@ impl Operator for CheckRows {
 /// [`SpecError`] for what can only be checked now: an unknown topic, a dead-letter
 /// file that cannot be opened, the log missing.
 pub fn build(v: &ValidSpec, config: JobConfig, log: Option<&Log>) -> Result<BuiltJob, SpecError> {
+    build_with(v, config, log.map(JobLog::Local), None)
+}
+
+/// Builds the job with its `log` sources and sinks on `log`: in this process, or
+/// through the broker that serves the data directory ([`JobLog::Served`]; the
+/// `brook-kafka` connectors over the Kafka protocol, with the same guarantees).
+///
+/// # Errors
+/// As [`build`]; also an `enrich` step with a log table on a served log (not yet
+/// supported). Through a broker an unknown topic fails when the job starts.
+pub fn build_on(
+    v: &ValidSpec,
+    config: JobConfig,
+    log: Option<JobLog<'_>>,
+) -> Result<BuiltJob, SpecError> {
     build_with(v, config, log, None)
 }
 
@@ -147,7 +163,7 @@ pub fn build_partition(
 fn build_with(
     v: &ValidSpec,
     mut config: JobConfig,
-    log: Option<&Log>,
+    log: Option<JobLog<'_>>,
     group_part: Option<(i32, Arc<dyn OffsetCommitter>)>,
 ) -> Result<BuiltJob, SpecError> {
     let spec = &v.spec;
@@ -185,6 +201,17 @@ fn build_with(
     };
     let need_log =
         |field: String| log.ok_or_else(|| SpecError::new(field, "the embedded log is not open"));
+    // The in-process log (what lookup tables still need).
+    let need_local = |field: String| match need_log(field.clone())? {
+        JobLog::Local(log) => Ok(log),
+        JobLog::Served(addr) => Err(SpecError::new(
+            field,
+            format!(
+                "a lookup table on a log topic needs the log in this process, and a broker serves \
+                 it ({addr}): stop the broker, or use a file table"
+            ),
+        )),
+    };
     let mut streams: HashMap<String, Stream> = HashMap::new();
 
     for (i, s) in spec.sources.iter().enumerate() {
@@ -224,27 +251,40 @@ fn build_with(
                 parallelism,
                 ..
             } => {
-                let log = need_log(field.clone())?;
-                log.topic(topic)
-                    .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
-                let start = match start.unwrap_or(StartPosition::Earliest) {
-                    StartPosition::Earliest => StartingOffsets::Earliest,
-                    StartPosition::Latest => StartingOffsets::Latest,
-                };
-                let isolation = match isolation.unwrap_or(Isolation::ReadCommitted) {
-                    Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-                    Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
-                };
-                let src = LogSource::json::<Row>(log, topic.clone())
-                    .starting_offsets(start)
-                    .isolation(isolation)
-                    .bounded(bounded.unwrap_or(true))
-                    .on_bad_record(bad(*on_bad_record));
+                let start_at = start.unwrap_or(StartPosition::Earliest);
+                let isolation_level = isolation.unwrap_or(Isolation::ReadCommitted);
+                let bounded = bounded.unwrap_or(true);
                 let strategy = match time {
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
                 };
-                with_parallelism(env.from_source(src, strategy), *parallelism).name(name)
+                let stream = match need_log(field.clone())? {
+                    JobLog::Served(addr) => {
+                        let src =
+                            served::log_source(addr, topic, start_at, bounded, isolation_level)
+                                .on_bad_record(bad(*on_bad_record));
+                        env.from_source(src, strategy)
+                    }
+                    JobLog::Local(log) => {
+                        log.topic(topic)
+                            .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                        let start = match start_at {
+                            StartPosition::Earliest => StartingOffsets::Earliest,
+                            StartPosition::Latest => StartingOffsets::Latest,
+                        };
+                        let isolation = match isolation_level {
+                            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+                            Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+                        };
+                        let src = LogSource::json::<Row>(log, topic.clone())
+                            .starting_offsets(start)
+                            .isolation(isolation)
+                            .bounded(bounded)
+                            .on_bad_record(bad(*on_bad_record));
+                        env.from_source(src, strategy)
+                    }
+                };
+                with_parallelism(stream, *parallelism).name(name)
             }
             SourceSpec::Kafka {
                 name,
@@ -467,7 +507,7 @@ fn build_with(
                     }
                     TableSpec::Log { topic } => {
                         let field = format!("{}.enrich.table", step.name);
-                        let log = need_log(field.clone())?;
+                        let log = need_local(field.clone())?;
                         let t = log.topic(topic).map_err(|err| {
                             SpecError::new(format!("{field}.topic"), err.to_string())
                         })?;
@@ -614,25 +654,39 @@ fn build_with(
                 parallelism,
                 ..
             } => {
-                let log = need_log(field.clone())?;
-                log.topic(topic)
-                    .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
                 let timeout_ms = log_transaction_timeout_ms(
                     transaction_timeout,
                     &format!("{field}.transaction_timeout"),
                 )?;
-                // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
-                let mut sink = LogSink::<Row>::json(log, topic.clone())
-                    .transactional_id_prefix(&spec.name)
-                    .transaction_timeout_ms(timeout_ms);
-                if let Some(k) = key_field.clone() {
-                    sink = sink.key_by(move |r: &Row| match r.get(&k) {
+                let key = key_field.clone().map(|k| {
+                    move |r: &Row| match r.get(&k) {
                         Some(serde_json::Value::String(s)) => s.clone(),
                         Some(other) => other.to_string(),
                         None => String::new(),
-                    });
-                }
-                (stream.sink(sink), *parallelism)
+                    }
+                });
+                let handle = match need_log(field.clone())? {
+                    JobLog::Served(addr) => {
+                        let mut sink = served::log_sink(addr, topic, &spec.name);
+                        if let Some(k) = key {
+                            sink = sink.key_by(k);
+                        }
+                        stream.sink(sink)
+                    }
+                    JobLog::Local(log) => {
+                        log.topic(topic)
+                            .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                        // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+                        let mut sink = LogSink::<Row>::json(log, topic.clone())
+                            .transactional_id_prefix(&spec.name)
+                            .transaction_timeout_ms(timeout_ms);
+                        if let Some(k) = key {
+                            sink = sink.key_by(k);
+                        }
+                        stream.sink(sink)
+                    }
+                };
+                (handle, *parallelism)
             }
             SinkSpec::Kafka {
                 bootstrap,

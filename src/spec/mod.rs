@@ -26,6 +26,7 @@ mod build;
 mod http;
 mod lookup;
 mod overrides;
+mod served;
 mod time;
 
 use std::collections::{BTreeMap, HashSet};
@@ -39,8 +40,9 @@ use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-pub use build::{build, build_partition, BuiltJob};
+pub use build::{build, build_on, build_partition, BuiltJob};
 pub use overrides::apply_set;
+pub use served::JobLog;
 pub use time::{
     DurationSpec, EventTimeFormatSpec, EventTimeSpec, TimeKind, TriggerSpec, WatermarkSpec,
     WindowSpec,
