@@ -836,6 +836,7 @@ fn to_records<T: Serialize>(
             value: Bytes::from(value),
             timestamp: r.timestamp,
             headers: Vec::new(),
+            tombstone: false,
         });
     }
     Ok(records)

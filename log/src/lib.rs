@@ -60,7 +60,9 @@ pub use crate::group::{
     AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition,
 };
 pub use crate::log::{Log, PartitionLag};
-pub use crate::options::{FsyncPolicy, LogOptions, TopicConfig, MAX_SEGMENT_BYTES};
+pub use crate::options::{
+    CleanupPolicy, FsyncPolicy, LogOptions, Ratio, TopicConfig, MAX_SEGMENT_BYTES,
+};
 pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };

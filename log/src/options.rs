@@ -78,6 +78,86 @@ impl Default for LogOptions {
     }
 }
 
+/// What happens to old segments of a topic (Kafka's `cleanup.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CleanupPolicy {
+    /// Time and size retention delete whole closed segments (`delete`, the default).
+    #[default]
+    #[serde(rename = "delete")]
+    Delete,
+    /// Compaction keeps the latest record of each key (`compact`); nothing is deleted
+    /// by age or size.
+    #[serde(rename = "compact")]
+    Compact,
+    /// Both: compaction, and retention deletes segments by age or size
+    /// (`compact,delete`).
+    #[serde(rename = "compact,delete")]
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Whether compaction runs.
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+
+    /// Whether time and size retention delete segments.
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+
+    /// Kafka's spelling: `delete`, `compact` or `compact,delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = LogError;
+    /// Parses `delete`, `compact`, `compact,delete` or `delete,compact` (as Kafka, a
+    /// list in any order).
+    fn from_str(s: &str) -> Result<Self> {
+        let mut compact = false;
+        let mut delete = false;
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "compact" => compact = true,
+                "delete" => delete = true,
+                _ => {
+                    return Err(LogError::InvalidConfig {
+                        field: "cleanup.policy",
+                        reason: format!("{s:?} is not one of delete, compact, compact,delete"),
+                    })
+                }
+            }
+        }
+        Ok(match (compact, delete) {
+            (true, true) => CleanupPolicy::CompactDelete,
+            (true, false) => CleanupPolicy::Compact,
+            _ => CleanupPolicy::Delete,
+        })
+    }
+}
+
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A ratio in `[0, 1]` (Kafka's `min.cleanable.dirty.ratio`). Always finite, so it
+/// compares as a number with equality.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Ratio(pub f64);
+
+// `validate` refuses NaN, so equality is reflexive for every accepted value.
+impl Eq for Ratio {}
+
 /// The largest segment size accepted (positions in the index are 32-bit).
 pub const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 
@@ -100,6 +180,31 @@ pub struct TopicConfig {
     pub max_record_bytes: u64,
     /// Bytes of data between two index entries. Default 4096.
     pub index_interval_bytes: u64,
+    /// `delete` (retention by time and size), `compact` (keep the latest record per
+    /// key) or both (Kafka's `cleanup.policy`). Default `delete`.
+    #[serde(default)]
+    pub cleanup_policy: CleanupPolicy,
+    /// How long (ms) a tombstone stays readable after compaction first reached it, so
+    /// a consumer reading from the start sees the delete (Kafka's
+    /// `delete.retention.ms`). Default 1 day.
+    #[serde(default = "default_delete_retention_ms")]
+    pub delete_retention_ms: i64,
+    /// A record is not compacted before it is this old (ms; by the segment's newest
+    /// timestamp, as Kafka's `min.compaction.lag.ms`). Default 0.
+    #[serde(default)]
+    pub min_compaction_lag_ms: i64,
+    /// Compaction runs on a partition once the not yet compacted part is at least this
+    /// share of the compactable bytes (Kafka's `min.cleanable.dirty.ratio`). Default 0.5.
+    #[serde(default = "default_dirty_ratio")]
+    pub min_cleanable_dirty_ratio: Ratio,
+}
+
+fn default_delete_retention_ms() -> i64 {
+    86_400_000
+}
+
+fn default_dirty_ratio() -> Ratio {
+    Ratio(0.5)
 }
 
 impl Default for TopicConfig {
@@ -111,6 +216,10 @@ impl Default for TopicConfig {
             segment_ms: Some(7 * 24 * 3_600_000),
             max_record_bytes: 1 << 20,
             index_interval_bytes: 4096,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: default_delete_retention_ms(),
+            min_compaction_lag_ms: 0,
+            min_cleanable_dirty_ratio: default_dirty_ratio(),
         }
     }
 }
@@ -156,6 +265,82 @@ impl TopicConfig {
         if self.index_interval_bytes == 0 {
             return bad("index-interval-bytes", "must be positive".into());
         }
+        if self.delete_retention_ms < 0 {
+            return bad(
+                "delete.retention.ms",
+                format!("{} ms must not be negative", self.delete_retention_ms),
+            );
+        }
+        if self.min_compaction_lag_ms < 0 {
+            return bad(
+                "min.compaction.lag.ms",
+                format!("{} ms must not be negative", self.min_compaction_lag_ms),
+            );
+        }
+        let ratio = self.min_cleanable_dirty_ratio.0;
+        if !(0.0..=1.0).contains(&ratio) {
+            return bad(
+                "min.cleanable.dirty.ratio",
+                format!("{ratio} must be between 0 and 1"),
+            );
+        }
+        Ok(())
+    }
+
+    /// Sets one config by its Kafka name (`cleanup.policy`, `delete.retention.ms`,
+    /// `min.compaction.lag.ms`, `min.cleanable.dirty.ratio`, `retention.ms` (-1: no
+    /// limit), `retention.bytes` (-1: no limit), `segment.bytes`, `segment.ms`,
+    /// `max.message.bytes`, `index.interval.bytes`) from its text. Call
+    /// [`TopicConfig::validate`] after the last one.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming the config for an unknown name or a value that
+    /// does not parse.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        fn num<T: FromStr>(field: &'static str, v: &str) -> Result<T> {
+            v.trim().parse().map_err(|_| LogError::InvalidConfig {
+                field,
+                reason: format!("{v:?} is not a number"),
+            })
+        }
+        match name {
+            "cleanup.policy" => self.cleanup_policy = value.parse()?,
+            "delete.retention.ms" => self.delete_retention_ms = num("delete.retention.ms", value)?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = num("min.compaction.lag.ms", value)?,
+            "min.cleanable.dirty.ratio" => {
+                let r: f64 = num("min.cleanable.dirty.ratio", value)?;
+                if r.is_nan() {
+                    return Err(LogError::InvalidConfig {
+                        field: "min.cleanable.dirty.ratio",
+                        reason: "NaN is not a ratio".into(),
+                    });
+                }
+                self.min_cleanable_dirty_ratio = Ratio(r);
+            }
+            "retention.ms" => {
+                self.retention_ms = Some(num::<i64>("retention.ms", value)?).filter(|ms| *ms >= 0)
+            }
+            "retention.bytes" => {
+                self.retention_bytes = u64::try_from(num::<i64>("retention.bytes", value)?).ok()
+            }
+            "segment.bytes" => self.segment_bytes = num("segment.bytes", value)?,
+            "segment.ms" => self.segment_ms = Some(num("segment.ms", value)?),
+            "max.message.bytes" => self.max_record_bytes = num("max.message.bytes", value)?,
+            "index.interval.bytes" => {
+                self.index_interval_bytes = num("index.interval.bytes", value)?
+            }
+            other => {
+                return Err(LogError::InvalidConfig {
+                    field: "config",
+                    reason: format!(
+                        "{other:?} is not a supported topic config (supported: cleanup.policy, \
+                         delete.retention.ms, min.compaction.lag.ms, min.cleanable.dirty.ratio, \
+                         retention.ms, retention.bytes, segment.bytes, segment.ms, \
+                         max.message.bytes, index.interval.bytes)"
+                    ),
+                })
+            }
+        }
         Ok(())
     }
 }
@@ -200,5 +385,40 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("retention"));
         TopicConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn compaction_configs_set_by_kafka_names() {
+        let mut c = TopicConfig::default();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        c.set("cleanup.policy", "delete,compact").unwrap();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::CompactDelete);
+        c.set("cleanup.policy", "compact").unwrap();
+        c.set("delete.retention.ms", "1000").unwrap();
+        c.set("min.compaction.lag.ms", "5").unwrap();
+        c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (
+                c.cleanup_policy,
+                c.delete_retention_ms,
+                c.min_compaction_lag_ms
+            ),
+            (CleanupPolicy::Compact, 1000, 5)
+        );
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.25));
+        let e = c.set("cleanup.policy", "shred").unwrap_err().to_string();
+        assert!(e.contains("cleanup.policy"), "{e}");
+        let e = c.set("delete.retention.ms", "soon").unwrap_err().to_string();
+        assert!(e.contains("delete.retention.ms"), "{e}");
+        c.set("min.cleanable.dirty.ratio", "1.5").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("min.cleanable.dirty.ratio"), "{e}");
+        // A topic stored before these configs existed loads with Kafka's defaults.
+        let old = r#"{"retention_ms":1,"retention_bytes":null,"segment_bytes":1024,"segment_ms":null,"max_record_bytes":100,"index_interval_bytes":10}"#;
+        let c: TopicConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.5));
     }
 }

@@ -421,7 +421,20 @@ impl Partition {
     fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
         let max = self.config.max_record_bytes as usize;
         let mut total = header_len;
+        let compacted = self.config.cleanup_policy.compacts();
         for (index, r) in records.iter().enumerate() {
+            if compacted && r.key.is_none() {
+                // Compaction keeps the latest record per key: a keyless one has no
+                // place in it (Kafka refuses it with INVALID_RECORD).
+                return Err(LogError::InvalidRecord {
+                    topic: self.topic.to_string(),
+                    index,
+                    reason: format!(
+                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
+                        self.config.cleanup_policy
+                    ),
+                });
+            }
             let size = format::record_len(r);
             if size > max
                 || r.headers.len() > usize::from(u16::MAX)

@@ -188,6 +188,18 @@ impl Topic {
             if size > max {
                 return Err(LogError::RecordTooLarge { index, size, max });
             }
+            if r.key.is_none() && self.config.cleanup_policy.compacts() {
+                // Checked here too so that nothing of the request is written (the
+                // partition checks its own batch again).
+                return Err(LogError::InvalidRecord {
+                    topic: self.name.to_string(),
+                    index,
+                    reason: format!(
+                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
+                        self.config.cleanup_policy
+                    ),
+                });
+            }
             let p = self.partition_for(r.key.as_deref());
             by_partition.entry(p).or_default().push(r);
         }

@@ -355,6 +355,7 @@ fn producer_record(r: &Rec, now: i64) -> ProducerRecord {
                 value: v.clone().map(Bytes::from),
             })
             .collect(),
+        tombstone: false,
     }
 }
 
