@@ -39,7 +39,9 @@
 //! # Ok(()) }
 //! ```
 
+mod cleaner;
 mod client;
+mod compaction;
 mod error;
 pub mod format;
 pub mod group;
@@ -53,6 +55,7 @@ mod segment;
 mod topic;
 pub mod txn;
 
+pub use crate::cleaner::{CleanerFault, CompactionStats};
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
 pub use crate::format::{ControlType, HeaderRef, HeadersRef, RecordRef, TxnMark};

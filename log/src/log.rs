@@ -372,8 +372,9 @@ impl Log {
     }
 
     /// Applies retention to every partition, flushes partitions whose `interval` fsync
-    /// is due, and evicts group members past their session timeout, all at the
-    /// clock's current time. The background thread calls this periodically.
+    /// is due, compacts partitions of compacted topics when a pass is due
+    /// ([`crate::Partition::compact`]), and evicts group members past their session
+    /// timeout, all at the clock's current time. The background thread calls this periodically.
     ///
     /// Returns the number of segments deleted.
     ///
@@ -390,6 +391,7 @@ impl Log {
                 match p
                     .apply_retention(now)
                     .and_then(|n| p.flush_if_due(now).map(|()| n))
+                    .and_then(|n| p.compact().map(|_| n))
                 {
                     Ok(n) => deleted += n,
                     Err(LogError::Closed) => {}

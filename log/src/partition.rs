@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
 use crate::options::{FsyncPolicy, TopicConfig};
@@ -151,7 +152,7 @@ pub(crate) struct AbortedTxn {
 }
 
 impl AbortedTxn {
-    fn covers(&self, mark: &TxnMark, offset: u64) -> bool {
+    pub(crate) fn covers(&self, mark: &TxnMark, offset: u64) -> bool {
         self.producer_id == mark.producer_id
             && self.sequence == mark.sequence
             && (self.first_offset..=self.last_offset).contains(&offset)
@@ -306,9 +307,19 @@ impl Partition {
                 if let Ok(base) = stem.parse::<u64>() {
                     bases.push(base);
                 }
+            } else if name.ends_with(crate::segment::CLEANED_SUFFIX) {
+                // A compacted copy whose swap a crash interrupted: the original is
+                // still in place (the swap is one rename), so the copy is dropped.
+                let path = entry.path();
+                warn!(path = %path.display(), "removing an unfinished compacted segment");
+                fs::remove_file(&path).ctx("remove", &path)?;
             }
         }
         bases.sort_unstable();
+        // Whether compaction may have left gaps between segments: the topic compacts,
+        // or it did once (the cleaner's state is kept).
+        let compacted = config.cleanup_policy.compacts()
+            || dir.join(crate::cleaner::CLEANER_STATE).exists();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
@@ -320,8 +331,14 @@ impl Partition {
                 is_last,
                 now,
             )?;
-            if let Some(prev) = segments.last() {
-                let prev: &Segment = prev;
+            if let Some(prev) = segments.last_mut() {
+                let prev: &mut Segment = prev;
+                // Compaction may have removed a closed segment's last records; when its
+                // index (which keeps its next offset) was lost, the gap ends where the
+                // next segment starts.
+                if prev.next_offset < seg.base_offset && compacted {
+                    prev.next_offset = seg.base_offset;
+                }
                 if prev.next_offset != seg.base_offset {
                     return Err(LogError::Corrupt {
                         path: dir.join(crate::segment::segment_stem(base) + ".log"),
@@ -978,6 +995,10 @@ impl Partition {
             )? {
                 break;
             }
+            // Read to its end: the offsets compaction removed at the segment's end are
+            // passed too, so a reader's position moves on densely (as over a Kafka
+            // batch whose last records were cleaned away).
+            progress.next_offset = progress.next_offset.max(v.next_offset.min(until));
         }
         Ok(ReadSummary {
             records: progress.records,
@@ -1055,7 +1076,8 @@ impl Partition {
         Ok(None)
     }
 
-    /// Applies retention at time `now` (ms): deletes closed segments, oldest first,
+    /// Applies retention at time `now` (ms), unless the topic's `cleanup.policy` is
+    /// `compact` alone: deletes closed segments, oldest first,
     /// while the oldest one's newest record is older than `retention_ms` or the
     /// partition is bigger than `retention_bytes` without it. Never deletes the active
     /// segment. Returns how many segments were deleted.
@@ -1063,6 +1085,11 @@ impl Partition {
     /// # Errors
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
+        // A `compact` topic keeps its segments however old or big (Kafka's
+        // cleanup.policy: only `delete` and `compact,delete` delete by retention).
+        if !self.config.cleanup_policy.deletes() {
+            return Ok(0);
+        }
         let mut st = self.lock()?;
         let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
         let mut deleted = 0;
@@ -1095,6 +1122,84 @@ impl Partition {
         Ok(deleted)
     }
 
+    // ---- compaction (the cleaner's edges; see crate::cleaner) -------------------
+
+    /// What the cleaner may compact at `now`: the cleanable closed segments
+    /// ([`compaction::cleanable_count`]) and the aborted transactions.
+    pub(crate) fn cleanable(&self, now: i64) -> Result<Cleanable> {
+        let st = self.lock()?;
+        let stable = st.txns.stable_offset(st.end_offset());
+        let closed = &st.segments[..st.segments.len().saturating_sub(1)];
+        let facts: Vec<SegmentFacts> = closed
+            .iter()
+            .map(|s| SegmentFacts {
+                next_offset: s.next_offset,
+                max_timestamp: s.max_timestamp,
+            })
+            .collect();
+        let n = compaction::cleanable_count(
+            &facts,
+            stable,
+            now,
+            self.config.min_compaction_lag_ms,
+        );
+        Ok(Cleanable {
+            segments: closed[..n]
+                .iter()
+                .map(|s| CleanableSegment {
+                    base_offset: s.base_offset,
+                    next_offset: s.next_offset,
+                    size: s.size,
+                    view: s.view(0),
+                })
+                .collect(),
+            aborted: st.txns.aborted.clone(),
+        })
+    }
+
+    /// Replaces the closed segment at `new.base_offset` by its compacted copy `new`
+    /// (opened by [`Segment::open_cleaned`]), if that segment is still there with
+    /// `size` bytes (retention may have deleted it meanwhile); otherwise drops the
+    /// copy. The swap is one rename over the original, so a crash leaves either the
+    /// original or the copy, never a mix; the old index files go first, so they can
+    /// never describe the copy. `interrupt` stops right after the rename (a test's
+    /// simulated crash). Returns whether the copy is in place.
+    pub(crate) fn swap_cleaned(&self, new: Segment, size: u64, interrupt: bool) -> Result<bool> {
+        let cleaned = crate::segment::cleaned_path(&self.dir, new.base_offset);
+        let mut st = self.lock()?;
+        let last = st.segments.len().saturating_sub(1);
+        let Some(i) = st.segments[..last]
+            .iter()
+            .position(|s| s.base_offset == new.base_offset && s.size == size)
+        else {
+            drop(st);
+            fs::remove_file(&cleaned).ctx("remove", &cleaned)?;
+            return Ok(false);
+        };
+        st.segments[i].remove_index_files();
+        let path = self.dir.join(crate::segment::segment_stem(new.base_offset) + ".log");
+        fs::rename(&cleaned, &path).ctx("rename", &cleaned)?;
+        sync_dir(&self.dir)?;
+        if interrupt {
+            return Err(LogError::Internal(
+                "compaction interrupted after the swap (injected)".into(),
+            ));
+        }
+        new.write_indexes(true)?;
+        st.segments[i] = new;
+        Ok(true)
+    }
+
+    /// The topic's configuration.
+    pub(crate) fn config(&self) -> &TopicConfig {
+        &self.config
+    }
+
+    /// The clock.
+    pub(crate) fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     /// Flushes and writes the active segment's indexes; no use is possible after.
     pub(crate) fn close(&self) -> Result<()> {
         let Ok(mut st) = self.state.lock() else {
@@ -1115,6 +1220,23 @@ impl Partition {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// The closed segments the cleaner may compact, oldest first, and the partition's
+/// aborted transactions (whose records it removes).
+#[derive(Debug)]
+pub(crate) struct Cleanable {
+    pub(crate) segments: Vec<CleanableSegment>,
+    pub(crate) aborted: Vec<AbortedTxn>,
+}
+
+/// One cleanable segment, as seen when the pass started.
+#[derive(Debug)]
+pub(crate) struct CleanableSegment {
+    pub(crate) base_offset: u64,
+    pub(crate) next_offset: u64,
+    pub(crate) size: u64,
+    pub(crate) view: SegmentView,
 }
 
 /// What kind of batch [`Partition::append_locked`] writes.

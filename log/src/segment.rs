@@ -10,6 +10,10 @@
 //!   whose timestamp is `< t`. The last entry (the footer) sits at the end of the data,
 //!   so it carries the segment's largest timestamp and next offset.
 //!
+//! After compaction ([`crate::cleaner`]) a closed segment has gaps: its batches' base
+//! offsets may jump forward, and its next offset (kept in the time index's footer, or
+//! else the next segment's base offset) may lie past its last record.
+//!
 //! Index files are derived data: they are kept in memory while the segment is active and
 //! written when it is closed (rolled, or the log shut down cleanly). After an unclean
 //! shutdown, or when they do not match the data file, they are rebuilt by a scan that
@@ -105,6 +109,14 @@ pub(crate) fn segment_stem(base_offset: u64) -> String {
     format!("{base_offset:020}")
 }
 
+/// Suffix of a compacted segment written aside, before it replaces the original.
+pub(crate) const CLEANED_SUFFIX: &str = ".log.cleaned";
+
+/// Where the cleaner writes the compacted copy of the segment at `base_offset`.
+pub(crate) fn cleaned_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{}{CLEANED_SUFFIX}", segment_stem(base_offset)))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct IndexEntry {
     rel: u32,
@@ -149,6 +161,9 @@ pub(crate) struct SegmentView {
     /// Reading up to here is enough for the records asked for (a batch start or the
     /// end): the first chunk read stops there rather than fetching a whole chunk.
     pub(crate) enough_at: u64,
+    /// The segment's next offset: a reader that read to `end` has passed every offset
+    /// below it (records, or gaps left by compaction).
+    pub(crate) next_offset: u64,
 }
 
 impl Segment {
@@ -200,7 +215,8 @@ impl Segment {
     /// With `recover`, the data is scanned and checked batch by batch; if `is_last`, a
     /// torn or corrupt final batch is truncated away (with a warning), otherwise any bad
     /// batch is [`LogError::Corrupt`]. Without `recover`, the index files are trusted if
-    /// they match the data file, else the segment is scanned as well.
+    /// they match the data file, else the segment is scanned as well. A closed segment
+    /// (not `is_last`) may have gaps left by compaction; the active one never has.
     pub(crate) fn open(
         dir: &Path,
         base_offset: u64,
@@ -234,6 +250,47 @@ impl Segment {
         if recover || size == 0 || !seg.load_indexes()? {
             seg.scan(is_last)?;
         }
+        Ok(seg)
+    }
+
+    /// Opens `<base>.log.cleaned`, a compacted copy of a closed segment written aside by
+    /// the cleaner, scanning it to build its indexes; the segment's files are named as
+    /// the final `<base>.log` (the caller renames the data file over the original and
+    /// then writes the indexes). `next_offset` is the original segment's: the offsets
+    /// it covered stay covered, gaps included.
+    pub(crate) fn open_cleaned(
+        dir: &Path,
+        base_offset: u64,
+        index_interval: u64,
+        next_offset: u64,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let cleaned = cleaned_path(dir, base_offset);
+        let (path, index_path, time_index_path) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&cleaned)
+            .ctx("open", &cleaned)?;
+        let size = file.metadata().ctx("stat", &cleaned)?.len();
+        let mut seg = Segment {
+            base_offset,
+            next_offset: base_offset,
+            size,
+            max_timestamp: i64::MIN,
+            created_ms: now_ms,
+            file: Arc::new(file),
+            path: cleaned,
+            index_path,
+            time_index_path,
+            index: Vec::new(),
+            time_index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval,
+        };
+        seg.scan(false)?;
+        seg.path = path;
+        seg.next_offset = seg.next_offset.max(next_offset);
         Ok(seg)
     }
 
@@ -316,7 +373,11 @@ impl Segment {
         while pos < file_len {
             let remaining = file_len - pos;
             let bad = match self.check_batch_at(pos, remaining, &mut buf) {
-                Ok(h) if h.base_offset == self.next_offset => {
+                // Compaction leaves gaps in closed segments, never in the active one.
+                Ok(h)
+                    if h.base_offset == self.next_offset
+                        || (!is_last && h.base_offset > self.next_offset) =>
+                {
                     self.note_batch(pos, &h);
                     pos += h.total_len() as u64;
                     continue;
@@ -558,6 +619,7 @@ impl Segment {
             start,
             end: self.size,
             enough_at,
+            next_offset: self.next_offset,
         }
     }
 }
