@@ -995,10 +995,13 @@ impl Partition {
             )? {
                 break;
             }
-            // Read to its end: the offsets compaction removed at the segment's end are
-            // passed too, so a reader's position moves on densely (as over a Kafka
-            // batch whose last records were cleaned away).
-            progress.next_offset = progress.next_offset.max(v.next_offset.min(until));
+            // Read to its end, every record of every batch taken (a record limit can
+            // stop inside the last batch): the offsets compaction removed at the
+            // segment's end are passed too, so a reader's position moves on densely
+            // (as over a Kafka batch whose last records were cleaned away).
+            if progress.records < limit.max_records {
+                progress.next_offset = progress.next_offset.max(v.next_offset.min(until));
+            }
         }
         Ok(ReadSummary {
             records: progress.records,
