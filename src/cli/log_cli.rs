@@ -37,6 +37,13 @@ pub(crate) enum TopicCommand {
         /// Largest record accepted.
         #[arg(long, default_value = "1MiB")]
         max_record_bytes: String,
+        /// A topic config by its Kafka name, NAME=VALUE (repeatable), applied after
+        /// the options above: cleanup.policy=compact (or compact,delete),
+        /// delete.retention.ms, min.compaction.lag.ms, min.cleanable.dirty.ratio,
+        /// retention.ms, retention.bytes, segment.bytes, segment.ms, max.message.bytes,
+        /// index.interval.bytes.
+        #[arg(long, value_name = "NAME=VALUE")]
+        config: Vec<String>,
     },
     /// List topics.
     List,
@@ -72,6 +79,15 @@ pub(crate) struct ProduceArgs {
     /// Records per append (one batch per partition per append).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     batch: u32,
+    /// Read each line as KEY, this separator, VALUE (as Kafka's console producer's
+    /// `parse.key=true` with `key.separator`); a line without it is an error.
+    #[arg(long, conflicts_with_all = ["key", "key_field"])]
+    key_separator: Option<String>,
+    /// A value equal to this text is produced as a null value, a tombstone (as Kafka's
+    /// console producer's `null.marker`): with --key-separator, `mia<TAB><MARKER>`
+    /// deletes key mia from a compacted topic.
+    #[arg(long)]
+    null_marker: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -139,8 +155,9 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             segment_bytes,
             segment_ms,
             max_record_bytes,
+            config: settings,
         } => {
-            let config = TopicConfig {
+            let mut config = TopicConfig {
                 retention_ms: optional(&retention)
                     .map(parse_duration_ms)
                     .transpose()
@@ -158,6 +175,14 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                     .context("--max-record-bytes")?,
                 ..TopicConfig::default()
             };
+            for setting in &settings {
+                let (key, value) = setting.split_once('=').with_context(|| {
+                    format!("--config {setting:?}: expected NAME=VALUE, such as cleanup.policy=compact")
+                })?;
+                config
+                    .set(key.trim(), value)
+                    .with_context(|| format!("--config {setting:?}"))?;
+            }
             log.create_topic(&name, partitions, config)?;
             outln!("created topic {name} with {partitions} partition(s)");
         }
@@ -171,7 +196,7 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             let c = &info.config;
             let show_ms = |v: Option<i64>| v.map_or("none".to_string(), |ms| format!("{ms}ms"));
             outln!(
-                "topic {}  partitions {}  retention {}  retention-bytes {}  segment-bytes {}  segment-ms {}  max-record-bytes {}",
+                "topic {}  partitions {}  retention {}  retention-bytes {}  segment-bytes {}  segment-ms {}  max-record-bytes {}  cleanup.policy {}",
                 info.name,
                 info.partitions.len(),
                 show_ms(c.retention_ms),
@@ -179,7 +204,16 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                 c.segment_bytes,
                 show_ms(c.segment_ms),
                 c.max_record_bytes,
+                c.cleanup_policy,
             );
+            if c.cleanup_policy.compacts() {
+                outln!(
+                    "compaction: delete.retention.ms {}  min.compaction.lag.ms {}  min.cleanable.dirty.ratio {}",
+                    c.delete_retention_ms,
+                    c.min_compaction_lag_ms,
+                    c.min_cleanable_dirty_ratio.0,
+                );
+            }
             outln!(
                 "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
                 "PARTITION",
@@ -261,20 +295,35 @@ pub(crate) fn produce(log: &Log, args: ProduceArgs) -> Result<()> {
         if line.trim().is_empty() {
             continue;
         }
-        let key = match (&args.key_field, &args.key) {
-            (Some(f), _) => match key_of(line_no, &line, f) {
-                Ok(k) => k,
+        let (key, value) = match (&args.key_separator, &args.key_field, &args.key) {
+            (Some(sep), _, _) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k.as_bytes().to_vec()), v.to_string()),
+                None => {
+                    result = Err(anyhow::anyhow!(
+                        "line {line_no}: no key separator {sep:?} (needed for --key-separator)"
+                    ));
+                    break;
+                }
+            },
+            (None, Some(f), _) => match key_of(line_no, &line, f) {
+                Ok(k) => (k, line),
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             },
-            (None, Some(k)) => Some(k.clone().into_bytes()),
-            (None, None) => None,
+            (None, None, Some(k)) => (Some(k.clone().into_bytes()), line),
+            (None, None, None) => (None, line),
         };
+        let tombstone = args.null_marker.as_deref() == Some(value.as_str());
         let record = ProducerRecord {
             key: key.map(Into::into),
-            value: line.into_bytes().into(),
+            value: if tombstone {
+                Default::default()
+            } else {
+                value.into_bytes().into()
+            },
+            tombstone,
             ..Default::default()
         };
         let size = record_len(&record);
@@ -313,9 +362,14 @@ fn record_json(partition: u32, r: &Record) -> Value {
         .key
         .as_ref()
         .map(|k| Value::String(String::from_utf8_lossy(k).into_owned()));
-    // A JSON value is printed as JSON; anything else as a string.
-    let value = serde_json::from_slice::<Value>(&r.value)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()));
+    // A JSON value is printed as JSON; anything else as a string; a tombstone (null
+    // value) as null, as Kafka's console consumer prints it.
+    let value = if r.is_tombstone() {
+        Value::Null
+    } else {
+        serde_json::from_slice::<Value>(&r.value)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()))
+    };
     serde_json::json!({
         "partition": partition,
         "offset": r.offset,
