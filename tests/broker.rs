@@ -434,8 +434,8 @@ fn null_values_round_trip_and_compacted_topics_refuse_keyless_records() {
     let broker = Broker::start();
     let b = broker.bootstrap();
     let admin: AdminClient<DefaultClientContext> = config(&b).create().expect("admin client");
-    let topic = NewTopic::new("classes", 1, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "compact");
+    let topic =
+        NewTopic::new("classes", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
     for r in futures::executor::block_on(admin.create_topics(
         [&topic],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
@@ -475,7 +475,10 @@ fn null_values_round_trip_and_compacted_topics_refuse_keyless_records() {
     let mut got: Vec<(i64, String, Option<Vec<u8>>)> = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while got.len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "read {got:?} within 30 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read {got:?} within 30 s"
+        );
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("a record");
             let key = String::from_utf8(m.key().expect("key").to_vec()).expect("utf-8");

@@ -744,9 +744,19 @@ fn a_compacted_topic_takes_keyed_records_and_tombstones() {
     );
     let described = b.ok(&["topic", "describe", "classes"], "");
     assert!(described.contains("cleanup.policy compact"), "{described}");
-    assert!(described.contains("delete.retention.ms 1000"), "{described}");
+    assert!(
+        described.contains("delete.retention.ms 1000"),
+        "{described}"
+    );
     b.ok(
-        &["produce", "classes", "--key-separator", "\t", "--null-marker", "<null>"],
+        &[
+            "produce",
+            "classes",
+            "--key-separator",
+            "\t",
+            "--null-marker",
+            "<null>",
+        ],
         "mia\t3a\nleo\t\nmia\t<null>\n",
     );
     let recs = b.consume_all("classes");
@@ -764,10 +774,21 @@ fn a_compacted_topic_takes_keyed_records_and_tombstones() {
     );
     let err = b.fail(&["produce", "classes"], "no key\n");
     assert!(err.contains("needs a key"), "{err}");
-    let err = b.fail(&["produce", "classes", "--key-separator", ":"], "no separator\n");
+    let err = b.fail(
+        &["produce", "classes", "--key-separator", ":"],
+        "no separator\n",
+    );
     assert!(err.contains("line 1: no key separator"), "{err}");
     let err = b.fail(
-        &["topic", "create", "t", "--partitions", "1", "--config", "cleanup.policy=shred"],
+        &[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "1",
+            "--config",
+            "cleanup.policy=shred",
+        ],
         "",
     );
     assert!(err.contains("cleanup.policy"), "{err}");

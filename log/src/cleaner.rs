@@ -151,7 +151,11 @@ impl Partition {
         let expired: BTreeSet<u64> = state
             .segments
             .iter()
-            .filter(|(_, s)| s.first_cleaned_ms.saturating_add(config.delete_retention_ms) <= now)
+            .filter(|(_, s)| {
+                s.first_cleaned_ms
+                    .saturating_add(config.delete_retention_ms)
+                    <= now
+            })
             .map(|(base, _)| *base)
             .collect();
         let (clean, dirty) = cleanable.segments.iter().fold((0, 0), |(c, d), s| {
@@ -162,7 +166,10 @@ impl Partition {
             }
         });
         let tombstones_due = cleanable.segments.iter().any(|s| {
-            state.segments.get(&s.base_offset).is_some_and(|c| c.tombstones)
+            state
+                .segments
+                .get(&s.base_offset)
+                .is_some_and(|c| c.tombstones)
                 && expired.contains(&s.base_offset)
         });
         if !compaction::pass_due(

@@ -106,7 +106,9 @@ pub(crate) fn cleanable_count(
 ) -> usize {
     closed
         .iter()
-        .take_while(|s| s.next_offset <= stable && s.max_timestamp <= now.saturating_sub(min_lag_ms))
+        .take_while(|s| {
+            s.next_offset <= stable && s.max_timestamp <= now.saturating_sub(min_lag_ms)
+        })
         .count()
 }
 

@@ -13,7 +13,10 @@
 //!   corruption elsewhere is reported, never skipped;
 //! - reads by offset with a [`ReadLimit`], or by timestamp; below the log start offset
 //!   they fail with [`LogError::OffsetOutOfRange`];
-//! - retention by time and size deletes whole closed segments;
+//! - retention by time and size deletes whole closed segments; compaction
+//!   (`cleanup.policy=compact`, [`Partition::compact`]) keeps the latest record per
+//!   key instead, removing tombstones ([`ProducerRecord::tombstone`], null values)
+//!   after `delete.retention.ms`, with offsets unchanged;
 //! - consumer groups ([`group`]) assign partitions to members, fence stale commits by
 //!   generation and keep committed offsets durably ([`offsets`]);
 //! - transactions ([`txn`]) as Kafka's: a [`TransactionalProducer`] per transactional

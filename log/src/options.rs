@@ -306,7 +306,9 @@ impl TopicConfig {
         match name {
             "cleanup.policy" => self.cleanup_policy = value.parse()?,
             "delete.retention.ms" => self.delete_retention_ms = num("delete.retention.ms", value)?,
-            "min.compaction.lag.ms" => self.min_compaction_lag_ms = num("min.compaction.lag.ms", value)?,
+            "min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms = num("min.compaction.lag.ms", value)?
+            }
             "min.cleanable.dirty.ratio" => {
                 let r: f64 = num("min.cleanable.dirty.ratio", value)?;
                 if r.is_nan() {
@@ -409,7 +411,10 @@ mod tests {
         assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.25));
         let e = c.set("cleanup.policy", "shred").unwrap_err().to_string();
         assert!(e.contains("cleanup.policy"), "{e}");
-        let e = c.set("delete.retention.ms", "soon").unwrap_err().to_string();
+        let e = c
+            .set("delete.retention.ms", "soon")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("delete.retention.ms"), "{e}");
         c.set("min.cleanable.dirty.ratio", "1.5").unwrap();
         let e = c.validate().unwrap_err().to_string();

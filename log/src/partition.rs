@@ -318,8 +318,8 @@ impl Partition {
         bases.sort_unstable();
         // Whether compaction may have left gaps between segments: the topic compacts,
         // or it did once (the cleaner's state is kept).
-        let compacted = config.cleanup_policy.compacts()
-            || dir.join(crate::cleaner::CLEANER_STATE).exists();
+        let compacted =
+            config.cleanup_policy.compacts() || dir.join(crate::cleaner::CLEANER_STATE).exists();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
@@ -1140,12 +1140,7 @@ impl Partition {
                 max_timestamp: s.max_timestamp,
             })
             .collect();
-        let n = compaction::cleanable_count(
-            &facts,
-            stable,
-            now,
-            self.config.min_compaction_lag_ms,
-        );
+        let n = compaction::cleanable_count(&facts, stable, now, self.config.min_compaction_lag_ms);
         Ok(Cleanable {
             segments: closed[..n]
                 .iter()
@@ -1180,7 +1175,9 @@ impl Partition {
             return Ok(false);
         };
         st.segments[i].remove_index_files();
-        let path = self.dir.join(crate::segment::segment_stem(new.base_offset) + ".log");
+        let path = self
+            .dir
+            .join(crate::segment::segment_stem(new.base_offset) + ".log");
         fs::rename(&cleaned, &path).ctx("rename", &cleaned)?;
         sync_dir(&self.dir)?;
         if interrupt {

@@ -11,8 +11,8 @@ use std::path::Path;
 
 use brook_core::time::ManualClock;
 use brook_log::{
-    CleanerFault, CleanupPolicy, FsyncPolicy, IsolationLevel, Log, LogError, LogOptions,
-    Partition, ProducerRecord, ReadLimit, TopicConfig,
+    CleanerFault, CleanupPolicy, FsyncPolicy, IsolationLevel, Log, LogError, LogOptions, Partition,
+    ProducerRecord, ReadLimit, TopicConfig,
 };
 
 const DAY_MS: i64 = 86_400_000;
@@ -43,7 +43,12 @@ fn read_all(p: &Partition) -> Vec<(u64, String, Option<String>)> {
     while at < p.log_end_offset() {
         let mut recs = Vec::new();
         let s = p
-            .read_into_isolated(at, ReadLimit::records(3), IsolationLevel::ReadCommitted, &mut recs)
+            .read_into_isolated(
+                at,
+                ReadLimit::records(3),
+                IsolationLevel::ReadCommitted,
+                &mut recs,
+            )
             .unwrap();
         assert!(s.next_offset > at, "a read from {at} did not move on");
         for r in recs {
@@ -72,7 +77,9 @@ fn fill(
         for k in 0..keys {
             let key = format!("k{k}");
             let value = format!("{key}-v{v}-{}", "x".repeat(40));
-            let info = p.append(&[ProducerRecord::keyed(key.clone(), value.clone())]).unwrap();
+            let info = p
+                .append(&[ProducerRecord::keyed(key.clone(), value.clone())])
+                .unwrap();
             model.insert(key, (info.base_offset, Some(value)));
         }
     }
@@ -94,9 +101,12 @@ fn expected(model: &BTreeMap<String, (u64, Option<String>)>) -> Vec<(u64, String
 }
 
 fn no_cleaned_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".cleaned"))
+    std::fs::read_dir(dir).unwrap().all(|e| {
+        !e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".cleaned")
+    })
 }
 
 #[test]
@@ -118,7 +128,10 @@ fn compaction_keeps_the_latest_record_per_key_at_its_offset_and_drops_tombstones
     let got = read_all(&p);
     assert_eq!(got, expected(&model));
     assert!(got.len() < before);
-    assert!(got.iter().any(|(_, _, v)| v.is_none()), "tombstones kept: {got:?}");
+    assert!(
+        got.iter().any(|(_, _, v)| v.is_none()),
+        "tombstones kept: {got:?}"
+    );
     assert_eq!(p.log_end_offset(), end, "offsets are never reused");
     assert_eq!(p.log_start_offset(), 0);
 
@@ -141,10 +154,18 @@ fn compaction_keeps_the_latest_record_per_key_at_its_offset_and_drops_tombstones
     // A reader starting where the tombstones were moves on to the end.
     let mut recs = Vec::new();
     let s = p
-        .read_into_isolated(end - 1, ReadLimit::records(10), IsolationLevel::ReadCommitted, &mut recs)
+        .read_into_isolated(
+            end - 1,
+            ReadLimit::records(10),
+            IsolationLevel::ReadCommitted,
+            &mut recs,
+        )
         .unwrap();
     assert!(recs.is_empty());
-    assert_eq!(s.next_offset, end, "the position moves on densely over removed offsets");
+    assert_eq!(
+        s.next_offset, end,
+        "the position moves on densely over removed offsets"
+    );
 
     // The same after a clean reopen and after an unclean one with lost indexes.
     drop((p, topic));
@@ -160,7 +181,10 @@ fn compaction_keeps_the_latest_record_per_key_at_its_offset_and_drops_tombstones
     let pdir = dir.path().join("topics/classes/0");
     for e in std::fs::read_dir(&pdir).unwrap() {
         let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "index" || x == "timeindex") {
+        if path
+            .extension()
+            .is_some_and(|x| x == "index" || x == "timeindex")
+        {
             std::fs::remove_file(path).unwrap();
         }
     }
@@ -183,7 +207,11 @@ fn the_active_segment_and_young_records_are_not_compacted() {
         segment_bytes: 1 << 20,
         ..compacted()
     };
-    let p = log.create_topic("t", 1, config).unwrap().partition(0).unwrap();
+    let p = log
+        .create_topic("t", 1, config)
+        .unwrap()
+        .partition(0)
+        .unwrap();
     let model = fill(&p, 4, 3, &[]);
     // Everything is in the active segment.
     assert_eq!(p.compact().unwrap(), None);
@@ -203,13 +231,20 @@ fn keyless_records_are_refused_by_compacted_topics() {
     let log = Log::open(dir.path(), options(&clock)).unwrap();
     let topic = log.create_topic("t", 2, compacted()).unwrap();
     let e = topic
-        .append(vec![ProducerRecord::keyed("k", "v"), ProducerRecord::new("no key")])
+        .append(vec![
+            ProducerRecord::keyed("k", "v"),
+            ProducerRecord::new("no key"),
+        ])
         .unwrap_err();
     assert!(matches!(e, LogError::InvalidRecord { index: 1, .. }), "{e}");
     assert!(e.to_string().contains("needs a key"), "{e}");
     // Nothing of the request was written.
     assert!(topic.partitions().iter().all(|p| p.log_end_offset() == 0));
-    let e = topic.partition(0).unwrap().append(&[ProducerRecord::new("x")]).unwrap_err();
+    let e = topic
+        .partition(0)
+        .unwrap()
+        .append(&[ProducerRecord::new("x")])
+        .unwrap_err();
     assert!(matches!(e, LogError::InvalidRecord { index: 0, .. }), "{e}");
 }
 
@@ -222,7 +257,11 @@ fn a_compact_only_topic_ignores_time_retention() {
         retention_ms: Some(1000),
         ..compacted()
     };
-    let p = log.create_topic("t", 1, config.clone()).unwrap().partition(0).unwrap();
+    let p = log
+        .create_topic("t", 1, config.clone())
+        .unwrap()
+        .partition(0)
+        .unwrap();
     let model = fill(&p, 10, 1, &[]);
     p.roll().unwrap();
     clock.advance(10 * DAY_MS);
@@ -233,7 +272,11 @@ fn a_compact_only_topic_ignores_time_retention() {
         cleanup_policy: CleanupPolicy::CompactDelete,
         ..config
     };
-    let q = log.create_topic("u", 1, both).unwrap().partition(0).unwrap();
+    let q = log
+        .create_topic("u", 1, both)
+        .unwrap()
+        .partition(0)
+        .unwrap();
     fill(&q, 10, 1, &[]);
     q.roll().unwrap();
     clock.advance(10 * DAY_MS);
@@ -250,29 +293,48 @@ fn transactions_undecided_records_stay_aborted_ones_go_markers_stay() {
     let mut w = log.init_transactions("w").unwrap();
     // Committed: a is "a1" in the end; aborted: b's "b-aborted" never counts.
     w.begin().unwrap();
-    w.send_to("t", 0, vec![ProducerRecord::keyed("a", "a0")]).unwrap();
+    w.send_to("t", 0, vec![ProducerRecord::keyed("a", "a0")])
+        .unwrap();
     w.commit_transaction().unwrap();
     w.begin().unwrap();
-    w.send_to("t", 0, vec![ProducerRecord::keyed("b", "b-aborted")]).unwrap();
+    w.send_to("t", 0, vec![ProducerRecord::keyed("b", "b-aborted")])
+        .unwrap();
     w.abort_transaction().unwrap();
-    p.append(&[ProducerRecord::keyed("a", "a1"), ProducerRecord::keyed("b", "b0")]).unwrap();
+    p.append(&[
+        ProducerRecord::keyed("a", "a1"),
+        ProducerRecord::keyed("b", "b0"),
+    ])
+    .unwrap();
     p.roll().unwrap();
     // An undecided transaction in a later closed segment: not cleaned.
     w.begin().unwrap();
-    w.send_to("t", 0, vec![ProducerRecord::keyed("a", "a-open")]).unwrap();
+    w.send_to("t", 0, vec![ProducerRecord::keyed("a", "a-open")])
+        .unwrap();
     p.roll().unwrap();
     p.append(&[ProducerRecord::keyed("a", "a2")]).unwrap();
     p.roll().unwrap();
     let uncommitted_before = {
         let mut v = Vec::new();
-        p.read_into_isolated(0, ReadLimit::records(100), IsolationLevel::ReadUncommitted, &mut v)
-            .unwrap();
+        p.read_into_isolated(
+            0,
+            ReadLimit::records(100),
+            IsolationLevel::ReadUncommitted,
+            &mut v,
+        )
+        .unwrap();
         v.len()
     };
-    p.compact().unwrap().expect("the first segment is cleanable");
+    p.compact()
+        .unwrap()
+        .expect("the first segment is cleanable");
     let mut v = Vec::new();
-    p.read_into_isolated(0, ReadLimit::records(100), IsolationLevel::ReadUncommitted, &mut v)
-        .unwrap();
+    p.read_into_isolated(
+        0,
+        ReadLimit::records(100),
+        IsolationLevel::ReadUncommitted,
+        &mut v,
+    )
+    .unwrap();
     let values: Vec<String> = v
         .iter()
         .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
@@ -282,13 +344,23 @@ fn transactions_undecided_records_stay_aborted_ones_go_markers_stay() {
     assert_eq!(values, ["a1", "b0", "a-open", "a2"], "{uncommitted_before}");
     // The markers are still there: reading on from the start skips exactly them.
     let s = p
-        .read_into_isolated(0, ReadLimit::records(100), IsolationLevel::ReadCommitted, &mut Vec::new())
+        .read_into_isolated(
+            0,
+            ReadLimit::records(100),
+            IsolationLevel::ReadCommitted,
+            &mut Vec::new(),
+        )
         .unwrap();
     assert!(s.next_offset <= p.last_stable_offset());
     w.commit_transaction().unwrap();
     let mut v = Vec::new();
-    p.read_into_isolated(0, ReadLimit::records(100), IsolationLevel::ReadCommitted, &mut v)
-        .unwrap();
+    p.read_into_isolated(
+        0,
+        ReadLimit::records(100),
+        IsolationLevel::ReadCommitted,
+        &mut v,
+    )
+    .unwrap();
     let values: Vec<String> = v
         .iter()
         .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
@@ -305,7 +377,11 @@ fn an_interrupted_pass_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(T0);
         let log = Log::open(dir.path(), options(&clock)).unwrap();
-        let p = log.create_topic("t", 1, compacted()).unwrap().partition(0).unwrap();
+        let p = log
+            .create_topic("t", 1, compacted())
+            .unwrap()
+            .partition(0)
+            .unwrap();
         let model = fill(&p, 6, 6, &[2]);
         p.roll().unwrap();
         let all_before = read_all(&p);

@@ -177,7 +177,9 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             };
             for setting in &settings {
                 let (key, value) = setting.split_once('=').with_context(|| {
-                    format!("--config {setting:?}: expected NAME=VALUE, such as cleanup.policy=compact")
+                    format!(
+                        "--config {setting:?}: expected NAME=VALUE, such as cleanup.policy=compact"
+                    )
                 })?;
                 config
                     .set(key.trim(), value)

@@ -100,8 +100,10 @@ impl LogTable {
                                 match r.key {
                                     Some(k) => rows.push(TableUpdate::Delete(k.to_vec())),
                                     None => {
-                                        failed =
-                                            Some(format!("offset {}: a tombstone without a key", r.offset))
+                                        failed = Some(format!(
+                                            "offset {}: a tombstone without a key",
+                                            r.offset
+                                        ))
                                     }
                                 }
                                 return;
@@ -136,7 +138,11 @@ impl TableSource for LogTable {
     fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
         // From each partition's start: retention or compaction may have removed the
         // first offsets.
-        self.next = self.partitions.iter().map(|p| p.log_start_offset()).collect();
+        self.next = self
+            .partitions
+            .iter()
+            .map(|p| p.log_start_offset())
+            .collect();
         self.read_new()
     }
 
