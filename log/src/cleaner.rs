@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,11 @@ use crate::segment::{cleaned_path, ReadProgress, Segment};
 
 /// The cleaner's state file in a partition's directory.
 pub(crate) const CLEANER_STATE: &str = "cleaner.json";
+
+/// One pass at a time in the process (Kafka's default `log.cleaner.threads=1`): two
+/// passes on one partition (the maintenance thread and a direct call) would write
+/// the same `.cleaned` file.
+static CLEANER: Mutex<()> = Mutex::new(());
 
 /// Bytes read per step while cleaning.
 const CHUNK_BYTES: usize = 4 << 20;
@@ -140,6 +146,9 @@ impl Partition {
         if !config.cleanup_policy.compacts() {
             return Ok(None);
         }
+        // Nothing is left half-done under this lock by a panic (files are swapped by
+        // rename), so a poisoned lock is still good.
+        let _one_pass = CLEANER.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock().now_ms();
         let cleanable = self.cleanable(now)?;
         if cleanable.segments.is_empty() {
