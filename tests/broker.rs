@@ -588,10 +588,7 @@ fn rdkafka_reads_a_compacted_topic_with_gaps() {
         );
     }
     assert_eq!(
-        got.iter()
-            .filter(|r| r.1 == "k9")
-            .last()
-            .map(|r| r.2.clone()),
+        got.iter().rfind(|r| r.1 == "k9").map(|r| r.2.clone()),
         Some(None),
         "the tombstone reads back as a null value"
     );
