@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use brook::log::{FsyncPolicy, Log, LogOptions};
 use clap::{Parser, Subcommand};
 
+use cli::log_access::LogAccess;
 use cli::log_cli::{
     consume, group_command, produce, topic_command, ConsumeArgs, GroupCommand, ProduceArgs,
     TopicCommand,
@@ -167,10 +168,11 @@ fn run(cli: Cli) -> Result<()> {
             data_dir.display()
         );
     }
-    let log = open_log(&data_dir, &fsync)?;
+    // In-process, or through the broker that holds the directory (cli::log_access).
+    let log = LogAccess::open(&data_dir, || open_log(&data_dir, &fsync))?;
     // Apply retention now too: a short command would otherwise end before the
     // background maintenance first runs.
-    log.run_maintenance().context("applying retention")?;
+    log.run_maintenance()?;
     match command {
         Command::Run(_)
         | Command::Runner(_)
@@ -191,6 +193,6 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Group(cmd) => group_command(&log, cmd),
     }?;
-    log.close().context("closing the log")?;
+    log.close()?;
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! a third joins and a member leaves, with every record consumed once and committed;
 //! a member SIGKILLed (kafka-python, another process) loses its partitions once its
 //! session times out; kafka-python commits (ListGroups and DescribeGroups show it as
-//! the one member) and a second run resumes from the commit.
+//! the one member) and a second run resumes from the commit; a static member
+//! (`group.instance.id`) restarts and gets its partitions back without a rebalance.
 //! The broker is the real binary, with a 500 ms minimum session timeout so the
 //! timeouts stay short.
 
@@ -307,4 +308,118 @@ fn a_sigkilled_members_partitions_move_once_its_session_times_out() {
         "{:?}",
         killed.elapsed()
     );
+}
+
+/// Counts a consumer's rebalance callbacks (librdkafka calls them on every
+/// assignment change, revocations included).
+#[derive(Clone, Default)]
+struct CountRebalances(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rdkafka::ClientContext for CountRebalances {}
+
+impl rdkafka::consumer::ConsumerContext for CountRebalances {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, _: &rdkafka::consumer::Rebalance<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl CountRebalances {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A static member (`group.instance.id` = `instance`) of group `billing` on `sales`.
+fn static_member(
+    bootstrap: &str,
+    instance: &str,
+    counter: &CountRebalances,
+) -> BaseConsumer<CountRebalances> {
+    let consumer: BaseConsumer<CountRebalances> = config(bootstrap)
+        .set("group.id", "billing")
+        .set("group.instance.id", instance)
+        .set("client.id", instance)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        // Longer than the restart below takes, so the broker keeps the member.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "200")
+        .create_with_context(counter.clone())
+        .expect("consumer");
+    consumer.subscribe(&["sales"]).expect("subscribe");
+    consumer
+}
+
+fn assigned_to<C: rdkafka::consumer::ConsumerContext>(c: &BaseConsumer<C>) -> BTreeSet<i32> {
+    c.assignment()
+        .map(|l| l.elements().iter().map(|e| e.partition()).collect())
+        .unwrap_or_default()
+}
+
+/// Polls `consumers` until `done` holds of their assignments, or 20 s.
+fn poll_static_until(
+    consumers: &[&BaseConsumer<CountRebalances>],
+    done: impl Fn(&[BTreeSet<i32>]) -> bool,
+) -> Vec<BTreeSet<i32>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for c in consumers {
+            let _ = c.poll(Duration::from_millis(50));
+        }
+        let sets: Vec<BTreeSet<i32>> = consumers.iter().map(|c| assigned_to(c)).collect();
+        if done(&sets) {
+            return sets;
+        }
+        assert!(Instant::now() < deadline, "not reached in 20 s: {sets:?}");
+    }
+}
+
+/// KIP-345: a static member that restarts (librdkafka sends no LeaveGroup for
+/// it) and joins again with its `group.instance.id` gets its old partitions back at
+/// once, and the other member sees no rebalance at all.
+#[test]
+fn a_restarted_static_member_gets_its_partitions_back_without_a_rebalance() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "sales");
+    let (count_a, count_b) = (CountRebalances::default(), CountRebalances::default());
+    let a = static_member(&bootstrap, "a-instance", &count_a);
+    let b = static_member(&bootstrap, "b-instance", &count_b);
+    let before = poll_static_until(&[&a, &b], split);
+    // Let the group settle (the first member's lone assignment is revoked when the
+    // second joins), then take a's count.
+    let settled = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < settled {
+        let _ = a.poll(Duration::from_millis(50));
+        let _ = b.poll(Duration::from_millis(50));
+    }
+    let a_rebalances = count_a.count();
+
+    drop(b);
+    let count_b2 = CountRebalances::default();
+    let b2 = static_member(&bootstrap, "b-instance", &count_b2);
+    let after = poll_static_until(&[&a, &b2], |sets| !sets[1].is_empty());
+    assert_eq!(after, before, "the restarted member got other partitions");
+    // Some more polling: no rebalance reaches a, late or not.
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet {
+        let _ = a.poll(Duration::from_millis(50));
+        let _ = b2.poll(Duration::from_millis(50));
+    }
+    assert_eq!(count_a.count(), a_rebalances, "a saw a rebalance");
+    assert_eq!(assigned_to(&a), before[0]);
+    assert_eq!(assigned_to(&b2), before[1]);
+    // The restarted member reads its partitions.
+    produce(&bootstrap, "sales", 0, 40);
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got < 40 {
+        for c in [&a, &b2] {
+            if let Some(Ok(_)) = c.poll(Duration::from_millis(50)) {
+                got += 1;
+            }
+        }
+        assert!(Instant::now() < deadline, "{got} of 40 records read");
+    }
 }

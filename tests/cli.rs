@@ -139,7 +139,15 @@ fn topic_create_list_describe_add_partitions_delete() {
     assert!(lines[0].contains("retention 604800000ms"), "{desc}");
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["PARTITION", "START", "END", "STABLE", "BYTES", "SEGMENTS"]
+        [
+            "PARTITION",
+            "START",
+            "END",
+            "STABLE",
+            "BYTES",
+            "SEGMENTS",
+            "FUTURE-HELD"
+        ]
     );
     let rows: Vec<Vec<u64>> = lines[2..]
         .iter()
@@ -155,6 +163,7 @@ fn topic_create_list_describe_add_partitions_delete() {
         assert_eq!(row[3], row[2], "stable = end without transactions: {desc}");
         assert_eq!(row[4] > 0, p == kp, "bytes of {p}: {desc}");
         assert_eq!(row[5], 1, "segments");
+        assert_eq!(row[6], 0, "segments held by future timestamps");
     }
     assert!(b
         .ok(&["topic", "describe", "audit.log-2"], "")
@@ -792,4 +801,345 @@ fn a_compacted_topic_takes_keyed_records_and_tombstones() {
         "",
     );
     assert!(err.contains("cleanup.policy"), "{err}");
+}
+
+/// Keyless records use the sticky partitioner with a random start per producer
+/// (Kafka's default since 2.4, KIP-480): 20 one-line `brook produce` processes into 4
+/// partitions do not all land on one partition, as they all did on partition 0 before.
+/// Each process starts at a uniformly random partition, so all 20 agree by chance
+/// with probability 4 · (1/4)^20 = 4^-19 ≈ 3.6e-12.
+#[test]
+fn keyless_records_of_separate_producers_use_more_than_one_partition() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "4"], "");
+    for i in 0..20 {
+        b.ok(&["produce", "t"], &format!("line-{i}\n"));
+    }
+    let recs = b.consume_all("t");
+    assert_eq!(recs.len(), 20);
+    let used: std::collections::BTreeSet<u64> =
+        positions(&recs).into_iter().map(|(p, _)| p).collect();
+    assert!(used.len() > 1, "all 20 producers used partitions {used:?}");
+    // One `brook produce` of many lines is one producer: its batches move on from
+    // partition to partition, so 4 batches of keyless lines fill all four.
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "4"], "");
+    let input: String = (0..8).map(|i| format!("v{i}\n")).collect();
+    b.ok(&["produce", "t", "--batch", "2"], &input);
+    let mut per_partition = [0u32; 4];
+    for (p, _) in positions(&b.consume_all("t")) {
+        per_partition[p as usize] += 1;
+    }
+    assert_eq!(per_partition, [2, 2, 2, 2]);
+}
+
+/// A closed segment written more than `retention.ms` ago but holding a record stamped in
+/// the future is kept (as Kafka) and reported: `topic describe` counts it in
+/// FUTURE-HELD and the command warns, naming topic, partition and segment.
+#[test]
+fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
+    use brook::core::time::{Clock, SystemClock};
+    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let b = Brook::new();
+    let now_ms = SystemClock.now_ms();
+    {
+        let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+        let config = TopicConfig {
+            retention_ms: Some(3_600_000),
+            ..TopicConfig::default()
+        };
+        let p = log
+            .create_topic("t", 1, config)
+            .unwrap()
+            .partition(0)
+            .unwrap();
+        let future = now_ms + 10 * 3_600_000;
+        p.append(&[ProducerRecord::new("ahead").with_timestamp(future)])
+            .unwrap();
+        p.roll().unwrap();
+        p.append(&[ProducerRecord::new("now")]).unwrap();
+        log.close().unwrap();
+    }
+    // Written two hours ago, as far as the file system can tell.
+    let seg = b.data_dir().join("topics/t/0/00000000000000000000.log");
+    std::fs::File::options()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_modified(
+            std::time::UNIX_EPOCH
+                + std::time::Duration::from_millis((now_ms - 2 * 3_600_000) as u64),
+        )
+        .unwrap();
+    let (out, err) = b.ok_with_stderr(&["topic", "describe", "t"], "");
+    let row: Vec<u64> = out
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    assert_eq!(
+        (row[1], row[5], row[6]),
+        (0, 2, 1),
+        "start, segments, held: {out}"
+    );
+    assert!(err.contains("stamped in the future"), "{err}");
+    for part in ["topic=t", "partition=0", "segment=0"] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+}
+
+/// Commits `offset` for `group` on partition 0 of `topic` through the log's API (as a
+/// tool that sets offsets would), in this process, before any command runs.
+fn commit_offset(b: &Brook, group: &str, topic: &str, offset: u64) {
+    use brook::log::{CommitIdentity, Log, LogOptions, TopicPartition};
+    let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+    log.commit_offsets(
+        group,
+        &CommitIdentity::Standalone,
+        &[(TopicPartition::new(topic, 0), offset)],
+    )
+    .unwrap();
+    log.close().unwrap();
+}
+
+/// A group's committed offset past the log end (as Kafka's `auto.offset.reset`): `group
+/// describe` marks it, `consume --group` resets it (default `latest`: the end, so the
+/// next record is read; `earliest`: the start) instead of waiting there forever, and
+/// `--auto-offset-reset none` fails naming group, topic, partition and offset.
+#[test]
+fn a_committed_offset_past_the_end_is_marked_and_reset() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    b.ok(&["produce", "t"], "a\nb\n");
+    for g in ["late", "early", "strict"] {
+        commit_offset(&b, g, "t", 100);
+    }
+    let (out, err) = b.ok_with_stderr(&["group", "describe", "late"], "");
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..6], ["100", "2", "2", "out-of-range"], "{out}");
+    assert!(err.contains("t-0 (log 0..2)"), "{err}");
+
+    let err = b.fail(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "strict",
+            "--auto-offset-reset",
+            "none",
+        ],
+        "",
+    );
+    for part in [
+        "\"strict\"",
+        "t-0",
+        "offset 100",
+        "auto.offset.reset is none",
+    ] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+    let err = b.fail(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "strict",
+            "--auto-offset-reset",
+            "soon",
+        ],
+        "",
+    );
+    assert!(err.contains("--auto-offset-reset"), "{err}");
+
+    let early = json_lines(&b.ok(
+        &[
+            "consume",
+            "t",
+            "--group",
+            "early",
+            "--auto-offset-reset",
+            "earliest",
+        ],
+        "",
+    ));
+    assert_eq!(positions(&early), [(0, 0), (0, 1)]);
+
+    assert!(b.ok(&["consume", "t", "--group", "late"], "").is_empty());
+    let out = b.ok(&["group", "describe", "late"], "");
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..6], ["2", "2", "2", "0"], "reset to the end: {out}");
+    b.ok(&["produce", "t"], "c\n");
+    let next = json_lines(&b.ok(&["consume", "t", "--group", "late"], ""));
+    assert_eq!(positions(&next), [(0, 2)]);
+}
+
+/// `group reset-offsets` as kafka-consumer-groups --reset-offsets: each target, the plan
+/// printed, `--dry-run` committing nothing, an offset outside the log moved into it
+/// with a warning; consumers of the group then start at the new offsets.
+#[test]
+fn group_reset_offsets_moves_a_groups_offsets() {
+    use brook::log::{Log, LogOptions, ProducerRecord};
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    // 2024-01-01T00:00:00Z and every hour after it.
+    const JAN1: i64 = 1_704_067_200_000;
+    {
+        let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
+        let p = log.topic("t").unwrap().partition(0).unwrap();
+        for i in 0..5 {
+            let r = ProducerRecord::new(format!("v{i}")).with_timestamp(JAN1 + i * 3_600_000);
+            p.append(&[r]).unwrap();
+        }
+        log.close().unwrap();
+    }
+    b.ok(&["consume", "t", "--group", "g", "--from-beginning"], "");
+    let committed = |b: &Brook| -> String {
+        let out = b.ok(&["group", "describe", "g"], "");
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(committed(&b), "5");
+    let reset = |args: &[&str]| {
+        let mut all = vec!["group", "reset-offsets", "g", "--topic", "t"];
+        all.extend_from_slice(args);
+        b.ok_with_stderr(&all, "")
+    };
+    let plan_row = |out: &str| -> Vec<String> {
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW-OFFSET"]
+        );
+        lines[1].split_whitespace().map(str::to_string).collect()
+    };
+
+    let (out, err) = reset(&["--to-earliest", "--dry-run"]);
+    assert_eq!(plan_row(&out), ["g", "t", "0", "5", "0"]);
+    assert!(err.contains("dry run"), "{err}");
+    assert_eq!(committed(&b), "5", "a dry run commits nothing");
+
+    let (out, _) = reset(&["--to-datetime", "2024-01-01T02:00:00"]);
+    assert_eq!(plan_row(&out)[4], "2");
+    assert_eq!(committed(&b), "2");
+    let (out, _) = reset(&["--to-datetime", "2024-01-01T04:30:00+02:00"]);
+    assert_eq!(
+        plan_row(&out)[4],
+        "3",
+        "02:30 UTC: the first record at or after is 03:00"
+    );
+    let next = json_lines(&b.ok(&["consume", "t", "--group", "g"], ""));
+    assert_eq!(positions(&next), [(0, 3), (0, 4)]);
+
+    let (out, err) = reset(&["--to-offset", "99"]);
+    assert_eq!(plan_row(&out)[4], "5");
+    assert!(
+        err.contains("offset 99 is outside t-0; it is set to 5"),
+        "{err}"
+    );
+    let (out, _) = reset(&["--to-offset", "1"]);
+    assert_eq!(plan_row(&out)[3..], ["5", "1"]);
+    let (out, _) = reset(&["--to-latest"]);
+    assert_eq!(plan_row(&out)[3..], ["1", "5"]);
+
+    let err = b.fail(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--to-datetime",
+            "yesterday",
+        ],
+        "",
+    );
+    assert!(err.contains("--to-datetime \"yesterday\""), "{err}");
+    let err = b.fail(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "nope",
+            "--to-latest",
+        ],
+        "",
+    );
+    assert!(err.contains("nope"), "{err}");
+}
+
+/// `topic alter --config NAME=VALUE` (as kafka-configs --alter) changes the stored
+/// configs by Kafka's names; unknown names and bad values are errors naming them, and
+/// nothing changes then.
+#[test]
+fn topic_alter_changes_configs_by_kafkas_names() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    let out = b.ok(
+        &[
+            "topic",
+            "alter",
+            "t",
+            "--config",
+            "retention.ms=3600000",
+            "--config",
+            "segment.bytes=2KiB",
+            "--config",
+            "segment.ms=-1",
+        ],
+        "",
+    );
+    assert!(out.contains("set retention.ms=3600000"), "{out}");
+    let desc = b.ok(&["topic", "describe", "t"], "");
+    let head = desc.lines().next().unwrap();
+    for part in [
+        "retention 3600000ms",
+        "segment-bytes 2048",
+        "segment-ms none",
+    ] {
+        assert!(head.contains(part), "{part:?} in {head}");
+    }
+    let err = b.fail(
+        &["topic", "alter", "t", "--config", "retention.hours=1"],
+        "",
+    );
+    assert!(
+        err.contains("\"retention.hours\"") && err.contains("supported"),
+        "{err}"
+    );
+    let err = b.fail(
+        &[
+            "topic",
+            "alter",
+            "t",
+            "--config",
+            "retention.ms=5",
+            "--config",
+            "segment.bytes=10",
+        ],
+        "",
+    );
+    assert!(
+        err.contains("segment.bytes") && err.contains("between 1024"),
+        "{err}"
+    );
+    let err = b.fail(&["topic", "alter", "t", "--config", "retention.ms"], "");
+    assert!(err.contains("NAME=VALUE"), "{err}");
+    let head = b.ok(&["topic", "describe", "t"], "");
+    assert!(
+        head.contains("retention 3600000ms"),
+        "unchanged after errors: {head}"
+    );
+    let err = b.fail(
+        &["topic", "alter", "nope", "--config", "retention.ms=5"],
+        "",
+    );
+    assert!(err.contains("nope"), "{err}");
 }

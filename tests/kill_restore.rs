@@ -642,3 +642,115 @@ sinks:
         Vec::<serde_json::Value>::new()
     );
 }
+
+/// Lines of `brook consume <topic> --from-beginning` with `isolation`, as JSON.
+fn consume_lines(data: &Path, topic: &str, isolation: &str) -> Vec<serde_json::Value> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
+    c.arg("--data-dir").arg(data).args([
+        "consume",
+        topic,
+        "--from-beginning",
+        "--isolation",
+        isolation,
+    ]);
+    let out = run_brook_ok(&mut c);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `transaction.timeout.ms` (semantics.md §1): a job whose log sink is SIGKILLed in
+/// the middle of a transaction is not restored; once the sink's timeout has passed,
+/// the log (its maintenance, here in the next `brook` command that opens it) aborts
+/// the transaction, so a read-committed `brook consume` gets past it: it sees a
+/// record appended after the transaction and none of the transaction's.
+#[test]
+fn a_killed_jobs_open_transaction_is_aborted_after_its_timeout_without_a_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    {
+        let log = Log::open(&data, LogOptions::default()).unwrap();
+        for t in ["in", "out"] {
+            log.create_topic(t, 1, TopicConfig::default()).unwrap();
+        }
+        let rows: Vec<_> = (0..5)
+            .map(|i| brook::log::ProducerRecord::new(format!(r#"{{"job":{i}}}"#)))
+            .collect();
+        log.topic("in").unwrap().append(rows).unwrap();
+    }
+    // No checkpoint completes while the job runs (1 h apart): its one transaction
+    // stays open until the kill.
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        r#"
+name: expire
+checkpoint_interval: 1h
+sources:
+  - {name: in, connector: log, topic: in, bounded: false}
+sinks:
+  - {name: out, connector: log, topic: out, transaction_timeout: 2s}
+"#,
+    )
+    .unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_brook"));
+    run.arg("--data-dir")
+        .arg(&data)
+        .args(["run", "--quiet"])
+        .arg(&job)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = KillOnDrop(run.spawn().unwrap());
+    // The log's documented state of transactional id `<job>.<sink>.<subtask>`: the
+    // transaction has its partition (and its start time) before its records are
+    // appended, so wait for both that and the records in the partition's segment.
+    let state = data.join("transactions/expire.out.0.json");
+    let segment = data.join("topics/out/0/00000000000000000000.log");
+    wait_for(
+        "the sink's transaction to write",
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(&state).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let t = v["transactions"].as_array()?.first()?.clone();
+            let open = t["status"] == "open" && t["began_ms"].is_i64();
+            let written = std::fs::metadata(&segment).ok()?.len() > 0;
+            (open && written).then_some(())
+        },
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // A record after the open transaction.
+    let mut produce = Command::new(env!("CARGO_BIN_EXE_brook"));
+    produce
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["produce", "out"]);
+    let out = brook_testkit::binary::run_brook_with_input(&mut produce, b"{\"after\":1}\n");
+    expect_success(&command_line(&produce), &out);
+
+    // Read committed: nothing until the timeout has passed, then the later record
+    // and none of the transaction's (bounded: the timeout is 2 s).
+    let seen = wait_for(
+        "a read-committed consume to get past the killed job's transaction",
+        Duration::from_secs(30),
+        || {
+            let lines = consume_lines(&data, "out", "read-committed");
+            (!lines.is_empty()).then_some(lines)
+        },
+    );
+    let values: Vec<&serde_json::Value> = seen.iter().map(|l| &l["value"]).collect();
+    assert_eq!(values, vec![&serde_json::json!({"after": 1})], "{seen:?}");
+    // The transaction's records are there, before it, visible only uncommitted.
+    let all = consume_lines(&data, "out", "read-uncommitted");
+    let job_rows: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|l| l["value"].get("job").is_some())
+        .collect();
+    assert_eq!(job_rows.len(), 5, "{all:?}");
+    assert!(job_rows
+        .iter()
+        .all(|l| l["offset"].as_u64() < seen[0]["offset"].as_u64()));
+}

@@ -1,8 +1,7 @@
 //! ApiVersions: the APIs this broker serves and their version ranges.
 //!
 //! Only what is served is advertised (Kafka's KIP-35/KIP-511 rule): a client that
-//! needs an API that is missing here (InitProducerId for an idempotent producer,
-//! SASL) reports it as unsupported at once. The ranges
+//! needs an API that is missing here (SASL) reports it as unsupported at once. The ranges
 //! cover what librdkafka 2.x and kafka-python 2.x negotiate; each one stops before a
 //! version that would need something the log does not have (topic ids: Metadata v10,
 //! Fetch v13; the max-timestamp query: ListOffsets v7), and starts at the first
@@ -32,6 +31,23 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    // Admin: librdkafka 2.x asks for DeleteTopics v0-1, CreatePartitions v0,
+    // DescribeConfigs v0-1, OffsetDelete v0; kafka-python up to DeleteTopics v3,
+    // DescribeConfigs v2, CreatePartitions v1. The codec starts DeleteTopics and
+    // DescribeConfigs at v1. DeleteTopics v6 may name topics by id (answered
+    // UNKNOWN_TOPIC_ID: the log has none).
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::OffsetDelete, 0, 0),
+    // Idempotent and transactional producers (crate::transactions). Each stops
+    // before KIP-890's versions (a new epoch per transaction, server-side partition
+    // verification); AddPartitionsToTxn v4+ is the brokers' batched form.
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
 ];
 
 /// The version range served for `key`, or `None` if the API is not served.
@@ -81,10 +97,13 @@ mod tests {
         let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
         assert_eq!(
             keys,
-            vec![0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            vec![
+                0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 37, 32, 47, 22, 24, 25,
+                28, 26
+            ]
         );
-        // Not served yet: transactions, SASL.
-        assert!(supported(ApiKey::InitProducerId).is_none());
+        // Not served yet: SASL.
+        assert!(supported(ApiKey::SaslHandshake).is_none());
     }
 
     #[test]

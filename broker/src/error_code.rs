@@ -19,7 +19,11 @@ pub fn error_code(e: &LogError) -> i16 {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::Corrupt { .. } => ResponseError::CorruptMessage,
         LogError::ProducerFenced { .. } => ResponseError::ProducerFenced,
-        // I/O errors, a closed log, groups and transactions (not served yet): the
+        LogError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
+        LogError::InvalidTransactionState { .. } | LogError::TransactionNotOpen { .. } => {
+            ResponseError::InvalidTxnState
+        }
+        // I/O errors, a closed log, groups: the
         // client may retry, as after Kafka's UNKNOWN_SERVER_ERROR.
         _ => ResponseError::UnknownServerError,
     };

@@ -11,10 +11,12 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -94,6 +96,24 @@ pub enum Request {
     ListGroups(ListGroupsRequest),
     /// DescribeGroups.
     DescribeGroups(DescribeGroupsRequest),
+    /// DeleteTopics.
+    DeleteTopics(DeleteTopicsRequest),
+    /// CreatePartitions.
+    CreatePartitions(CreatePartitionsRequest),
+    /// DescribeConfigs.
+    DescribeConfigs(DescribeConfigsRequest),
+    /// OffsetDelete.
+    OffsetDelete(OffsetDeleteRequest),
+    /// InitProducerId.
+    InitProducerId(InitProducerIdRequest),
+    /// AddPartitionsToTxn.
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    /// AddOffsetsToTxn.
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    /// TxnOffsetCommit.
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    /// EndTxn.
+    EndTxn(EndTxnRequest),
 }
 
 /// A request frame as decoded.
@@ -194,6 +214,31 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         ApiKey::DescribeGroups => {
             Request::DescribeGroups(decode(&mut frame, version).map_err(malformed)?)
         }
+        ApiKey::DeleteTopics => {
+            Request::DeleteTopics(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::CreatePartitions => {
+            Request::CreatePartitions(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::DescribeConfigs => {
+            Request::DescribeConfigs(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::OffsetDelete => {
+            Request::OffsetDelete(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::InitProducerId => {
+            Request::InitProducerId(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::AddPartitionsToTxn => {
+            Request::AddPartitionsToTxn(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            Request::AddOffsetsToTxn(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::TxnOffsetCommit => {
+            Request::TxnOffsetCommit(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::EndTxn => Request::EndTxn(decode(&mut frame, version).map_err(malformed)?),
         // is_supported admitted only the APIs above.
         _ => return Err(FrameError::Unsupported { api, version }),
     };
@@ -275,7 +320,7 @@ mod tests {
             parse(f),
             Err(FrameError::Unsupported { version: 11, .. })
         ));
-        let f = frame(ApiKey::InitProducerId, 1, &MetadataRequest::default());
+        let f = frame(ApiKey::DescribeAcls, 1, &MetadataRequest::default());
         assert!(matches!(parse(f), Err(FrameError::Unsupported { .. })));
         assert_eq!(
             parse(Bytes::from_static(&[0, 3])).err(),

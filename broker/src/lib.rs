@@ -6,7 +6,8 @@
 //! log ([`brook_log`]):
 //!
 //! - one module per API ([`api_versions`], [`metadata`], [`create_topics`],
-//!   [`produce`], [`fetch`], [`list_offsets`]), each a function from a decoded request
+//!   [`delete_topics`], [`create_partitions`], [`describe_configs`], [`produce`],
+//!   [`fetch`], [`list_offsets`]), each a function from a decoded request
 //!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
 //! - [`frame`] checks a request frame and decides what to do with it (answer, or
 //!   close the connection) as a pure function;
@@ -14,25 +15,31 @@
 //!   the blocking pool, as appends may fsync), waits for data for long-polling
 //!   fetches, and writes the responses.
 //!
-//! This serves the first two steps of issue 17: a single broker (node id 0) that
-//! leads every partition; plain producers (no idempotence, no transactions); consumers
-//! that assign partitions themselves or form consumer groups of separate processes
-//! ([`group`]: Kafka's classic protocol). Transactions, SASL and the other APIs come
-//! later; an API that is not served is left out of ApiVersions, so
+//! This serves a single broker (node id 0) that leads every partition; plain,
+//! idempotent ([`idempotence`], [`producers`]) and transactional ([`transactions`])
+//! producers; consumers that assign partitions themselves or form consumer groups of
+//! separate processes ([`group`]: Kafka's classic protocol). SASL and the other APIs
+//! come later; an API that is not served is left out of ApiVersions, so
 //! clients report it as unsupported instead of waiting. `docs/semantics.md` §
 //! "The log as a Kafka broker" lists the rules.
 
 pub mod address;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
 mod error_code;
 pub mod fetch;
 pub mod frame;
 pub mod group;
+pub mod idempotence;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod producers;
 pub mod server;
+pub mod transactions;
 
 pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
 pub use crate::error_code::error_code;

@@ -22,10 +22,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::describe_configs::ConfigEntry;
 use crate::frame::{self, Decoded, Request};
-use crate::group::{coordinator, membership, offsets, Coordinator, Limits};
+use crate::group::{coordinator, membership, offset_delete, offsets, Coordinator, Limits};
 use crate::metadata::Advertised;
-use crate::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
+use crate::producers::Producers;
+use crate::transactions::Transactions;
+use crate::{
+    api_versions, create_partitions, create_topics, delete_topics, describe_configs, fetch,
+    list_offsets, metadata, produce,
+};
 
 /// How `brook broker` serves.
 #[derive(Debug, Clone)]
@@ -99,6 +105,17 @@ pub struct Server {
     advertised: Advertised,
     addr: SocketAddr,
     groups: Arc<Coordinator>,
+    /// The settings DescribeConfigs reports for this broker.
+    settings: Arc<Vec<ConfigEntry>>,
+    producers: Arc<ProducerState>,
+}
+
+/// What every connection shares about producers: idempotent producers' sequences
+/// and transactional sessions.
+#[derive(Debug)]
+struct ProducerState {
+    producers: Producers,
+    txns: Transactions,
 }
 
 impl Server {
@@ -124,6 +141,10 @@ impl Server {
         // process is never issued again.
         let clock = SystemClock::shared();
         let nonce = clock.now_ms();
+        let producers = Arc::new(ProducerState {
+            producers: Producers::new(Arc::clone(&clock)),
+            txns: Transactions::default(),
+        });
         let groups = Arc::new(Coordinator::new(
             Limits {
                 min_session_timeout_ms: config.group_min_session_timeout_ms,
@@ -138,6 +159,8 @@ impl Server {
             advertised,
             addr,
             groups,
+            settings: Arc::new(describe_configs::broker_entries(config)),
+            producers,
         })
     }
 
@@ -167,8 +190,17 @@ impl Server {
                     let log = self.log.clone();
                     let advertised = self.advertised.clone();
                     let groups = Arc::clone(&self.groups);
+                    let settings = Arc::clone(&self.settings);
+                    let producers = Arc::clone(&self.producers);
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, log, advertised, groups).await {
+                        let shared = Shared {
+                            log,
+                            advertised,
+                            groups,
+                            settings,
+                            producers,
+                        };
+                        if let Err(e) = connection(stream, peer, shared).await {
                             debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -182,13 +214,28 @@ impl Server {
     }
 }
 
-async fn connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+/// What a connection serves from.
+struct Shared {
     log: Log,
     advertised: Advertised,
     groups: Arc<Coordinator>,
+    /// The settings DescribeConfigs reports for this broker.
+    settings: Arc<Vec<ConfigEntry>>,
+    producers: Arc<ProducerState>,
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Shared,
 ) -> std::io::Result<()> {
+    let Shared {
+        log,
+        advertised,
+        groups,
+        settings,
+        producers,
+    } = shared;
     stream.set_nodelay(true)?;
     loop {
         let mut prefix = [0u8; 4];
@@ -241,8 +288,10 @@ async fn connection(
                     }
                     Request::Produce(r) => {
                         let acks = r.acks;
-                        let log = log.clone();
-                        let resp = blocking(move || produce::handle(&r, &log)).await?;
+                        let (log, p) = (log.clone(), Arc::clone(&producers));
+                        let resp =
+                            blocking(move || produce::handle(&r, &log, &p.producers, &p.txns))
+                                .await?;
                         // acks=0: the client waits for no answer (Kafka's rule).
                         if acks == 0 {
                             None
@@ -295,6 +344,60 @@ async fn connection(
                         let (log, groups) = (log.clone(), Arc::clone(&groups));
                         let resp =
                             blocking(move || offsets::offset_commit(&groups, &r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::DeleteTopics(r) => {
+                        let log = log.clone();
+                        let resp = blocking(move || delete_topics::handle(&r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::CreatePartitions(r) => {
+                        let log = log.clone();
+                        let resp = blocking(move || create_partitions::handle(&r, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::DescribeConfigs(r) => {
+                        let resp = describe_configs::handle(&r, &log, &settings);
+                        encode(id, api, version, &resp)
+                    }
+                    Request::OffsetDelete(r) => {
+                        // The write may fsync.
+                        let (log, groups) = (log.clone(), Arc::clone(&groups));
+                        let resp =
+                            blocking(move || offset_delete::offset_delete(&groups, &r, &log))
+                                .await?;
+                        encode(id, api, version, &resp)
+                    }
+                    // The transaction APIs append and fsync (markers, state files).
+                    Request::InitProducerId(r) => {
+                        let (log, p) = (log.clone(), Arc::clone(&producers));
+                        let resp =
+                            blocking(move || p.txns.init_producer_id(&r, &log, &p.producers))
+                                .await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::AddPartitionsToTxn(r) => {
+                        let (log, p) = (log.clone(), Arc::clone(&producers));
+                        let resp =
+                            blocking(move || p.txns.add_partitions(&r, version, &log)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::AddOffsetsToTxn(r) => {
+                        let p = Arc::clone(&producers);
+                        let resp = blocking(move || p.txns.add_offsets(&r, version)).await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::TxnOffsetCommit(r) => {
+                        let (log, p, g) =
+                            (log.clone(), Arc::clone(&producers), Arc::clone(&groups));
+                        let resp =
+                            blocking(move || p.txns.txn_offset_commit(&r, version, &log, &g))
+                                .await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::EndTxn(r) => {
+                        let p = Arc::clone(&producers);
+                        let resp = blocking(move || p.txns.end_txn(&r, version)).await?;
                         encode(id, api, version, &resp)
                     }
                     Request::OffsetFetch(r) => {

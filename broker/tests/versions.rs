@@ -5,15 +5,24 @@
 
 use brook_broker::api_versions::SUPPORTED;
 use brook_broker::frame::{self, Decoded, Request};
-use brook_broker::group::{membership, offsets, Coordinator, Limits};
+use brook_broker::group::{membership, offset_delete, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
-use brook_broker::{create_topics, fetch, list_offsets, metadata, produce};
+use brook_broker::producers::Producers;
+use brook_broker::transactions::Transactions;
+use brook_broker::{
+    create_partitions, create_topics, delete_topics, describe_configs, fetch, list_offsets,
+    metadata, produce,
+};
 use brook_core::time::ManualClock;
 use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -22,13 +31,22 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest, TopicName,
+    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
+    SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -37,6 +55,10 @@ use kafka_protocol::records::{
 
 fn group(s: &str) -> GroupId {
     GroupId(StrBytes::from_string(s.to_string()))
+}
+
+fn txn_id() -> TransactionalId {
+    TransactionalId(StrBytes::from_static_str("tx"))
 }
 
 fn name(s: &str) -> TopicName {
@@ -169,6 +191,77 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
         ApiKey::DescribeGroups => DescribeGroupsRequest::default()
             .with_groups(vec![group("g")])
             .encode(&mut buf, version),
+        // The topic t{n} is created before the request is handled.
+        ApiKey::DeleteTopics if version >= 6 => DeleteTopicsRequest::default()
+            .with_topics(vec![
+                DeleteTopicState::default().with_name(Some(name(&topic)))
+            ])
+            .encode(&mut buf, version),
+        ApiKey::DeleteTopics => DeleteTopicsRequest::default()
+            .with_topic_names(vec![name(&topic)])
+            .encode(&mut buf, version),
+        // One partition more each time (snacks has 1 to start with).
+        ApiKey::CreatePartitions => CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(name("snacks"))
+                .with_count(i32::from(version) + 2)
+                .with_assignments(None)])
+            .encode(&mut buf, version),
+        ApiKey::DescribeConfigs => DescribeConfigsRequest::default()
+            .with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(describe_configs::RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_static_str("snacks"))
+                .with_configuration_keys(None)])
+            .with_include_documentation(version >= 3)
+            .encode(&mut buf, version),
+        ApiKey::OffsetDelete => OffsetDeleteRequest::default()
+            .with_group_id(group("solo"))
+            .with_topics(vec![OffsetDeleteRequestTopic::default()
+                .with_name(name("snacks"))
+                .with_partitions(vec![
+                    OffsetDeleteRequestPartition::default().with_partition_index(0)
+                ])])
+            .encode(&mut buf, version),
+        // One transactional id through every version: InitProducerId five times (its
+        // producer id 0, the first of the log; epochs 0 to 4), then one transaction.
+        ApiKey::InitProducerId => InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id()))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+            .encode(&mut buf, version),
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(txn_id())
+            .with_v3_and_below_producer_id(ProducerId(0))
+            .with_v3_and_below_producer_epoch(4)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name("snacks"))
+                .with_partitions(vec![0])])
+            .encode(&mut buf, version),
+        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::default()
+            .with_transactional_id(txn_id())
+            .with_producer_id(ProducerId(0))
+            .with_producer_epoch(4)
+            .with_group_id(group("solo"))
+            .encode(&mut buf, version),
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::default()
+            .with_transactional_id(txn_id())
+            .with_group_id(group("solo"))
+            .with_producer_id(ProducerId(0))
+            .with_producer_epoch(4)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(name("snacks"))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)])])
+            .encode(&mut buf, version),
+        ApiKey::EndTxn => EndTxnRequest::default()
+            .with_transactional_id(txn_id())
+            .with_producer_id(ProducerId(0))
+            .with_producer_epoch(4)
+            .with_committed(true)
+            .encode(&mut buf, version),
         other => panic!("{other:?} is advertised but this test does not know it"),
     }
     .expect("body");
@@ -189,6 +282,8 @@ fn every_advertised_version_parses_handles_and_encodes() {
         default_partitions: 1,
     };
     let groups = Coordinator::new(Limits::default(), ManualClock::new(0).shared());
+    let producers = Producers::new(ManualClock::new(0).shared());
+    let txns = Transactions::default();
     let code = |e: ResponseError| e.code();
     let mut n = 0;
     for &(api, min, max) in SUPPORTED {
@@ -221,7 +316,7 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     frame::encode_response(5, api, version, &resp)
                 }
                 Request::Produce(r) => {
-                    let resp = produce::handle(&r, &log);
+                    let resp = produce::handle(&r, &log, &producers, &txns);
                     let p = &resp.responses[0].partition_responses[0];
                     assert_eq!(p.error_code, 0, "Produce v{version}");
                     frame::encode_response(5, api, version, &resp)
@@ -309,6 +404,63 @@ fn every_advertised_version_parses_handles_and_encodes() {
                 Request::DescribeGroups(r) => {
                     let resp = membership::describe_groups(&groups, &r, &log);
                     assert_eq!(resp.groups[0].group_state.as_str(), "Dead");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DeleteTopics(r) => {
+                    log.create_topic(&format!("t{n}"), 1, TopicConfig::default())
+                        .expect("a topic to delete");
+                    let resp = delete_topics::handle(&r, &log);
+                    assert_eq!(resp.responses[0].error_code, 0, "DeleteTopics v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::CreatePartitions(r) => {
+                    let resp = create_partitions::handle(&r, &log);
+                    assert_eq!(resp.results[0].error_code, 0, "CreatePartitions v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DescribeConfigs(r) => {
+                    let resp = describe_configs::handle(&r, &log, &[]);
+                    let result = &resp.results[0];
+                    assert_eq!(result.error_code, 0, "DescribeConfigs v{version}");
+                    assert!(!result.configs.is_empty(), "DescribeConfigs v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::OffsetDelete(r) => {
+                    let resp = offset_delete::offset_delete(&groups, &r, &log);
+                    assert_eq!(resp.error_code, 0, "OffsetDelete v{version}");
+                    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::InitProducerId(r) => {
+                    let resp = txns.init_producer_id(&r, &log, &producers);
+                    assert_eq!(
+                        (resp.error_code, resp.producer_id.0, resp.producer_epoch),
+                        (0, 0, version),
+                        "InitProducerId v{version}"
+                    );
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::AddPartitionsToTxn(r) => {
+                    let resp = txns.add_partitions(&r, version, &log);
+                    let p = &resp.results_by_topic_v3_and_below[0].results_by_partition[0];
+                    assert_eq!(p.partition_error_code, 0, "AddPartitionsToTxn v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::AddOffsetsToTxn(r) => {
+                    let resp = txns.add_offsets(&r, version);
+                    assert_eq!(resp.error_code, 0, "AddOffsetsToTxn v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::TxnOffsetCommit(r) => {
+                    let resp = txns.txn_offset_commit(&r, version, &log, &groups);
+                    let p = &resp.topics[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "TxnOffsetCommit v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::EndTxn(r) => {
+                    // The first commits, the others are retries of it.
+                    let resp = txns.end_txn(&r, version);
+                    assert_eq!(resp.error_code, 0, "EndTxn v{version}");
                     frame::encode_response(5, api, version, &resp)
                 }
             };

@@ -32,7 +32,7 @@ pub mod stdout;
 pub use error::ConnectorError;
 pub use file::{csv_row_to_json, FileInput, FileSink, FileSource};
 pub use generator::{GeneratorBuilder, GeneratorEvent, GeneratorSource};
-pub use log::{LogReader, LogSink, LogSource, StartingOffsets};
+pub use log::{LogReader, LogSink, LogSource, StartingOffsets, LOG_SINK_TRANSACTION_TIMEOUT_MS};
 pub use stdout::StdoutSink;
 
 /// Records per batch a source emits (the engine's default batch size).

@@ -35,8 +35,9 @@
 //! [`LogSink::json`] appends each record's value as JSON, with the record's timestamp
 //! (or the log's clock when it has none) and, with [`LogSink::key_by`], a key that
 //! routes it to `toPositive(murmur2(key)) % partitions` as Kafka's default
-//! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records are
-//! spread round-robin. In a job without checkpoints each batch is one
+//! partitioner ([`brook_log::partitioner::partition_for_key`]); keyless records of one
+//! batch go to one partition, the next batch to the next (Kafka's sticky partitioner,
+//! [`brook_log::partitioner::StickyPartitioner`]). In a job without checkpoints each batch is one
 //! [`Topic::append`](brook_log::Topic::append), visible at once (at least once: a
 //! restarted job writes again what it wrote before).
 //!
@@ -64,6 +65,17 @@
 //! with `j % parallelism == i`. Two sinks (of different jobs) with the same prefix and
 //! sink name share transactional ids and fence each other: give each job its own
 //! prefix.
+//!
+//! Each session has a `transaction.timeout.ms` ([`LogSink::transaction_timeout_ms`],
+//! default [`LOG_SINK_TRANSACTION_TIMEOUT_MS`], 15 minutes): a transaction still
+//! undecided that long after its first record is aborted by the log
+//! ([`brook_log::txn`]), so a job killed mid-transaction holds the topic's last
+//! stable offset (and every read-committed reader) back at most that long. Prepared
+//! transactions expire too, as Kafka's coordinator aborts a Flink `KafkaSink`'s: a
+//! restore after the timeout fails, naming the transaction
+//! ([`LogError::TransactionTimedOut`]),
+//! rather than losing its records silently. So keep the timeout well above the
+//! checkpoint interval plus the time a restore may take, as Flink advises.
 //!
 //! As with Kafka, a transaction committed after the restored checkpoint (by a newer
 //! checkpoint that is then not restored, or by the end of input of a job that failed
@@ -597,6 +609,14 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
 
 type KeyFn<T> = Arc<dyn Fn(&T) -> Bytes + Send + Sync>;
 
+/// A [`LogSink`]'s `transaction.timeout.ms` when none is given (ms): 900000 (15
+/// minutes), the largest the log accepts
+/// ([`brook_log::MAX_TRANSACTION_TIMEOUT_MS`], Kafka's broker default
+/// `transaction.max.timeout.ms`). Flink's `KafkaSink` uses 1 hour and asks users to
+/// raise the broker's maximum to match; brook keeps Kafka's maximum and uses all of
+/// it, far above usual checkpoint intervals.
+pub const LOG_SINK_TRANSACTION_TIMEOUT_MS: u64 = brook_log::MAX_TRANSACTION_TIMEOUT_MS;
+
 /// A sink appending JSON values to a topic of the embedded log (see the
 /// [module docs](self)).
 pub struct LogSink<T> {
@@ -604,6 +624,7 @@ pub struct LogSink<T> {
     topic: String,
     key: Option<KeyFn<T>>,
     txn_prefix: Option<String>,
+    txn_timeout_ms: u64,
 }
 
 impl<T> fmt::Debug for LogSink<T> {
@@ -613,6 +634,7 @@ impl<T> fmt::Debug for LogSink<T> {
             .field("topic", &self.topic)
             .field("keyed", &self.key.is_some())
             .field("transactional_id_prefix", &self.txn_prefix)
+            .field("transaction_timeout_ms", &self.txn_timeout_ms)
             .finish()
     }
 }
@@ -624,6 +646,7 @@ impl<T> Clone for LogSink<T> {
             topic: self.topic.clone(),
             key: self.key.clone(),
             txn_prefix: self.txn_prefix.clone(),
+            txn_timeout_ms: self.txn_timeout_ms,
         }
     }
 }
@@ -636,6 +659,7 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
             topic: topic.into(),
             key: None,
             txn_prefix: None,
+            txn_timeout_ms: LOG_SINK_TRANSACTION_TIMEOUT_MS,
         }
     }
 
@@ -656,6 +680,17 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
     /// (the older one fails); see the [module docs](self).
     pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.txn_prefix = Some(prefix.into());
+        self
+    }
+
+    /// The `transaction.timeout.ms` of the exactly-once writers' sessions (ms, Kafka's
+    /// name; default [`LOG_SINK_TRANSACTION_TIMEOUT_MS`]): the log aborts a
+    /// transaction still undecided that long after its first record, prepared ones
+    /// included (see the [module docs](self)). Between 1 and
+    /// [`brook_log::MAX_TRANSACTION_TIMEOUT_MS`]; otherwise starting the writer fails
+    /// with [`LogError::InvalidTransactionTimeout`].
+    pub fn transaction_timeout_ms(mut self, ms: u64) -> Self {
+        self.txn_timeout_ms = ms;
         self
     }
 
@@ -728,13 +763,13 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
         for id in others {
             let mut session = self
                 .log
-                .init_transactions(&id)
+                .init_transactions_with_timeout(&id, self.txn_timeout_ms)
                 .map_err(|e| txn_err(format!("start transactional id {id:?}"), e))?;
             finish_restored(&mut session, by_id.get(&id).map_or(&[][..], |v| v))?;
         }
         let mut producer = self
             .log
-            .init_transactions(&own)
+            .init_transactions_with_timeout(&own, self.txn_timeout_ms)
             .map_err(|e| txn_err(format!("start transactional id {own:?}"), e))?;
         finish_restored(&mut producer, by_id.get(&own).map_or(&[][..], |v| v))?;
         Ok(TxnLogWriter {

@@ -881,6 +881,61 @@ fn log_sink_closed_without_finishing_aborts_only_its_open_transaction() {
     assert_eq!(committed(), strs(0..3));
 }
 
+/// `transaction.timeout.ms`: a prepared transaction the log aborted after the sink's
+/// timeout (the job was not restored in time) fails the restore that needs it, naming
+/// the transactional id and the transaction, instead of losing its records silently;
+/// within the timeout the restore commits it.
+#[test]
+fn log_sink_restore_of_a_timed_out_transaction_fails_naming_it() {
+    use brook_core::time::ManualClock;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let options = LogOptions {
+        clock: clock.shared(),
+        maintenance_interval_ms: None,
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), options).expect("open the log");
+    log.create_topic("n", 1, TopicConfig::default())
+        .expect("create the topic");
+    let sink = LogSink::<u64>::json(&log, "n")
+        .transactional_id_prefix("job")
+        .transaction_timeout_ms(5_000);
+    let info = info(0, 1);
+    let committed = || topic_values(&log, "n", IsolationLevel::ReadCommitted).concat();
+    let prepared = |n: std::ops::Range<u64>| {
+        let mut w = sink.create_committing_writer(&info).expect("a writer");
+        w.write_batch(batch(n)).expect("write");
+        w.prepare_commit(1)
+            .expect("prepare")
+            .expect("a committable")
+    };
+    // Within the timeout the restore commits.
+    let c = prepared(0..2);
+    clock.advance(5_000);
+    log.run_maintenance().expect("maintenance");
+    drop(
+        sink.restore_writer(&info, vec![c])
+            .expect("restore in time"),
+    );
+    assert_eq!(committed(), vec!["0".to_string(), "1".to_string()]);
+    // Past it the log aborts the transaction and the restore fails, naming it.
+    let c = prepared(2..4);
+    clock.advance(5_001);
+    log.run_maintenance().expect("maintenance");
+    let err = match sink.restore_writer(&info, vec![c]) {
+        Ok(_) => panic!("a timed-out transaction was committed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("\"job.test.0\"")
+            && err.contains("transaction 1")
+            && err.contains("transaction.timeout.ms (5000 ms)"),
+        "{err}"
+    );
+    assert_eq!(committed(), vec!["0".to_string(), "1".to_string()]);
+}
+
 /// Stop with a savepoint (savepoint, then cancel) commits the sink's output up to the
 /// savepoint at once, as Flink's stop-with-savepoint; the resumed job writes the rest,
 /// exactly once.

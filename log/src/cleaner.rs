@@ -142,7 +142,9 @@ impl Partition {
     }
 
     fn compact_pass(&self, fault: Option<CleanerFault>) -> Result<Option<CompactionStats>> {
-        let config = self.config().clone();
+        // One snapshot of the topic's configuration for the whole pass: an alter
+        // during the pass applies from the next one.
+        let config = self.config();
         if !config.cleanup_policy.compacts() {
             return Ok(None);
         }
@@ -150,7 +152,7 @@ impl Partition {
         // rename), so a poisoned lock is still good.
         let _one_pass = CLEANER.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock().now_ms();
-        let cleanable = self.cleanable(now)?;
+        let cleanable = self.cleanable(now, config.min_compaction_lag_ms)?;
         if cleanable.segments.is_empty() {
             return Ok(None);
         }

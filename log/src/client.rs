@@ -62,15 +62,33 @@ impl Producer {
 }
 
 /// What a consumer does when it has no valid position (no committed offset, or the
-/// position fell below the log start), as Kafka's `auto.offset.reset`.
+/// position is outside [log start, log end]: retention deleted past it, or it was set
+/// beyond the end), as Kafka's `auto.offset.reset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
     /// Start at the log start offset.
     Earliest,
     /// Start at the log end offset (only new records).
     Latest,
-    /// Fail with [`LogError::OffsetOutOfRange`].
+    /// Fail with [`LogError::OffsetOutOfRange`] ([`LogError::GroupOffsetOutOfRange`]
+    /// for a consumer of a group, naming it).
     None,
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = LogError;
+    /// Parses `earliest`, `latest` or `none` (Kafka's values).
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            "none" => Ok(OffsetReset::None),
+            _ => Err(LogError::InvalidConfig {
+                field: "auto-offset-reset",
+                reason: format!("{s:?} is not one of earliest, latest, none"),
+            }),
+        }
+    }
 }
 
 /// Consumer settings. Defaults follow Kafka's consumer where they exist.
@@ -85,7 +103,8 @@ pub struct ConsumerConfig {
     pub session_timeout_ms: i64,
     /// How often (ms) [`Consumer::poll`] heartbeats. Default 3 000.
     pub heartbeat_interval_ms: i64,
-    /// Where to start without a committed offset. Default [`OffsetReset::Latest`].
+    /// Where to start without a committed offset, or when the position is outside
+    /// [log start, log end]. Default [`OffsetReset::Latest`].
     pub auto_offset_reset: OffsetReset,
     /// How the group assigns partitions. Default range.
     pub strategy: AssignmentStrategy,
@@ -287,10 +306,18 @@ impl Consumer {
         Ok(())
     }
 
+    /// The committed offset when the group has one within [log start, log end], else
+    /// by the reset policy (as a Kafka consumer, whose fetch at a committed offset out
+    /// of range gets `OFFSET_OUT_OF_RANGE` and resets).
     fn initial_position(&self, tp: &TopicPartition, p: &Partition) -> Result<u64> {
         if let Some(group) = &self.config.group {
             if let Some(c) = self.log.committed_offset(group, tp) {
-                return Ok(c);
+                if in_range(c, p) {
+                    return Ok(c);
+                }
+                let new = self.reset_position(tp, p, Some(c))?;
+                info!(group = %group, topic = %tp.topic, partition = tp.partition, committed = c, to = new, "committed offset out of range; reset");
+                return Ok(new);
             }
         }
         self.reset_position(tp, p, None)
@@ -305,12 +332,22 @@ impl Consumer {
         match self.config.auto_offset_reset {
             OffsetReset::Earliest => Ok(p.log_start_offset()),
             OffsetReset::Latest => Ok(p.end_offset(self.config.isolation)),
-            OffsetReset::None => Err(LogError::OffsetOutOfRange {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                requested: requested.unwrap_or(0),
-                log_start: p.log_start_offset(),
-                log_end: p.log_end_offset(),
+            OffsetReset::None => Err(match (&self.config.group, requested) {
+                (Some(group), Some(offset)) => LogError::GroupOffsetOutOfRange {
+                    group: group.clone(),
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset,
+                    log_start: p.log_start_offset(),
+                    log_end: p.log_end_offset(),
+                },
+                _ => LogError::OffsetOutOfRange {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    requested: requested.unwrap_or(0),
+                    log_start: p.log_start_offset(),
+                    log_end: p.log_end_offset(),
+                },
             }),
         }
     }
@@ -364,7 +401,17 @@ impl Consumer {
             }
             let idx = (self.next + i) % n;
             let tp = self.assigned[idx].tp.clone();
-            let pos = self.position(&tp)?;
+            let mut pos = self.position(&tp)?;
+            let a = &self.assigned[idx];
+            if pos > a.partition.log_end_offset() {
+                // Past the end (a seek or commit beyond it, or the end moved back):
+                // nothing would ever come, so reset as a Kafka consumer does on
+                // OFFSET_OUT_OF_RANGE.
+                let part = Arc::clone(&a.partition);
+                pos = self.reset_position(&tp, &part, Some(pos))?;
+                info!(topic = %tp.topic, partition = tp.partition, to = pos, "position past the log end; reset");
+                self.positions.insert(tp.clone(), pos);
+            }
             let a = &self.assigned[idx];
             if pos >= a.partition.end_offset(isolation) {
                 continue;
@@ -517,6 +564,11 @@ impl Consumer {
         }
         Ok(())
     }
+}
+
+/// Whether `offset` is a valid position in `p`: within [log start, log end].
+fn in_range(offset: u64, p: &Partition) -> bool {
+    (p.log_start_offset()..=p.log_end_offset()).contains(&offset)
 }
 
 fn not_assigned(tp: &TopicPartition) -> LogError {

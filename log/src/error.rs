@@ -93,6 +93,24 @@ pub enum LogError {
         /// The offset the next record will get.
         log_end: u64,
     },
+    /// A consumer group's position (its committed offset) on a partition lies outside
+    /// [log start, log end] and the consumer's `auto.offset.reset` is `none`, as a Kafka
+    /// consumer's `NoOffsetForPartitionException`/`OffsetOutOfRangeException`.
+    #[error("group {group:?}: offset {offset} of {topic}-{partition} is out of range (the log starts at {log_start} and ends at {log_end}) and auto.offset.reset is none; move it with `brook group reset-offsets` or consume with --auto-offset-reset earliest|latest")]
+    GroupOffsetOutOfRange {
+        /// The consumer group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The group's offset there.
+        offset: u64,
+        /// The earliest offset still stored.
+        log_start: u64,
+        /// The offset the next record will get.
+        log_end: u64,
+    },
     /// Stored data failed validation somewhere other than a torn tail; brook refuses to
     /// skip it silently.
     #[error("corrupt data in {path} at byte {position}: {reason}")]
@@ -111,8 +129,10 @@ pub enum LogError {
     #[error(transparent)]
     Offsets(#[from] OffsetStoreError),
     /// A transactional writer whose epoch is older than the transactional id's current
-    /// one: a newer session was started for the id, as Kafka's `ProducerFenced`.
-    #[error("transactional id {transactional_id:?}: this writer (epoch {epoch}) was fenced by a newer session (epoch {current_epoch})")]
+    /// one: a newer session was started for the id, or the coordinator aborted one of
+    /// the writer's transactions after its `transaction.timeout.ms` (and bumped the
+    /// epoch), as Kafka's `ProducerFenced`.
+    #[error("transactional id {transactional_id:?}: this writer (epoch {epoch}) was fenced (the id is at epoch {current_epoch}: a newer session started, or a transaction of this writer passed its transaction.timeout.ms and was aborted)")]
     ProducerFenced {
         /// The transactional id.
         transactional_id: String,
@@ -145,6 +165,31 @@ pub enum LogError {
         sequence: u64,
         /// What was wrong.
         reason: String,
+    },
+    /// A session asked for a `transaction.timeout.ms` outside 1 ..= `max_ms`
+    /// ([`crate::txn::MAX_TRANSACTION_TIMEOUT_MS`]), as Kafka's
+    /// `INVALID_TRANSACTION_TIMEOUT`.
+    #[error("transactional id {transactional_id:?}: transaction.timeout.ms {timeout_ms} is not between 1 and the log's transaction.max.timeout.ms {max_ms}")]
+    InvalidTransactionTimeout {
+        /// The transactional id.
+        transactional_id: String,
+        /// The timeout asked for (ms).
+        timeout_ms: u64,
+        /// The largest timeout accepted (ms).
+        max_ms: u64,
+    },
+    /// A transaction to commit was aborted by the coordinator because it stayed
+    /// undecided longer than its `transaction.timeout.ms` (as Kafka's coordinator
+    /// does): its records are gone for read-committed readers, so a restore that needs
+    /// it fails rather than silently losing them.
+    #[error("transactional id {transactional_id:?}, transaction {sequence}: aborted by the log because it stayed undecided longer than its transaction.timeout.ms ({timeout_ms} ms); its records are lost (restore sooner, or give the sink a longer transaction.timeout.ms)")]
+    TransactionTimedOut {
+        /// The transactional id.
+        transactional_id: String,
+        /// The transaction's number.
+        sequence: u64,
+        /// Its timeout (ms).
+        timeout_ms: u64,
     },
     /// A broken invariant inside the log (a bug), such as a panicked blocking task.
     #[error("internal error: {0}")]

@@ -7,7 +7,7 @@
 //! `docs/semantics.md` §1, after Apache Kafka:
 //!
 //! - keyed records go to `toPositive(murmur2(key)) % N` ([`partitioner`]), keyless
-//!   ones round-robin;
+//!   ones by Kafka's sticky partitioner (one partition per batch, a random start);
 //! - appends are batched (one append = one batch with a CRC32C) and durable according
 //!   to the [`FsyncPolicy`]; after a crash a torn tail is truncated on open and
 //!   corruption elsewhere is reported, never skipped;
@@ -23,6 +23,8 @@
 //!   id, fenced by epoch, writes records that read-committed readers (the default,
 //!   [`IsolationLevel`]) see only once the transaction is committed; a transaction
 //!   can be prepared and committed later, also by a new session after a restart;
+//!   one undecided past its session's `transaction.timeout.ms` is aborted by the
+//!   log's maintenance and its writer fenced;
 //! - an async [`Producer`] and [`Consumer`] on tokio.
 //!
 //! The log must not know about jobs, operators or the engine: connectors adapt it into
@@ -54,9 +56,11 @@ mod options;
 mod partition;
 pub mod partitioner;
 mod record;
+pub mod reset;
 mod segment;
 mod topic;
 pub mod txn;
+mod txn_timeout;
 
 pub use crate::cleaner::{CleanerFault, CompactionStats};
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
@@ -73,5 +77,9 @@ pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
+pub use crate::reset::{OffsetResetRow, ResetTo};
 pub use crate::topic::{Topic, TopicInfo};
-pub use crate::txn::{CommitOutcome, TransactionHandle, TransactionalProducer};
+pub use crate::txn::{
+    CommitOutcome, TransactionHandle, TransactionalProducer, DEFAULT_TRANSACTION_TIMEOUT_MS,
+    MAX_TRANSACTION_TIMEOUT_MS,
+};

@@ -13,12 +13,13 @@ use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::group::{
-    AssignmentStrategy, CommitIdentity, GroupCoordinator, GroupDescription, Membership,
+    AssignmentStrategy, CommitIdentity, GroupCoordinator, GroupDescription, GroupError, Membership,
     TopicPartition,
 };
 use crate::offsets::OffsetStore;
 use crate::options::{LogOptions, TopicConfig};
 use crate::partition::sync_dir;
+use crate::reset::{target, OffsetResetRow, ResetTo};
 use crate::topic::{new_meta, Topic, TopicInfo, TopicMeta};
 use crate::txn::{decide, TxnCoordinator};
 
@@ -34,8 +35,14 @@ pub struct PartitionLag {
     pub partition: u32,
     /// The group's committed offset (the next offset it will read), if any.
     pub committed: Option<u64>,
+    /// The partition's log start offset.
+    pub log_start_offset: u64,
     /// The partition's log end offset.
     pub log_end_offset: u64,
+    /// Whether the committed offset lies outside [log start, log end] (retention
+    /// deleted past it, or it was set beyond the end): a consumer of the group resets
+    /// it by its `auto.offset.reset`, or fails with `none`.
+    pub out_of_range: bool,
     /// The partition's last stable offset: where read-committed consumers stop.
     pub last_stable_offset: u64,
     /// `last_stable_offset - committed` (semantics.md §1): how far the group is from
@@ -161,7 +168,7 @@ impl Log {
             topics.insert(name, Arc::new(topic));
         }
         let offsets = OffsetStore::open(&dir.join("groups"))?;
-        let txns = TxnCoordinator::open(&dir.join("transactions"))?;
+        let txns = TxnCoordinator::open(&dir.join("transactions"), options.clock.now_ms())?;
         // Each partition's undecided transactions (and so its last stable offset) come
         // from the coordinator's durable state.
         for (topic, partition, key, first_offset) in txns.undecided() {
@@ -364,6 +371,21 @@ impl Log {
         Ok(())
     }
 
+    /// Replaces a topic's configuration (Kafka's `kafka-configs --alter` on a topic):
+    /// stored durably, used by its partitions from their next append and retention
+    /// pass on (a smaller `segment.bytes` or `segment.ms` rolls the active segment at
+    /// the next append, a shorter retention deletes at the next pass).
+    ///
+    /// # Errors
+    /// [`LogError::UnknownTopic`], [`LogError::InvalidConfig`] naming the field, I/O
+    /// errors.
+    pub fn alter_topic(&self, name: &str, config: TopicConfig) -> Result<()> {
+        let topic = self.topic(name)?;
+        topic.set_config(config)?;
+        info!(topic = name, config = ?topic.config(), "altered topic configuration");
+        Ok(())
+    }
+
     fn partition_counts(&self) -> HashMap<String, u32> {
         self.topics_read()
             .iter()
@@ -373,8 +395,10 @@ impl Log {
 
     /// Applies retention to every partition, flushes partitions whose `interval` fsync
     /// is due, compacts partitions of compacted topics when a pass is due
-    /// ([`crate::Partition::compact`]), and evicts group members past their session
-    /// timeout, all at the clock's current time. The background thread calls this periodically.
+    /// ([`crate::Partition::compact`]), evicts group members past their session
+    /// timeout and aborts transactions past their `transaction.timeout.ms`
+    /// ([`Log::expire_transactions`]), all at the clock's current time. The
+    /// background thread calls this periodically.
     ///
     /// Returns the number of segments deleted.
     ///
@@ -404,6 +428,12 @@ impl Log {
         }
         for (group, member) in lock_or_recover(&self.inner.groups).expire(now) {
             info!(group = %group, member = %member, "evicted group member after its session timeout");
+        }
+        match self.expire_transactions(now) {
+            Ok(_) | Err(LogError::Closed) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
         match first_err {
             Some(e) => Err(e),
@@ -485,6 +515,33 @@ impl Log {
         Ok(())
     }
 
+    /// Durably removes a group's committed offsets of `partitions` (Kafka's
+    /// OffsetDelete; whether the group may lose them is the caller's rule).
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`], I/O errors.
+    pub fn delete_committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<()> {
+        self.check_open()?;
+        validate_name("group", group)?;
+        lock_or_recover(&self.inner.offsets).delete_offsets(group, partitions)?;
+        Ok(())
+    }
+
+    /// Writes a group's committed offsets without a membership check: the offsets of
+    /// a transaction as it commits ([`crate::txn`]).
+    pub(crate) fn write_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, u64)],
+    ) -> Result<()> {
+        lock_or_recover(&self.inner.offsets).commit(group, offsets)?;
+        Ok(())
+    }
+
     /// A group's committed offset for one partition.
     pub fn committed_offset(&self, group: &str, tp: &TopicPartition) -> Option<u64> {
         lock_or_recover(&self.inner.offsets).committed(group, tp)
@@ -497,6 +554,65 @@ impl Log {
         all.sort();
         all.dedup();
         all
+    }
+
+    /// Moves `group`'s committed offsets on every partition of `topic` as `to` says
+    /// (Kafka's `kafka-consumer-groups --reset-offsets`) and returns the plan, one row
+    /// per partition; with `dry_run` nothing is committed. Refused while the group has
+    /// live members, as Kafka's tool refuses a group that is not inactive.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`], [`LogError::UnknownTopic`],
+    /// `GroupError::GroupHasMembers`, I/O errors.
+    pub fn reset_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: ResetTo,
+        dry_run: bool,
+    ) -> Result<Vec<OffsetResetRow>> {
+        self.check_open()?;
+        validate_name("group", group)?;
+        let t = self.topic(topic)?;
+        if let Some(d) = self.describe_group(group).filter(|d| !d.members.is_empty()) {
+            return Err(GroupError::GroupHasMembers {
+                group: group.to_owned(),
+                members: d.members.len(),
+            }
+            .into());
+        }
+        let mut rows = Vec::new();
+        for p in t.partitions() {
+            let tp = TopicPartition::new(topic, p.id());
+            let at_time = match to {
+                ResetTo::Timestamp(ts) => p.offset_for_timestamp(ts)?,
+                _ => None,
+            };
+            let (new_offset, clamped_from) =
+                target(to, p.log_start_offset(), p.log_end_offset(), at_time);
+            rows.push(OffsetResetRow {
+                current: self.committed_offset(group, &tp),
+                topic: topic.to_owned(),
+                partition: p.id(),
+                new_offset,
+                clamped_from,
+            });
+        }
+        if !dry_run {
+            let offsets: Vec<(TopicPartition, u64)> = rows
+                .iter()
+                .map(|r| (TopicPartition::new(topic, r.partition), r.new_offset))
+                .collect();
+            // A standalone commit: refused if a member joined meanwhile.
+            self.commit_offsets(group, &CommitIdentity::Standalone, &offsets)?;
+            info!(
+                group,
+                topic,
+                partitions = rows.len(),
+                "reset committed offsets"
+            );
+        }
+        Ok(rows)
     }
 
     /// Live membership of a group in this process, if it has members.
@@ -547,6 +663,7 @@ impl Log {
             let Ok(p) = topic.partition(tp.partition) else {
                 continue;
             };
+            let start = p.log_start_offset();
             let end = p.log_end_offset();
             let stable = p.last_stable_offset();
             let c = committed.get(&tp).copied();
@@ -554,6 +671,8 @@ impl Log {
                 member: owners.get(&tp).cloned(),
                 lag: c.map(|c| stable.saturating_sub(c)),
                 committed: c,
+                out_of_range: c.is_some_and(|c| !(start..=end).contains(&c)),
+                log_start_offset: start,
                 log_end_offset: end,
                 last_stable_offset: stable,
                 topic: tp.topic,

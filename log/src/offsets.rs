@@ -202,6 +202,32 @@ impl OffsetStore {
         Ok(())
     }
 
+    /// Removes `group`'s offsets of `partitions`, durably (Kafka's OffsetDelete); a group
+    /// left without offsets has its file removed. Partitions without an offset are
+    /// skipped; nothing to remove writes nothing.
+    pub fn delete_offsets(
+        &mut self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<(), OffsetStoreError> {
+        debug_assert_group_name(group);
+        let mut remaining = self.group_offsets(group);
+        let before = remaining.len();
+        for tp in partitions {
+            remaining.remove(tp);
+        }
+        if remaining.len() == before {
+            return Ok(());
+        }
+        if remaining.is_empty() {
+            self.delete_group(group)?;
+        } else {
+            self.write_group(group, &remaining)?;
+            self.groups.insert(group.to_owned(), remaining);
+        }
+        Ok(())
+    }
+
     /// Removes all of `group`'s offsets and its file, durably; returns whether the group had
     /// any state.
     pub fn delete_group(&mut self, group: &str) -> Result<bool, OffsetStoreError> {
@@ -540,6 +566,24 @@ mod tests {
             assert_eq!(store.groups(), vec!["a".to_owned(), "c".to_owned()]);
         }
         assert!(!tmp.path().join("b.json").exists());
+    }
+
+    #[test]
+    fn delete_offsets_is_persisted_and_the_last_one_removes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = OffsetStore::open(dir.path()).unwrap();
+        store
+            .commit("billing", &[(tp("orders", 0), 5), (tp("orders", 1), 7)])
+            .unwrap();
+        store
+            .delete_offsets("billing", &[tp("orders", 0), tp("other", 3)])
+            .unwrap();
+        let reopened = OffsetStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.committed("billing", &tp("orders", 0)), None);
+        assert_eq!(reopened.committed("billing", &tp("orders", 1)), Some(7));
+        store.delete_offsets("billing", &[tp("orders", 1)]).unwrap();
+        assert!(store.groups().is_empty());
+        assert!(OffsetStore::open(dir.path()).unwrap().groups().is_empty());
     }
 
     #[test]

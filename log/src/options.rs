@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use brook_core::config::parse_duration_ms;
+use brook_core::config::{parse_duration_ms, parse_size_bytes};
 use brook_core::time::{SharedClock, SystemClock};
 use serde::{Deserialize, Serialize};
 
@@ -59,11 +59,12 @@ impl fmt::Display for FsyncPolicy {
 pub struct LogOptions {
     /// Durability of appends. Default: `interval=1s`.
     pub fsync: FsyncPolicy,
-    /// The clock used for record timestamps, segment age, retention and group session
-    /// timeouts. Default: the system clock.
+    /// The clock used for record timestamps, segment age, retention, group session
+    /// timeouts and transaction timeouts. Default: the system clock.
     pub clock: SharedClock,
     /// How often (ms of real time) the background thread applies retention, flushes
-    /// under `interval` and evicts expired group members; `None` runs no thread (call
+    /// under `interval`, evicts expired group members and aborts timed-out
+    /// transactions; `None` runs no thread (call
     /// [`crate::Log::run_maintenance`] yourself). Default: 1000 ms.
     pub maintenance_interval_ms: Option<u64>,
 }
@@ -158,6 +159,29 @@ pub struct Ratio(pub f64);
 // `validate` refuses NaN, so equality is reflexive for every accepted value.
 impl Eq for Ratio {}
 
+/// A topic's configuration as its partitions share it: replaced as a whole when the
+/// topic is altered ([`crate::Log::alter_topic`]), read once per append or
+/// maintenance pass (never per record).
+#[derive(Debug)]
+pub(crate) struct ConfigCell(std::sync::RwLock<std::sync::Arc<TopicConfig>>);
+
+impl ConfigCell {
+    pub(crate) fn new(config: TopicConfig) -> Self {
+        ConfigCell(std::sync::RwLock::new(std::sync::Arc::new(config)))
+    }
+
+    /// The current configuration.
+    pub(crate) fn get(&self) -> std::sync::Arc<TopicConfig> {
+        // Only whole `Arc`s are stored under the lock: a poisoned one still holds a
+        // complete configuration.
+        std::sync::Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn set(&self, config: TopicConfig) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(config);
+    }
+}
+
 /// The largest segment size accepted (positions in the index are 32-bit).
 pub const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 
@@ -173,8 +197,9 @@ pub struct TopicConfig {
     pub retention_bytes: Option<u64>,
     /// Roll to a new segment before one grows past this (bytes). Default 1 GiB.
     pub segment_bytes: u64,
-    /// Roll to a new segment when the active one is older than this (ms of wall-clock
-    /// time since it was created or reopened). Default 7 days (Kafka's `segment.ms`).
+    /// Roll to a new segment before a batch whose largest timestamp is more than this
+    /// (ms) after the largest timestamp of the active segment's first batch, as Kafka's
+    /// `segment.ms` (`LogSegment.shouldRoll`). Default 7 days.
     pub segment_ms: Option<i64>,
     /// Largest encoded record accepted (bytes). Default 1 MiB.
     pub max_record_bytes: u64,
@@ -225,6 +250,82 @@ impl Default for TopicConfig {
 }
 
 impl TopicConfig {
+    /// The topic configs a user can set, by Kafka's names.
+    pub const NAMES: [&'static str; 10] = [
+        "retention.ms",
+        "retention.bytes",
+        "segment.bytes",
+        "segment.ms",
+        "max.message.bytes",
+        "index.interval.bytes",
+        "cleanup.policy",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+        "min.cleanable.dirty.ratio",
+    ];
+
+    /// Sets the config `name` (Kafka's name, one of [`TopicConfig::NAMES`]) from
+    /// `value`, as `kafka-configs --alter --add-config name=value` does. Durations take
+    /// ms (`604800000`) or units (`7d`), sizes bytes or units (`1GiB`); `-1` or `none`
+    /// means no limit for `retention.ms`, `retention.bytes` and `segment.ms`.
+    /// `cleanup.policy` takes `delete`, `compact` or both (`compact,delete`, any
+    /// order), `min.cleanable.dirty.ratio` a number in `[0, 1]`.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming the config for an unknown name or a value
+    /// that does not parse or is out of range ([`TopicConfig::validate`]'s limits);
+    /// `self` is unchanged then.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let Some(&field) = Self::NAMES.iter().find(|n| **n == name) else {
+            return Err(LogError::InvalidConfig {
+                field: "config",
+                reason: format!(
+                    "{name:?} is not a topic config brook has (supported: {})",
+                    Self::NAMES.join(", ")
+                ),
+            });
+        };
+        let bad = |what: &str| LogError::InvalidConfig {
+            field,
+            reason: format!("{value:?} is not {what}"),
+        };
+        let unlimited = matches!(value.trim(), "-1" | "none");
+        let duration =
+            || parse_duration_ms(value).map_err(|_| bad("a duration (ms, or 7d, 12h, ...)"));
+        let size = || parse_size_bytes(value).map_err(|_| bad("a size (bytes, or 1GiB, ...)"));
+        let mut next = self.clone();
+        match field {
+            "retention.ms" => next.retention_ms = if unlimited { None } else { Some(duration()?) },
+            "retention.bytes" => {
+                next.retention_bytes = if unlimited { None } else { Some(size()?) }
+            }
+            "segment.ms" => next.segment_ms = if unlimited { None } else { Some(duration()?) },
+            "segment.bytes" => next.segment_bytes = size()?,
+            "max.message.bytes" => next.max_record_bytes = size()?,
+            "index.interval.bytes" => next.index_interval_bytes = size()?,
+            "cleanup.policy" => next.cleanup_policy = value.parse()?,
+            "delete.retention.ms" => next.delete_retention_ms = duration()?,
+            "min.compaction.lag.ms" => next.min_compaction_lag_ms = duration()?,
+            _ => {
+                // "min.cleanable.dirty.ratio", the last of `NAMES`. NaN parses as f64
+                // but is no ratio (`Ratio` relies on its absence for `Eq`).
+                let ratio: f64 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|r: &f64| !r.is_nan())
+                    .ok_or_else(|| bad("a number between 0 and 1"))?;
+                next.min_cleanable_dirty_ratio = Ratio(ratio);
+            }
+        }
+        next.validate().map_err(|e| match e {
+            LogError::InvalidConfig { reason, .. } => LogError::InvalidConfig { field, reason },
+            e => e,
+        })?;
+        *self = next;
+        Ok(())
+    }
+
     /// Checks the values; the error names the offending field.
     ///
     /// # Errors
@@ -286,65 +387,6 @@ impl TopicConfig {
         }
         Ok(())
     }
-
-    /// Sets one config by its Kafka name (`cleanup.policy`, `delete.retention.ms`,
-    /// `min.compaction.lag.ms`, `min.cleanable.dirty.ratio`, `retention.ms` (-1: no
-    /// limit), `retention.bytes` (-1: no limit), `segment.bytes`, `segment.ms`,
-    /// `max.message.bytes`, `index.interval.bytes`) from its text. Call
-    /// [`TopicConfig::validate`] after the last one.
-    ///
-    /// # Errors
-    /// [`LogError::InvalidConfig`] naming the config for an unknown name or a value that
-    /// does not parse.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        fn num<T: FromStr>(field: &'static str, v: &str) -> Result<T> {
-            v.trim().parse().map_err(|_| LogError::InvalidConfig {
-                field,
-                reason: format!("{v:?} is not a number"),
-            })
-        }
-        match name {
-            "cleanup.policy" => self.cleanup_policy = value.parse()?,
-            "delete.retention.ms" => self.delete_retention_ms = num("delete.retention.ms", value)?,
-            "min.compaction.lag.ms" => {
-                self.min_compaction_lag_ms = num("min.compaction.lag.ms", value)?
-            }
-            "min.cleanable.dirty.ratio" => {
-                let r: f64 = num("min.cleanable.dirty.ratio", value)?;
-                if r.is_nan() {
-                    return Err(LogError::InvalidConfig {
-                        field: "min.cleanable.dirty.ratio",
-                        reason: "NaN is not a ratio".into(),
-                    });
-                }
-                self.min_cleanable_dirty_ratio = Ratio(r);
-            }
-            "retention.ms" => {
-                self.retention_ms = Some(num::<i64>("retention.ms", value)?).filter(|ms| *ms >= 0)
-            }
-            "retention.bytes" => {
-                self.retention_bytes = u64::try_from(num::<i64>("retention.bytes", value)?).ok()
-            }
-            "segment.bytes" => self.segment_bytes = num("segment.bytes", value)?,
-            "segment.ms" => self.segment_ms = Some(num("segment.ms", value)?),
-            "max.message.bytes" => self.max_record_bytes = num("max.message.bytes", value)?,
-            "index.interval.bytes" => {
-                self.index_interval_bytes = num("index.interval.bytes", value)?
-            }
-            other => {
-                return Err(LogError::InvalidConfig {
-                    field: "config",
-                    reason: format!(
-                        "{other:?} is not a supported topic config (supported: cleanup.policy, \
-                         delete.retention.ms, min.compaction.lag.ms, min.cleanable.dirty.ratio, \
-                         retention.ms, retention.bytes, segment.bytes, segment.ms, \
-                         max.message.bytes, index.interval.bytes)"
-                    ),
-                })
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -368,6 +410,38 @@ mod tests {
         );
         let e = "sometimes".parse::<FsyncPolicy>().unwrap_err().to_string();
         assert!(e.contains("fsync"), "{e}");
+    }
+
+    #[test]
+    fn configs_are_set_by_kafkas_names() {
+        let mut c = TopicConfig::default();
+        c.set("retention.ms", "60000").unwrap();
+        c.set("segment.ms", "1h").unwrap();
+        c.set("segment.bytes", "1MiB").unwrap();
+        c.set("retention.bytes", "-1").unwrap();
+        c.set("max.message.bytes", "2048").unwrap();
+        c.set("index.interval.bytes", "100").unwrap();
+        assert_eq!(c.retention_ms, Some(60_000));
+        assert_eq!(c.segment_ms, Some(3_600_000));
+        assert_eq!(c.segment_bytes, 1 << 20);
+        assert_eq!(c.retention_bytes, None);
+        assert_eq!((c.max_record_bytes, c.index_interval_bytes), (2048, 100));
+        c.set("retention.ms", "none").unwrap();
+        assert_eq!(c.retention_ms, None);
+        let before = c.clone();
+        let e = c.set("retention.hours", "5").unwrap_err().to_string();
+        assert!(
+            e.contains("\"retention.hours\"") && e.contains("segment.bytes"),
+            "{e}"
+        );
+        let e = c.set("segment.bytes", "10").unwrap_err().to_string();
+        assert!(
+            e.contains("segment.bytes") && e.contains("between 1024"),
+            "{e}"
+        );
+        let e = c.set("segment.ms", "soon").unwrap_err().to_string();
+        assert!(e.contains("segment.ms") && e.contains("\"soon\""), "{e}");
+        assert_eq!(c, before, "a refused value changes nothing");
     }
 
     #[test]
@@ -416,9 +490,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("delete.retention.ms"), "{e}");
-        c.set("min.cleanable.dirty.ratio", "1.5").unwrap();
-        let e = c.validate().unwrap_err().to_string();
+        let e = c
+            .set("min.cleanable.dirty.ratio", "1.5")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("min.cleanable.dirty.ratio"), "{e}");
+        let e = c
+            .set("min.cleanable.dirty.ratio", "NaN")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("min.cleanable.dirty.ratio"), "{e}");
+        assert_eq!(
+            c.min_cleanable_dirty_ratio,
+            Ratio(0.25),
+            "refused: unchanged"
+        );
         // A topic stored before these configs existed loads with Kafka's defaults.
         let old = r#"{"retention_ms":1,"retention_bytes":null,"segment_bytes":1024,"segment_ms":null,"max_record_bytes":100,"index_interval_bytes":10}"#;
         let c: TopicConfig = serde_json::from_str(old).unwrap();

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
-use crate::options::{FsyncPolicy, TopicConfig};
+use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
 
@@ -128,6 +128,10 @@ pub struct PartitionInfo {
     /// The last stable offset: the first offset of the earliest open transaction, or
     /// the log end offset when none is open (as Kafka's LSO).
     pub last_stable_offset: u64,
+    /// Closed segments that time retention keeps only because they hold a record
+    /// stamped in the future (as of the last retention pass; see
+    /// [`Partition::apply_retention`]).
+    pub segments_held_by_future_timestamps: usize,
 }
 
 /// A transaction that has written (or may write) to a partition and is not decided.
@@ -194,6 +198,8 @@ struct State {
     buf: Vec<u8>,
     closed: bool,
     txns: Txns,
+    /// See [`PartitionInfo::segments_held_by_future_timestamps`].
+    held_by_future: usize,
 }
 
 impl State {
@@ -277,7 +283,7 @@ pub struct Partition {
     topic: Arc<str>,
     id: u32,
     dir: PathBuf,
-    config: Arc<TopicConfig>,
+    config: Arc<ConfigCell>,
     fsync: FsyncPolicy,
     clock: SharedClock,
     state: Mutex<State>,
@@ -291,11 +297,12 @@ impl Partition {
         topic: Arc<str>,
         id: u32,
         dir: PathBuf,
-        config: Arc<TopicConfig>,
+        config: Arc<ConfigCell>,
         fsync: FsyncPolicy,
         clock: SharedClock,
         recover: bool,
     ) -> Result<Self> {
+        let index_interval_bytes = config.get().index_interval_bytes;
         fs::create_dir_all(&dir).ctx("create directory", &dir)?;
         let now = clock.now_ms();
         let mut bases = Vec::new();
@@ -318,15 +325,15 @@ impl Partition {
         bases.sort_unstable();
         // Whether compaction may have left gaps between segments: the topic compacts,
         // or it did once (the cleaner's state is kept).
-        let compacted =
-            config.cleanup_policy.compacts() || dir.join(crate::cleaner::CLEANER_STATE).exists();
+        let compacted = config.get().cleanup_policy.compacts()
+            || dir.join(crate::cleaner::CLEANER_STATE).exists();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
             let seg = Segment::open(
                 &dir,
                 base,
-                config.index_interval_bytes,
+                index_interval_bytes,
                 recover && is_last,
                 is_last,
                 now,
@@ -356,7 +363,7 @@ impl Partition {
             // The active segment's index files are rewritten when it is closed again.
             Some(last) => last.remove_index_files(),
             None => {
-                segments.push(Segment::create(&dir, 0, config.index_interval_bytes, now)?);
+                segments.push(Segment::create(&dir, 0, index_interval_bytes, now)?);
                 sync_dir(&dir)?;
             }
         }
@@ -377,6 +384,7 @@ impl Partition {
                 unsynced: false,
                 buf: Vec::new(),
                 closed: false,
+                held_by_future: 0,
                 txns: Txns {
                     open: BTreeMap::new(),
                     aborted,
@@ -436,9 +444,10 @@ impl Partition {
     /// Checks the sizes of `records` (at least one) in a batch whose header has
     /// `header_len` bytes; returns the batch's encoded size.
     fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
-        let max = self.config.max_record_bytes as usize;
+        let config = self.config.get();
+        let max = config.max_record_bytes as usize;
         let mut total = header_len;
-        let compacted = self.config.cleanup_policy.compacts();
+        let compacted = config.cleanup_policy.compacts();
         for (index, r) in records.iter().enumerate() {
             if compacted && r.key.is_none() {
                 // Compaction keeps the latest record per key: a keyless one has no
@@ -448,7 +457,7 @@ impl Partition {
                     index,
                     reason: format!(
                         "the topic is compacted (cleanup.policy={}), so every record needs a key",
-                        self.config.cleanup_policy
+                        config.cleanup_policy
                     ),
                 });
             }
@@ -483,7 +492,17 @@ impl Partition {
         now: i64,
         kind: Batch,
     ) -> Result<AppendInfo> {
-        self.maybe_roll(st, total as u64, records.len() as u64, now)?;
+        // The batch's largest timestamp, as the encoder will write it (a marker carries
+        // the time it is written).
+        let batch_max_ts = match kind {
+            Batch::Control(..) => now,
+            _ => records
+                .iter()
+                .map(|r| r.timestamp.unwrap_or(now))
+                .max()
+                .unwrap_or(now),
+        };
+        self.maybe_roll(st, total as u64, records.len() as u64, now, batch_max_ts)?;
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
@@ -496,6 +515,7 @@ impl Partition {
             }
         };
         let res = active.append(&buf, &enc);
+        active.last_write_ms = now;
         // Keep the buffer for the next batch unless it grew unusually large.
         if buf.capacity() <= 8 << 20 {
             st.buf = buf;
@@ -698,6 +718,7 @@ impl Partition {
         batch_bytes: u64,
         batch_records: u64,
         now: i64,
+        batch_max_ts: i64,
     ) -> Result<()> {
         let Some(active) = st.segments.last() else {
             return Ok(());
@@ -705,11 +726,14 @@ impl Partition {
         if active.size == 0 {
             return Ok(());
         }
-        let too_big = active.size + batch_bytes > self.config.segment_bytes;
-        let too_old = self
-            .config
+        let config = self.config.get();
+        let too_big = active.size + batch_bytes > config.segment_bytes;
+        // Kafka's `segment.ms` rule (`LogSegment.shouldRoll`): the new batch's time is
+        // more than `segment.ms` after the segment's first batch. Record time, not the
+        // life of this process, so appends by short-lived processes roll too.
+        let too_old = config
             .segment_ms
-            .is_some_and(|ms| now - active.created_ms >= ms);
+            .is_some_and(|ms| active.time_waited_for_roll(now, batch_max_ts) > ms);
         let too_many =
             active.next_offset - active.base_offset + batch_records > u64::from(u32::MAX);
         if too_big || too_old || too_many {
@@ -735,7 +759,7 @@ impl Partition {
         st.segments.push(Segment::create(
             &self.dir,
             next,
-            self.config.index_interval_bytes,
+            self.config.get().index_interval_bytes,
             now,
         )?);
         if durable {
@@ -797,13 +821,14 @@ impl Partition {
     /// Start and end offsets, size and segment count.
     pub fn info(&self) -> PartitionInfo {
         let st = self.state.lock();
-        let (start, size, segments) = match &st {
+        let (start, size, segments, held) = match &st {
             Ok(st) => (
                 st.segments.first().map_or(0, |s| s.base_offset),
                 st.segments.iter().map(|s| s.size).sum(),
                 st.segments.len(),
+                st.held_by_future,
             ),
-            Err(_) => (0, 0, 0),
+            Err(_) => (0, 0, 0, 0),
         };
         PartitionInfo {
             partition: self.id,
@@ -812,6 +837,7 @@ impl Partition {
             size_bytes: size,
             segments,
             last_stable_offset: self.last_stable_offset(),
+            segments_held_by_future_timestamps: held,
         }
     }
 
@@ -1085,12 +1111,18 @@ impl Partition {
     /// partition is bigger than `retention_bytes` without it. Never deletes the active
     /// segment. Returns how many segments were deleted.
     ///
+    /// A closed segment that stays only because it holds a record stamped in the
+    /// future (its last append is older than `retention_ms`, its newest timestamp is
+    /// not) is counted in [`PartitionInfo::segments_held_by_future_timestamps`] and
+    /// reported with a warning naming topic, partition and segment, once per segment.
+    ///
     /// # Errors
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
+        let config = self.config.get();
         // A `compact` topic keeps its segments however old or big (Kafka's
         // cleanup.policy: only `delete` and `compact,delete` delete by retention).
-        if !self.config.cleanup_policy.deletes() {
+        if !config.cleanup_policy.deletes() {
             return Ok(0);
         }
         let mut st = self.lock()?;
@@ -1098,12 +1130,10 @@ impl Partition {
         let mut deleted = 0;
         while st.segments.len() > 1 {
             let oldest = &st.segments[0];
-            let expired = self
-                .config
+            let expired = config
                 .retention_ms
                 .is_some_and(|ms| oldest.max_timestamp < now.saturating_sub(ms));
-            let oversized = self
-                .config
+            let oversized = config
                 .retention_bytes
                 .is_some_and(|max| total - oldest.size >= max);
             if !(expired || oversized) {
@@ -1122,14 +1152,39 @@ impl Partition {
             st.segments.remove(0);
             deleted += 1;
         }
+        let mut held = 0;
+        if let Some(ms) = config.retention_ms {
+            let closed = st.segments.len().saturating_sub(1);
+            for seg in &mut st.segments[..closed] {
+                if !seg.held_by_future_timestamp(now, ms) {
+                    continue;
+                }
+                held += 1;
+                if !seg.future_hold_reported {
+                    seg.future_hold_reported = true;
+                    warn!(
+                        topic = %self.topic,
+                        partition = self.id,
+                        segment = seg.base_offset,
+                        max_timestamp = seg.max_timestamp,
+                        last_write_ms = seg.last_write_ms,
+                        retention_ms = ms,
+                        kept_until = seg.max_timestamp.saturating_add(ms),
+                        "segment kept past its time retention: it holds a record stamped in the future"
+                    );
+                }
+            }
+        }
+        st.held_by_future = held;
         Ok(deleted)
     }
 
     // ---- compaction (the cleaner's edges; see crate::cleaner) -------------------
 
-    /// What the cleaner may compact at `now`: the cleanable closed segments
+    /// What the cleaner may compact at `now` with `min_compaction_lag_ms` (the pass's
+    /// configuration): the cleanable closed segments
     /// ([`compaction::cleanable_count`]) and the aborted transactions.
-    pub(crate) fn cleanable(&self, now: i64) -> Result<Cleanable> {
+    pub(crate) fn cleanable(&self, now: i64, min_compaction_lag_ms: i64) -> Result<Cleanable> {
         let st = self.lock()?;
         let stable = st.txns.stable_offset(st.end_offset());
         let closed = &st.segments[..st.segments.len().saturating_sub(1)];
@@ -1140,7 +1195,7 @@ impl Partition {
                 max_timestamp: s.max_timestamp,
             })
             .collect();
-        let n = compaction::cleanable_count(&facts, stable, now, self.config.min_compaction_lag_ms);
+        let n = compaction::cleanable_count(&facts, stable, now, min_compaction_lag_ms);
         Ok(Cleanable {
             segments: closed[..n]
                 .iter()
@@ -1162,7 +1217,12 @@ impl Partition {
     /// original or the copy, never a mix; the old index files go first, so they can
     /// never describe the copy. `interrupt` stops right after the rename (a test's
     /// simulated crash). Returns whether the copy is in place.
-    pub(crate) fn swap_cleaned(&self, new: Segment, size: u64, interrupt: bool) -> Result<bool> {
+    pub(crate) fn swap_cleaned(
+        &self,
+        mut new: Segment,
+        size: u64,
+        interrupt: bool,
+    ) -> Result<bool> {
         let cleaned = crate::segment::cleaned_path(&self.dir, new.base_offset);
         let mut st = self.lock()?;
         let last = st.segments.len().saturating_sub(1);
@@ -1174,6 +1234,10 @@ impl Partition {
             fs::remove_file(&cleaned).ctx("remove", &cleaned)?;
             return Ok(false);
         };
+        new.keep_last_write(
+            st.segments[i].last_write_ms,
+            st.segments[i].future_hold_reported,
+        );
         st.segments[i].remove_index_files();
         let path = self
             .dir
@@ -1190,9 +1254,9 @@ impl Partition {
         Ok(true)
     }
 
-    /// The topic's configuration.
-    pub(crate) fn config(&self) -> &TopicConfig {
-        &self.config
+    /// The topic's current configuration (as last altered).
+    pub(crate) fn config(&self) -> Arc<TopicConfig> {
+        self.config.get()
     }
 
     /// The clock.

@@ -139,8 +139,19 @@ pub(crate) struct Segment {
     pub(crate) size: u64,
     /// Largest timestamp in the segment, `i64::MIN` when empty.
     pub(crate) max_timestamp: i64,
-    /// Wall-clock time (ms) the segment was created or opened; for rolling by age.
+    /// Wall-clock time (ms) the segment was created or opened; for rolling by age
+    /// when the first batch's timestamp is not known.
     pub(crate) created_ms: i64,
+    /// The largest timestamp of the segment's first batch (Kafka's
+    /// `rollingBasedTimestamp`): segments roll by age measured from it, so the age
+    /// survives a reopen by another process. `None` while empty or unread.
+    pub(crate) first_batch_timestamp: Option<i64>,
+    /// Time (ms) of the last append: the clock's when appended by this process, the
+    /// data file's modification time when opened. For telling when a record stamped
+    /// in the future keeps the segment past its time retention.
+    pub(crate) last_write_ms: i64,
+    /// Whether that was already reported (once per segment and process).
+    pub(crate) future_hold_reported: bool,
     file: Arc<File>,
     path: PathBuf,
     index_path: PathBuf,
@@ -199,6 +210,9 @@ impl Segment {
             size: 0,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
+            first_batch_timestamp: None,
+            last_write_ms: now_ms,
+            future_hold_reported: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -231,13 +245,22 @@ impl Segment {
             .write(true)
             .open(&path)
             .ctx("open", &path)?;
-        let size = file.metadata().ctx("stat", &path)?.len();
+        let meta = file.metadata().ctx("stat", &path)?;
+        let size = meta.len();
+        let modified_ms = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(now_ms, |d| d.as_millis() as i64);
         let mut seg = Segment {
             base_offset,
             next_offset: base_offset,
             size,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
+            first_batch_timestamp: None,
+            last_write_ms: modified_ms,
+            future_hold_reported: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -249,6 +272,9 @@ impl Segment {
         };
         if recover || size == 0 || !seg.load_indexes()? {
             seg.scan(is_last)?;
+        } else if is_last {
+            // The index files do not hold it; only the active segment needs it.
+            seg.first_batch_timestamp = seg.read_first_batch_timestamp();
         }
         Ok(seg)
     }
@@ -279,6 +305,11 @@ impl Segment {
             size,
             max_timestamp: i64::MIN,
             created_ms: now_ms,
+            // Closed segments roll no more; the swap carries the original's last
+            // write over ([`Segment::keep_last_write`]).
+            first_batch_timestamp: None,
+            last_write_ms: now_ms,
+            future_hold_reported: false,
             file: Arc::new(file),
             path: cleaned,
             index_path,
@@ -292,6 +323,20 @@ impl Segment {
         seg.path = path;
         seg.next_offset = seg.next_offset.max(next_offset);
         Ok(seg)
+    }
+
+    /// Takes over the last write time (ms) of the segment this compacted copy replaces,
+    /// in memory and as the data file's modification time (read back on open), as
+    /// Kafka's cleaner keeps a cleaned segment's `lastModified`: compaction is no
+    /// write of new records, so it does not restart the future-timestamp hold.
+    pub(crate) fn keep_last_write(&mut self, last_write_ms: i64, reported: bool) {
+        self.last_write_ms = last_write_ms;
+        self.future_hold_reported = reported;
+        if let Ok(ms) = u64::try_from(last_write_ms) {
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+            // Best effort: a failure only makes a reopen see the copy's own time.
+            let _ = self.file.set_modified(time);
+        }
     }
 
     /// Loads the index files; `Ok(false)` if they are missing or do not fit the data.
@@ -366,6 +411,7 @@ impl Segment {
         self.time_index.clear();
         self.next_offset = self.base_offset;
         self.max_timestamp = i64::MIN;
+        self.first_batch_timestamp = None;
         self.bytes_since_index = 0;
         let file_len = self.size;
         let mut pos = 0u64;
@@ -477,8 +523,41 @@ impl Segment {
         Ok(h)
     }
 
+    /// The largest timestamp of the first batch, read from its header; `None` if it
+    /// cannot be read (rolling by age then falls back to the time of opening).
+    fn read_first_batch_timestamp(&self) -> Option<i64> {
+        let mut buf = vec![0u8; self.size.min(MIN_BATCH_LEN as u64) as usize];
+        self.file.read_exact_at(&mut buf, 0).ok()?;
+        format::parse_header(&buf).ok().map(|h| h.max_timestamp)
+    }
+
+    /// How long the segment has waited for a roll when a batch whose largest timestamp
+    /// is `batch_max_ts` comes at `now` (both ms), as Kafka's
+    /// `LogSegment.timeWaitedForRoll`: by record time since the first batch when its
+    /// timestamp is known and not negative, else by wall-clock time since the segment
+    /// was created or opened.
+    pub(crate) fn time_waited_for_roll(&self, now: i64, batch_max_ts: i64) -> i64 {
+        match self.first_batch_timestamp {
+            Some(first) if first >= 0 => batch_max_ts.saturating_sub(first),
+            _ => now.saturating_sub(self.created_ms),
+        }
+    }
+
+    /// Whether time retention (`retention_ms`) keeps this segment at `now` only because
+    /// of a record stamped in the future: by its newest timestamp it is not expired,
+    /// but its last append is older than the retention, so every record in it was
+    /// written more than `retention_ms` ago and a timestamp ahead of its writing keeps
+    /// it (Kafka keeps such segments the same way, by the newest timestamp).
+    pub(crate) fn held_by_future_timestamp(&self, now: i64, retention_ms: i64) -> bool {
+        let limit = now.saturating_sub(retention_ms);
+        self.max_timestamp >= limit && self.last_write_ms < limit
+    }
+
     /// Records a batch written (or found) at `pos` in the in-memory indexes.
     fn note_batch(&mut self, pos: u64, h: &BatchHeader) {
+        if pos == 0 {
+            self.first_batch_timestamp = Some(h.max_timestamp);
+        }
         if pos > 0 && self.bytes_since_index >= self.index_interval {
             let rel = (h.base_offset - self.base_offset) as u32;
             self.index.push(IndexEntry {

@@ -3,16 +3,15 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 use brook_core::time::SharedClock;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{IoContext, LogError, Result};
-use crate::options::{FsyncPolicy, TopicConfig};
+use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::partition::{sync_dir, AppendInfo, Partition, PartitionInfo};
-use crate::partitioner::partition_for_key;
+use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::record::ProducerRecord;
 
 /// Format version of `topic.json`.
@@ -77,11 +76,12 @@ pub struct TopicInfo {
 pub struct Topic {
     name: Arc<str>,
     dir: PathBuf,
-    config: Arc<TopicConfig>,
+    config: Arc<ConfigCell>,
     fsync: FsyncPolicy,
     clock: SharedClock,
     partitions: RwLock<Vec<Arc<Partition>>>,
-    round_robin: AtomicU32,
+    /// Where keyless records go (random start per process: per producer).
+    sticky: StickyPartitioner,
 }
 
 impl Topic {
@@ -94,7 +94,7 @@ impl Topic {
         recover: bool,
     ) -> Result<Self> {
         let name: Arc<str> = Arc::from(name);
-        let config = Arc::new(meta.config.clone());
+        let config = Arc::new(ConfigCell::new(meta.config.clone()));
         let mut partitions = Vec::with_capacity(meta.partitions as usize);
         for p in 0..meta.partitions {
             partitions.push(Arc::new(Partition::open(
@@ -114,7 +114,7 @@ impl Topic {
             fsync,
             clock,
             partitions: RwLock::new(partitions),
-            round_robin: AtomicU32::new(0),
+            sticky: StickyPartitioner::random(),
         })
     }
 
@@ -123,9 +123,25 @@ impl Topic {
         &self.name
     }
 
-    /// The topic's configuration.
-    pub fn config(&self) -> &TopicConfig {
-        &self.config
+    /// The topic's configuration (as of now: [`crate::Log::alter_topic`] replaces it).
+    pub fn config(&self) -> Arc<TopicConfig> {
+        self.config.get()
+    }
+
+    /// Stores `config` (validated) in `topic.json` and makes it the configuration of
+    /// every partition from their next append or retention pass on. Serialised with
+    /// adding partitions by the partitions lock.
+    pub(crate) fn set_config(&self, config: TopicConfig) -> Result<()> {
+        config.validate()?;
+        let parts = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+        TopicMeta {
+            version: TOPIC_META_VERSION,
+            partitions: parts.len() as u32,
+            config: config.clone(),
+        }
+        .store(&self.dir)?;
+        self.config.set(config);
+        Ok(())
     }
 
     fn read_partitions(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Partition>>> {
@@ -161,16 +177,71 @@ impl Topic {
     }
 
     /// The partition a record with this key goes to: Kafka's default partitioner for
-    /// keys, round-robin for keyless records.
+    /// keys, the sticky partitioner's current partition for keyless records
+    /// ([`StickyPartitioner`]).
     pub fn partition_for(&self, key: Option<&[u8]>) -> u32 {
         let n = self.partition_count();
         match key {
             Some(k) => partition_for_key(k, n),
-            None => self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
+            None => self.sticky.partition(n),
         }
     }
 
-    /// Appends records, each to the partition its key chooses, as one batch per
+    /// Splits one batch of records by partition: keyed records by Kafka's default
+    /// partitioner, keyless ones all to the sticky partition, which then moves on for
+    /// the next batch. Records of one partition keep their order. Every append of
+    /// records (plain and transactional) goes through here, so keyless records are
+    /// spread the same way everywhere.
+    ///
+    /// # Errors
+    /// [`LogError::RecordTooLarge`] for a record over `max_record_bytes`,
+    /// [`LogError::InvalidRecord`] for a keyless record on a compacted topic (nothing
+    /// is written then).
+    pub(crate) fn split_batch(
+        &self,
+        records: Vec<ProducerRecord>,
+    ) -> Result<BTreeMap<u32, Vec<ProducerRecord>>> {
+        let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
+        let config = self.config.get();
+        let max = config.max_record_bytes as usize;
+        let compacted = config.cleanup_policy.compacts();
+        let n = self.partition_count();
+        let keyless = self.sticky.partition(n);
+        let mut any_keyless = false;
+        for (index, r) in records.into_iter().enumerate() {
+            let size = crate::format::record_len(&r);
+            if size > max {
+                return Err(LogError::RecordTooLarge { index, size, max });
+            }
+            if r.key.is_none() && compacted {
+                // Checked here too so that nothing of the request is written (the
+                // partition checks its own batch again).
+                return Err(LogError::InvalidRecord {
+                    topic: self.name.to_string(),
+                    index,
+                    reason: format!(
+                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
+                        config.cleanup_policy
+                    ),
+                });
+            }
+            let p = match r.key.as_deref() {
+                Some(k) => partition_for_key(k, n),
+                None => {
+                    any_keyless = true;
+                    keyless
+                }
+            };
+            by_partition.entry(p).or_default().push(r);
+        }
+        if any_keyless {
+            self.sticky.batch_done();
+        }
+        Ok(by_partition)
+    }
+
+    /// Appends records, each to the partition its key chooses (keyless ones of this
+    /// call all to one partition, see [`Topic::partition_for`]), as one batch per
     /// partition. Records of one partition keep their order. Returns one entry per
     /// partition written, in partition order.
     ///
@@ -181,28 +252,7 @@ impl Topic {
     /// # Errors
     /// As [`Partition::append`].
     pub fn append(&self, records: Vec<ProducerRecord>) -> Result<Vec<AppendInfo>> {
-        let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
-        let max = self.config.max_record_bytes as usize;
-        for (index, r) in records.into_iter().enumerate() {
-            let size = crate::format::record_len(&r);
-            if size > max {
-                return Err(LogError::RecordTooLarge { index, size, max });
-            }
-            if r.key.is_none() && self.config.cleanup_policy.compacts() {
-                // Checked here too so that nothing of the request is written (the
-                // partition checks its own batch again).
-                return Err(LogError::InvalidRecord {
-                    topic: self.name.to_string(),
-                    index,
-                    reason: format!(
-                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
-                        self.config.cleanup_policy
-                    ),
-                });
-            }
-            let p = self.partition_for(r.key.as_deref());
-            by_partition.entry(p).or_default().push(r);
-        }
+        let by_partition = self.split_batch(records)?;
         let mut out = Vec::with_capacity(by_partition.len());
         for (p, recs) in by_partition {
             out.push(self.partition(p)?.append(&recs)?);
@@ -250,7 +300,7 @@ impl Topic {
         TopicMeta {
             version: TOPIC_META_VERSION,
             partitions: total,
-            config: (*self.config).clone(),
+            config: (*self.config.get()).clone(),
         }
         .store(&self.dir)?;
         parts.extend(added);
@@ -261,7 +311,7 @@ impl Topic {
     pub fn info(&self) -> TopicInfo {
         TopicInfo {
             name: self.name.to_string(),
-            config: (*self.config).clone(),
+            config: (*self.config.get()).clone(),
             partitions: self.read_partitions().iter().map(|p| p.info()).collect(),
         }
     }

@@ -37,9 +37,24 @@
 //! undecided transactions (and so its last stable offset) from this state and
 //! finishes any decision that a crash interrupted.
 //!
-//! A transaction that is open (not prepared) when its writer crashes holds back the
-//! last stable offset of its partitions until its transactional id gets a new session
-//! (Kafka aborts it after `transaction.timeout.ms`; brook has no timeout).
+//! # Timeout
+//!
+//! Each session has a `transaction.timeout.ms` (Kafka's name), given when it starts
+//! ([`Log::init_transactions_with_timeout`]; default
+//! [`DEFAULT_TRANSACTION_TIMEOUT_MS`], Kafka's producer default) and at most
+//! [`MAX_TRANSACTION_TIMEOUT_MS`] (Kafka's broker `transaction.max.timeout.ms`; a
+//! larger one is refused with [`LogError::InvalidTransactionTimeout`]). A
+//! transaction records, durably, when its first partition was added (the log's
+//! clock) and its session's timeout. A transaction still undecided (open *or*
+//! prepared) once that timeout has passed is aborted by the log's maintenance
+//! ([`Log::expire_transactions`]; the rule is in `log/src/txn_timeout.rs`), as Kafka's
+//! coordinator does: markers written, the aborted index updated, the last stable
+//! offset advanced. When it belonged to the id's current session the epoch is bumped,
+//! so the late writer is fenced ([`LogError::ProducerFenced`]). Committing an
+//! expired transaction later (a restore) fails with
+//! [`LogError::TransactionTimedOut`]. So a writer that crashes holds the last stable
+//! offset of its partitions back at most for its timeout, not until its
+//! transactional id gets a new session.
 //!
 //! # Example
 //! ```
@@ -71,9 +86,11 @@ use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{ControlType, TxnMark};
+use crate::group::TopicPartition;
 use crate::log::Log;
 use crate::partition::{sync_dir, AppendInfo, Partition};
 use crate::record::ProducerRecord;
+use crate::txn_timeout::{expiry, Expiry};
 
 /// How many decided transactions per transactional id keep their outcome, so that
 /// committing one of them again is answered by [`CommitOutcome::AlreadyCommitted`]
@@ -84,6 +101,22 @@ pub const RECENT_OUTCOMES: usize = 100;
 
 /// Version of the coordinator's state files.
 const STATE_VERSION: u32 = 1;
+
+/// A session's `transaction.timeout.ms` when none is given (ms): 60000, Kafka's
+/// producer default.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+
+/// The largest `transaction.timeout.ms` a session may ask for (ms): 900000 (15
+/// minutes), Kafka's broker default `transaction.max.timeout.ms`.
+pub const MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
+
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TRANSACTION_TIMEOUT_MS
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
 
 /// Names one transaction: what a checkpoint stores to commit it after a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -109,7 +142,7 @@ pub enum CommitOutcome {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Status {
+pub(crate) enum Status {
     /// Accepting records (in the session that began it).
     Open,
     /// Data fsynced; waiting for commit or abort.
@@ -125,10 +158,14 @@ enum Status {
 enum Outcome {
     Committed,
     Aborted,
+    /// Aborted by the coordinator after the transaction's timeout (ms).
+    TimedOut {
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TxnPartition {
+pub(crate) struct TxnPartition {
     topic: String,
     partition: u32,
     /// The log end offset when the transaction was added to the partition.
@@ -136,13 +173,41 @@ struct TxnPartition {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TxnEntry {
-    producer_id: u64,
-    sequence: u64,
+pub(crate) struct TxnEntry {
+    pub(crate) producer_id: u64,
+    pub(crate) sequence: u64,
     /// Epoch of the session that began it.
-    epoch: u16,
-    status: Status,
-    partitions: Vec<TxnPartition>,
+    pub(crate) epoch: u16,
+    pub(crate) status: Status,
+    pub(crate) partitions: Vec<TxnPartition>,
+    /// When its first partition was added (the log's clock, ms), as Kafka's
+    /// `txnStartTimestamp`; `None` while it has none (it holds nothing back). State
+    /// files written before timeouts existed lack it: the log's open fills in the
+    /// time of the open.
+    #[serde(default)]
+    pub(crate) began_ms: Option<i64>,
+    /// Its session's `transaction.timeout.ms`.
+    #[serde(default = "default_timeout_ms")]
+    pub(crate) timeout_ms: u64,
+    /// The coordinator aborts it because its timeout passed (kept through a crash
+    /// between that decision and the markers, so its outcome says so).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) timed_out: bool,
+    /// Group offsets sent with the transaction (Kafka's `sendOffsetsToTransaction`):
+    /// written to the groups' committed offsets when it commits, dropped when it
+    /// aborts. Absent in state files of transactions without offsets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) offsets: Vec<TxnOffset>,
+}
+
+/// One group offset of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TxnOffset {
+    group: String,
+    topic: String,
+    partition: u32,
+    /// The next offset to read, as a commit.
+    offset: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,8 +264,9 @@ pub(crate) struct TxnCoordinator {
 
 impl TxnCoordinator {
     /// Loads the state files in `dir` (created if missing); leftover temporary files
-    /// of an interrupted write are removed.
-    pub(crate) fn open(dir: &Path) -> Result<Self> {
+    /// of an interrupted write are removed. Transactions stored without their start
+    /// time (by a brook without timeouts) start their clock at `now_ms`.
+    pub(crate) fn open(dir: &Path, now_ms: i64) -> Result<Self> {
         fs::create_dir_all(dir).ctx("create directory", dir)?;
         let mut ids = BTreeMap::new();
         let mut next_producer_id = 0;
@@ -216,11 +282,12 @@ impl TxnCoordinator {
                 continue;
             };
             let bytes = fs::read(&path).ctx("read", &path)?;
-            let st: IdState = serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt {
-                path: path.clone(),
-                position: 0,
-                reason: format!("transaction state does not parse: {e}"),
-            })?;
+            let mut st: IdState =
+                serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt {
+                    path: path.clone(),
+                    position: 0,
+                    reason: format!("transaction state does not parse: {e}"),
+                })?;
             if st.version != STATE_VERSION || st.transactional_id != id {
                 return Err(LogError::Corrupt {
                     path,
@@ -240,6 +307,11 @@ impl TxnCoordinator {
                 .max()
                 .unwrap_or(st.producer_id);
             next_producer_id = next_producer_id.max(top + 1);
+            for t in &mut st.transactions {
+                if t.began_ms.is_none() && !t.partitions.is_empty() {
+                    t.began_ms = Some(now_ms);
+                }
+            }
             ids.insert(id.to_string(), st);
         }
         Ok(TxnCoordinator {
@@ -388,6 +460,20 @@ pub(crate) fn decide(
             part.end_txn(mark, control)?;
         }
     }
+    // The offsets become committed with the transaction; written again when a crash
+    // interrupted the decision (a commit of the same offsets changes nothing).
+    if commit {
+        let mut by_group: BTreeMap<&str, Vec<(TopicPartition, u64)>> = BTreeMap::new();
+        for o in &t.offsets {
+            by_group
+                .entry(&o.group)
+                .or_default()
+                .push((TopicPartition::new(o.topic.clone(), o.partition), o.offset));
+        }
+        for (group, offsets) in by_group {
+            log.write_group_offsets(group, &offsets)?;
+        }
+    }
     let Some(st) = coord.ids.get_mut(id) else {
         return Ok(());
     };
@@ -397,6 +483,10 @@ pub(crate) fn decide(
         sequence,
         outcome: if commit {
             Outcome::Committed
+        } else if t.timed_out {
+            Outcome::TimedOut {
+                timeout_ms: t.timeout_ms,
+            }
         } else {
             Outcome::Aborted
         },
@@ -411,13 +501,41 @@ pub(crate) fn decide(
         producer_id,
         sequence,
         partitions = t.partitions.len(),
-        outcome = if commit { "commit" } else { "abort" },
+        outcome = if commit {
+            "commit"
+        } else if t.timed_out {
+            "abort (timed out)"
+        } else {
+            "abort"
+        },
         "transaction decided"
     );
     Ok(())
 }
 
+/// Bumps the id's epoch, which fences its current session; an exhausted epoch gets
+/// a new producer id, as Kafka does.
+fn bump_epoch(st: &mut IdState, next_producer_id: &mut u64) {
+    if st.epoch == u16::MAX {
+        st.producer_id = *next_producer_id;
+        *next_producer_id += 1;
+        st.epoch = 0;
+    } else {
+        st.epoch += 1;
+    }
+}
+
 impl Log {
+    /// Starts a new writer session for `transactional_id` with Kafka's default
+    /// `transaction.timeout.ms` ([`DEFAULT_TRANSACTION_TIMEOUT_MS`]); see
+    /// [`Log::init_transactions_with_timeout`].
+    ///
+    /// # Errors
+    /// As [`Log::init_transactions_with_timeout`].
+    pub fn init_transactions(&self, transactional_id: &str) -> Result<TransactionalProducer> {
+        self.init_transactions_with_timeout(transactional_id, DEFAULT_TRANSACTION_TIMEOUT_MS)
+    }
+
     /// Starts a new writer session for `transactional_id`, as Kafka's
     /// `initTransactions`: the id gets a producer id the first time, and its epoch is
     /// bumped, which fences every older session of the id (their calls fail with
@@ -425,23 +543,32 @@ impl Log {
     /// prepared are aborted; prepared ones stay, for the new session to commit
     /// ([`TransactionalProducer::commit`]) or abort by handle.
     ///
+    /// `timeout_ms` is the session's `transaction.timeout.ms`: a transaction it
+    /// begins that is still undecided (open or prepared) that long after its first
+    /// record is aborted by the log (see the [module docs](self#timeout)).
+    ///
     /// # Errors
-    /// [`LogError::InvalidName`] for a bad id, I/O errors.
-    pub fn init_transactions(&self, transactional_id: &str) -> Result<TransactionalProducer> {
+    /// [`LogError::InvalidName`] for a bad id, [`LogError::InvalidTransactionTimeout`]
+    /// for a timeout of 0 or above [`MAX_TRANSACTION_TIMEOUT_MS`], I/O errors.
+    pub fn init_transactions_with_timeout(
+        &self,
+        transactional_id: &str,
+        timeout_ms: u64,
+    ) -> Result<TransactionalProducer> {
         validate_name("transactional id", transactional_id)?;
+        if timeout_ms == 0 || timeout_ms > MAX_TRANSACTION_TIMEOUT_MS {
+            return Err(LogError::InvalidTransactionTimeout {
+                transactional_id: transactional_id.to_string(),
+                timeout_ms,
+                max_ms: MAX_TRANSACTION_TIMEOUT_MS,
+            });
+        }
         let mut coord = self.txn_coordinator()?;
         let coord = &mut *coord;
         let st = match coord.ids.get(transactional_id) {
             Some(old) => {
                 let mut st = old.clone();
-                if st.epoch == u16::MAX {
-                    // The epoch is exhausted: a new producer id, as Kafka does.
-                    st.producer_id = coord.next_producer_id;
-                    coord.next_producer_id += 1;
-                    st.epoch = 0;
-                } else {
-                    st.epoch += 1;
-                }
+                bump_epoch(&mut st, &mut coord.next_producer_id);
                 st
             }
             None => {
@@ -483,8 +610,93 @@ impl Log {
             id: transactional_id.to_string(),
             producer_id,
             epoch,
+            timeout_ms,
             current: None,
         })
+    }
+
+    /// Aborts every transaction whose `transaction.timeout.ms` has passed at `now_ms`
+    /// (the rule: `log/src/txn_timeout.rs`), as Kafka's coordinator does: markers
+    /// written, the partitions' aborted index updated, their last stable offsets
+    /// advanced; an id whose current session owned an expired transaction gets its
+    /// epoch bumped (the late writer is fenced) and that session's other open
+    /// transactions are aborted too. The log's maintenance calls this at its clock's
+    /// time ([`Log::run_maintenance`]).
+    ///
+    /// Returns the expired transactions (not the orphaned ones aborted with them).
+    ///
+    /// # Errors
+    /// I/O errors (the first met; the other ids are still processed).
+    pub fn expire_transactions(&self, now_ms: i64) -> Result<Vec<TransactionHandle>> {
+        let mut coord = self.txn_coordinator()?;
+        let coord = &mut *coord;
+        let decisions: Vec<(String, Expiry)> = coord
+            .ids
+            .values()
+            .filter_map(|st| {
+                expiry((st.producer_id, st.epoch), &st.transactions, now_ms)
+                    .map(|e| (st.transactional_id.clone(), e))
+            })
+            .collect();
+        let mut expired = Vec::new();
+        let mut first_err = None;
+        for (id, e) in decisions {
+            match self.carry_out_expiry(coord, &id, &e) {
+                Ok(handles) => expired.extend(handles),
+                Err(err) => {
+                    warn!(transactional_id = %id, error = %err, "aborting timed-out transactions failed");
+                    first_err.get_or_insert(err);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(expired),
+        }
+    }
+
+    /// Records the expiry of `e` for `id` (the fence first: the late writer can do
+    /// nothing more once the state is stored), then aborts the transactions.
+    fn carry_out_expiry(
+        &self,
+        coord: &mut TxnCoordinator,
+        id: &str,
+        e: &Expiry,
+    ) -> Result<Vec<TransactionHandle>> {
+        let Some(old) = coord.ids.get(id) else {
+            return Ok(Vec::new());
+        };
+        let mut st = old.clone();
+        let mut handles = Vec::new();
+        for t in &mut st.transactions {
+            if e.expired.contains(&(t.producer_id, t.sequence)) {
+                t.timed_out = true;
+                handles.push(TransactionHandle {
+                    transactional_id: id.to_string(),
+                    producer_id: t.producer_id,
+                    epoch: t.epoch,
+                    sequence: t.sequence,
+                });
+                warn!(
+                    transactional_id = id,
+                    producer_id = t.producer_id,
+                    sequence = t.sequence,
+                    status = ?t.status,
+                    timeout_ms = t.timeout_ms,
+                    fence = e.fence,
+                    "aborting a transaction that passed its transaction.timeout.ms"
+                );
+            }
+        }
+        if e.fence {
+            bump_epoch(&mut st, &mut coord.next_producer_id);
+        }
+        coord.store(&st)?;
+        coord.ids.insert(id.to_string(), st);
+        for &(producer_id, sequence) in e.expired.iter().chain(&e.orphaned) {
+            decide(self, coord, id, producer_id, sequence, false)?;
+        }
+        Ok(handles)
     }
 
     /// The transactional ids that ever had a session in this log, sorted.
@@ -502,6 +714,8 @@ pub struct TransactionalProducer {
     id: String,
     producer_id: u64,
     epoch: u16,
+    /// The session's `transaction.timeout.ms`.
+    timeout_ms: u64,
     /// The sequence of the transaction this session is writing.
     current: Option<u64>,
 }
@@ -522,11 +736,24 @@ impl TransactionalProducer {
         self.epoch
     }
 
+    /// This session's `transaction.timeout.ms`.
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
     fn invalid(&self, sequence: u64, reason: impl Into<String>) -> LogError {
         LogError::InvalidTransactionState {
             transactional_id: self.id.clone(),
             sequence,
             reason: reason.into(),
+        }
+    }
+
+    fn timed_out(&self, sequence: u64, timeout_ms: u64) -> LogError {
+        LogError::TransactionTimedOut {
+            transactional_id: self.id.clone(),
+            sequence,
+            timeout_ms,
         }
     }
 
@@ -568,6 +795,10 @@ impl TransactionalProducer {
             epoch: self.epoch,
             status: Status::Open,
             partitions: Vec::new(),
+            offsets: Vec::new(),
+            began_ms: None,
+            timeout_ms: self.timeout_ms,
+            timed_out: false,
         });
         self.current = Some(sequence);
         Ok(self.current_handle(sequence))
@@ -583,19 +814,7 @@ impl TransactionalProducer {
     /// open transaction; [`LogError::TransactionNotOpen`] when the transaction was
     /// aborted meanwhile by a newer session; as [`crate::Topic::append`].
     pub fn send(&mut self, topic: &str, records: Vec<ProducerRecord>) -> Result<Vec<AppendInfo>> {
-        let t = self.log.topic(topic)?;
-        let max = t.config().max_record_bytes as usize;
-        let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
-        for (index, r) in records.into_iter().enumerate() {
-            let size = crate::format::record_len(&r);
-            if size > max {
-                return Err(LogError::RecordTooLarge { index, size, max });
-            }
-            by_partition
-                .entry(t.partition_for(r.key.as_deref()))
-                .or_default()
-                .push(r);
-        }
+        let by_partition = self.log.topic(topic)?.split_batch(records)?;
         let parts: Vec<u32> = by_partition.keys().copied().collect();
         let (mark, handles) = self.add_partitions(topic, &parts)?;
         let mut out = Vec::with_capacity(by_partition.len());
@@ -672,6 +891,12 @@ impl TransactionalProducer {
                 added.push(Arc::clone(p));
             }
         }
+        // The timeout's clock starts with the first partition (Kafka's first
+        // AddPartitionsToTxn): an empty transaction holds nothing back.
+        let starts = st.transactions[i].began_ms.is_none() && !added.is_empty();
+        if starts {
+            st.transactions[i].began_ms = Some(self.log.options().clock.now_ms());
+        }
         if !added.is_empty() {
             let snapshot = st.clone();
             if let Err(e) = coord.store(&snapshot) {
@@ -679,6 +904,9 @@ impl TransactionalProducer {
                     let n = added.len();
                     let parts = &mut st.transactions[i].partitions;
                     parts.truncate(parts.len() - n);
+                    if starts {
+                        st.transactions[i].began_ms = None;
+                    }
                 }
                 for p in &added {
                     p.forget_txn(key);
@@ -687,6 +915,47 @@ impl TransactionalProducer {
             }
         }
         Ok((mark, handles))
+    }
+
+    /// Adds group offsets to the open transaction (Kafka's `sendOffsetsToTransaction`):
+    /// they become `group`'s committed offsets when the transaction commits, in the
+    /// same step as its markers, and are dropped when it aborts. A later offset for
+    /// the same partition of the same group replaces an earlier one.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`] for a bad group name; [`LogError::ProducerFenced`];
+    /// [`LogError::InvalidTransactionState`] without an open transaction; I/O errors.
+    pub fn send_offsets(&mut self, group: &str, offsets: &[(TopicPartition, u64)]) -> Result<()> {
+        validate_name("group", group)?;
+        let mut coord = self.log.txn_coordinator()?;
+        coord.check_session(&self.id, self.producer_id, self.epoch)?;
+        let Some(seq) = self.current else {
+            return Err(self.invalid(u64::MAX, "no transaction is open in this session"));
+        };
+        let Some(st) = coord.ids.get_mut(&self.id) else {
+            return Err(self.invalid(seq, "unknown transactional id"));
+        };
+        let Some(i) = st.find(self.producer_id, seq) else {
+            self.current = None;
+            return Err(self.invalid(seq, "the transaction is no longer open"));
+        };
+        let entry = &mut st.transactions[i];
+        if entry.status != Status::Open {
+            return Err(self.invalid(seq, "the transaction is no longer open"));
+        }
+        for (tp, offset) in offsets {
+            entry.offsets.retain(|o| {
+                !(o.group == group && o.topic == tp.topic && o.partition == tp.partition)
+            });
+            entry.offsets.push(TxnOffset {
+                group: group.to_string(),
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: *offset,
+            });
+        }
+        let snapshot = st.clone();
+        coord.store(&snapshot)
     }
 
     /// Ends the writing of the open transaction: its data is fsynced in every
@@ -762,6 +1031,9 @@ impl TransactionalProducer {
                             "the transaction is open in another session; prepare it first",
                         ))
                     }
+                    Status::Aborting if st.transactions[i].timed_out => {
+                        return Err(self.timed_out(handle.sequence, st.transactions[i].timeout_ms))
+                    }
                     Status::Aborting => {
                         return Err(self.invalid(handle.sequence, "the transaction was aborted"))
                     }
@@ -780,6 +1052,9 @@ impl TransactionalProducer {
                 Some(Outcome::Committed) => Ok(CommitOutcome::AlreadyCommitted),
                 Some(Outcome::Aborted) => {
                     Err(self.invalid(handle.sequence, "the transaction was aborted"))
+                }
+                Some(Outcome::TimedOut { timeout_ms }) => {
+                    Err(self.timed_out(handle.sequence, timeout_ms))
                 }
                 None => Err(self.invalid(
                     handle.sequence,

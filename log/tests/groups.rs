@@ -625,16 +625,164 @@ async fn committed_offset_below_the_log_start_follows_the_reset_policy() {
         },
     )
     .unwrap();
+    // The error of a group's consumer names the group.
     match strict.try_poll() {
-        Err(LogError::OffsetOutOfRange {
-            requested,
+        Err(LogError::GroupOffsetOutOfRange {
+            group,
+            offset,
             log_start,
             ..
         }) => {
-            assert_eq!(requested, 5);
+            assert_eq!(group, "strict");
+            assert_eq!(offset, 5);
             assert_eq!(log_start, start);
         }
-        other => panic!("expected OffsetOutOfRange, got {other:?}"),
+        other => panic!("expected GroupOffsetOutOfRange, got {other:?}"),
     }
     assert_eq!(log.committed_offset("strict", &tp(0)), Some(5));
+}
+
+/// Kafka's sticky partitioner (KIP-480): the keyless records of one append (a batch)
+/// all go to one partition, and the next batch to the next partition, in plain and
+/// transactional appends alike.
+#[test]
+fn a_batch_of_keyless_records_goes_to_one_partition_and_the_next_batch_to_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 3, TopicConfig::default()).unwrap();
+    let batch = |tag: &str| {
+        (0..5)
+            .map(|i| ProducerRecord::new(format!("{tag}{i}")))
+            .collect()
+    };
+    let first = topic.append(batch("a")).unwrap();
+    assert_eq!(first.len(), 1, "one batch, one partition: {first:?}");
+    assert_eq!(first[0].last_offset - first[0].base_offset, 4);
+    let p0 = first[0].partition;
+    let second = topic.append(batch("b")).unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].partition, (p0 + 1) % 3);
+    // A keyed record does not move the keyless batch's partition.
+    let mut mixed: Vec<ProducerRecord> = batch("c");
+    mixed.push(ProducerRecord::keyed("k", "v"));
+    let third = topic.append(mixed).unwrap();
+    let keyed_p = brook_log::partitioner::partition_for_key(b"k", 3);
+    let keyless: Vec<_> = third
+        .iter()
+        .filter(|i| i.partition == (p0 + 2) % 3)
+        .collect();
+    assert_eq!(keyless.len(), 1, "{third:?} (keyed to {keyed_p})");
+    let mut txp = log.init_transactions("tx").unwrap();
+    txp.begin().unwrap();
+    let fourth = txp.send("t", batch("d")).unwrap();
+    assert_eq!(fourth.len(), 1);
+    assert_eq!(fourth[0].partition, p0);
+    txp.commit_transaction().unwrap();
+}
+
+/// A committed offset past the log end (set beyond it) is detected as Kafka's consumer
+/// does on `OFFSET_OUT_OF_RANGE`: `earliest` starts at the log start, `latest` at the
+/// end (and reads what comes next), `none` fails naming group, topic, partition and
+/// offset. Before, the consumer waited at the bad offset forever.
+#[test]
+fn a_committed_offset_past_the_end_is_reset_by_the_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    let p = topic.partition(0).unwrap();
+    p.append(&[ProducerRecord::new("a"), ProducerRecord::new("b")])
+        .unwrap();
+    for g in ["early", "late", "strict"] {
+        log.commit_offsets(g, &brook_log::CommitIdentity::Standalone, &[(tp(0), 100)])
+            .unwrap();
+    }
+    let consumer = |g: &str, reset: OffsetReset| {
+        let config = ConsumerConfig {
+            auto_offset_reset: reset,
+            ..member_config(g, "c", AssignmentStrategy::Range)
+        };
+        Consumer::subscribe(log.clone(), vec!["t".into()], config)
+    };
+
+    let mut early = consumer("early", OffsetReset::Earliest).unwrap();
+    assert_eq!(early.position(&tp(0)).unwrap(), 0);
+    assert_eq!(early.try_poll().unwrap().len(), 2);
+    early.close().unwrap();
+
+    let mut late = consumer("late", OffsetReset::Latest).unwrap();
+    assert_eq!(late.position(&tp(0)).unwrap(), 2);
+    assert!(late.try_poll().unwrap().is_empty());
+    p.append(&[ProducerRecord::new("c")]).unwrap();
+    let got = late.try_poll().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].record.value[..], b"c");
+    late.close().unwrap();
+
+    let mut strict = consumer("strict", OffsetReset::None).unwrap();
+    let err = strict.try_poll().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LogError::GroupOffsetOutOfRange { group, topic, partition: 0, offset: 100, log_start: 0, log_end: 3 }
+                if group == "strict" && topic == "t"
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("\"strict\"") && text.contains("t-0") && text.contains("100"),
+        "{text}"
+    );
+    strict.close().unwrap();
+
+    // A position sought past the end resets too (here: to the end).
+    let mut c = consumer("seeker", OffsetReset::Latest).unwrap();
+    c.seek(&tp(0), 50).unwrap();
+    assert!(c.try_poll().unwrap().is_empty());
+    assert_eq!(c.position(&tp(0)).unwrap(), 3);
+}
+
+/// Resetting a group's offsets is refused while it has members (as Kafka's
+/// kafka-consumer-groups refuses a group that is not inactive), dry run or not; once
+/// the member left it is done, and a dry run commits nothing.
+#[test]
+fn reset_offsets_is_refused_while_the_group_has_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), &clock);
+    let topic = log.create_topic("t", 2, TopicConfig::default()).unwrap();
+    topic
+        .partition(1)
+        .unwrap()
+        .append(&[ProducerRecord::new("a"), ProducerRecord::new("b")])
+        .unwrap();
+    let c = subscribe(&log, "g", "c");
+    for dry_run in [true, false] {
+        let err = log
+            .reset_offsets("g", "t", brook_log::ResetTo::Latest, dry_run)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LogError::Group(GroupError::GroupHasMembers { members: 1, .. })
+            ),
+            "{err:?}"
+        );
+    }
+    c.close().unwrap();
+    let plan = log
+        .reset_offsets("g", "t", brook_log::ResetTo::Latest, true)
+        .unwrap();
+    assert_eq!(
+        plan.iter()
+            .map(|r| (r.partition, r.new_offset))
+            .collect::<Vec<_>>(),
+        [(0, 0), (1, 2)]
+    );
+    assert_eq!(log.committed_offset("g", &tp(1)), None, "dry run");
+    log.reset_offsets("g", "t", brook_log::ResetTo::Latest, false)
+        .unwrap();
+    assert_eq!(log.committed_offset("g", &tp(1)), Some(2));
 }

@@ -4,8 +4,9 @@
 //!
 //! The model keeps every record ever appended per partition, the log start offset, and the
 //! segments and batches it expects from the documented rules (one append = one batch;
-//! roll before a batch that would grow a non-empty segment past `segment_bytes` or when
-//! the active segment is `segment_ms` old; `roll` is a no-op on an empty segment;
+//! roll before a batch that would grow a non-empty segment past `segment_bytes` or whose
+//! largest timestamp is more than `segment_ms` after the active segment's first batch's
+//! (Kafka's `segment.ms` rule, which survives reopening); `roll` is a no-op on an empty segment;
 //! retention deletes whole closed segments, oldest first, as Kafka: by size while the
 //! partition without the oldest segment is still `>= retention_bytes`, by time while the
 //! oldest segment's newest record is more than `retention_ms` old).
@@ -234,6 +235,8 @@ struct SegM {
     size: u64,
     max_ts: i64,
     created_ms: i64,
+    /// Largest timestamp of the first batch (Kafka's rolling-based timestamp).
+    first_ts: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -263,6 +266,7 @@ impl PartM {
                 size: 0,
                 max_ts: i64::MIN,
                 created_ms: now,
+                first_ts: None,
             }],
             batches: Vec::new(),
         }
@@ -281,6 +285,7 @@ impl PartM {
                 size: 0,
                 max_ts: i64::MIN,
                 created_ms: now,
+                first_ts: None,
             });
         }
     }
@@ -289,16 +294,22 @@ impl PartM {
         let len = BATCH_HEADER + recs.iter().map(encoded_len).sum::<u64>();
         let active = *self.segments.last().unwrap();
         let too_big = active.size + len > setup.segment_bytes;
-        let too_old = setup
-            .segment_ms
-            .is_some_and(|ms| now - active.created_ms >= ms);
+        let max_ts = recs.iter().map(|r| r.ts).max().unwrap();
+        // Kafka's rule: the batch's time more than segment_ms after the first batch's.
+        let waited = match active.first_ts {
+            Some(first) if first >= 0 => max_ts.saturating_sub(first),
+            _ => now - active.created_ms,
+        };
+        let too_old = setup.segment_ms.is_some_and(|ms| waited > ms);
         if too_big || too_old {
             self.roll(now);
         }
         let base = self.end();
         let n = recs.len() as u64;
-        let max_ts = recs.iter().map(|r| r.ts).max().unwrap();
         let active = self.segments.last_mut().unwrap();
+        if active.size == 0 {
+            active.first_ts = Some(max_ts);
+        }
         active.next += n;
         active.size += len;
         active.max_ts = active.max_ts.max(max_ts);

@@ -842,3 +842,45 @@ fn a_decision_interrupted_by_a_crash_is_finished_on_open() {
             || Path::new(&dir.path().join("topics/t/2/aborted.txnindex")).exists()
     );
 }
+
+// ---- offsets in transactions -----------------------------------------------------------
+
+#[test]
+fn offsets_sent_with_a_transaction_are_committed_with_it_and_dropped_with_an_abort() {
+    use brook_log::TopicPartition;
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new(TOPIC, 0);
+    {
+        let log = Log::open(dir.path(), options()).unwrap();
+        log.create_topic(TOPIC, 1, TopicConfig::default()).unwrap();
+        let mut w = log.init_transactions("w").unwrap();
+        w.begin().unwrap();
+        w.send_offsets("billing", &[(tp.clone(), 5)]).unwrap();
+        w.abort_transaction().unwrap();
+        assert_eq!(log.committed_offset("billing", &tp), None);
+
+        w.begin().unwrap();
+        w.send(TOPIC, vec![ProducerRecord::new("a")]).unwrap();
+        w.send_offsets("billing", &[(tp.clone(), 7)]).unwrap();
+        // A later offset for the same partition replaces the earlier one.
+        w.send_offsets("billing", &[(tp.clone(), 9)]).unwrap();
+        let handle = w.prepare().unwrap();
+        // Prepared: not yet committed, and still so after a restart.
+        assert_eq!(log.committed_offset("billing", &tp), None);
+        drop(w);
+        log.close().unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), options()).unwrap();
+        assert_eq!(log.committed_offset("billing", &tp), None);
+        let mut w = log.init_transactions("w").unwrap();
+        w.commit(&handle).unwrap();
+        assert_eq!(log.committed_offset("billing", &tp), Some(9));
+        assert!(matches!(
+            w.send_offsets("billing", &[(tp.clone(), 11)]),
+            Err(LogError::InvalidTransactionState { .. })
+        ));
+        log.close().unwrap();
+    }
+    let log = Log::open(dir.path(), options()).unwrap();
+    assert_eq!(log.committed_offset("billing", &tp), Some(9));
+}

@@ -73,8 +73,8 @@ pub(crate) fn broker(
 
 /// `e`, and when it is the data directory's lock held by a live `brook broker` (its
 /// address file names a port that accepts connections), the broker's address and what
-/// to do: a user who ran `brook topic create` beside a broker otherwise reads only
-/// "in use by another brook process". The [`LogError`] stays in the chain (the runner's
+/// to do: a user who ran `brook run` beside a broker otherwise reads only "in use by
+/// another brook process" (the log commands go through the broker: cli::log_access). The [`LogError`] stays in the chain (the runner's
 /// children look for [`LogError::Locked`]).
 pub(crate) fn name_the_broker(e: LogError, data_dir: &Path) -> anyhow::Error {
     let locked = matches!(e, LogError::Locked { .. });
@@ -85,9 +85,9 @@ pub(crate) fn name_the_broker(e: LogError, data_dir: &Path) -> anyhow::Error {
         locked && TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
     }) {
         Some(addr) => e.context(format!(
-            "brook broker serves this data directory on {addr}: use a Kafka client there \
-             (kcat -b {addr} -L) or stop the broker to use it from brook topic, produce, \
-             consume or run"
+            "brook broker serves this data directory on {addr}: brook topic, produce, consume \
+             and group go through it, as any Kafka client (kcat -b {addr} -L); stop the \
+             broker to use it from brook run"
         )),
         None => e,
     }

@@ -1,17 +1,15 @@
 //! `brook topic`, `produce`, `consume` and `group`: the commands on the embedded log.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufWriter, Write};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use brook::core::config::{parse_duration_ms, parse_size_bytes};
-use brook::log::{
-    format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, IsolationLevel, Log,
-    OffsetReset, ProducerRecord, Record, Topic, TopicConfig, TopicPartition,
-};
+use brook::log::{IsolationLevel, OffsetReset, ProducerRecord, Record, ResetTo, TopicConfig};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+
+use super::log_access::LogAccess;
+use super::remote_reader::ReadSpec;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {
@@ -57,6 +55,19 @@ pub(crate) enum TopicCommand {
         /// Topic name.
         name: String,
     },
+    /// Change a topic's configs (as kafka-configs --alter --add-config), by Kafka's
+    /// names: retention.ms, retention.bytes, segment.bytes, segment.ms,
+    /// max.message.bytes, index.interval.bytes, cleanup.policy, delete.retention.ms,
+    /// min.compaction.lag.ms, min.cleanable.dirty.ratio.
+    Alter {
+        /// Topic name.
+        name: String,
+        /// NAME=VALUE (repeatable); durations in ms or with units (7d), sizes in bytes
+        /// or with units (1GiB), -1 or none for no limit; cleanup.policy=compact,
+        /// min.cleanable.dirty.ratio=0.5.
+        #[arg(long = "config", value_name = "NAME=VALUE", required = true)]
+        configs: Vec<String>,
+    },
     /// Grow a topic to N partitions (changes where keys land).
     AddPartitions {
         /// Topic name.
@@ -99,8 +110,15 @@ pub(crate) struct ConsumeArgs {
     #[arg(long)]
     group: Option<String>,
     /// Without a committed offset, start at the oldest record (default: only new ones).
-    #[arg(long)]
+    /// The same as `--auto-offset-reset earliest`.
+    #[arg(long, conflicts_with = "auto_offset_reset")]
     from_beginning: bool,
+    /// Where to start without a committed offset, or when the group's committed offset
+    /// is outside the log (deleted by retention, or beyond the end), as Kafka's
+    /// `auto.offset.reset`: `earliest`, `latest` (the default) or `none` (fail, naming
+    /// the offset).
+    #[arg(long, value_name = "POLICY")]
+    auto_offset_reset: Option<String>,
     /// Read partition P from offset O (repeatable); only these partitions are read.
     /// An offset past the partition's end is an error naming the end.
     #[arg(long, value_name = "P:O", conflicts_with = "from_beginning")]
@@ -123,11 +141,69 @@ pub(crate) enum GroupCommand {
     List,
     /// Show a group's committed offset, end offset, last stable offset and lag per
     /// partition (lag = last stable offset - committed: what a read-committed
-    /// consumer has left to read).
+    /// consumer has left to read). A committed offset outside the log shows
+    /// `out-of-range` as its lag.
     Describe {
         /// Group name.
         group: String,
     },
+    /// Move a group's committed offsets on every partition of a topic (as
+    /// kafka-consumer-groups --reset-offsets); refused while the group has members.
+    /// Prints the plan; commits it unless --dry-run.
+    ResetOffsets {
+        /// Group name.
+        group: String,
+        /// The topic whose partitions are reset.
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        to: ResetTarget,
+        /// Print the plan without committing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Where `group reset-offsets` moves the offsets: exactly one.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ResetTarget {
+    /// To the log start offset.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To the log end offset.
+    #[arg(long)]
+    to_latest: bool,
+    /// To the first offset at or after this time: RFC 3339
+    /// (2024-05-01T12:00:00+02:00), or without a zone as UTC (2024-05-01T10:00:00.000).
+    #[arg(long, value_name = "DATETIME")]
+    to_datetime: Option<String>,
+    /// To this offset (moved into the log's range when outside, with a warning).
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<u64>,
+}
+
+impl ResetTarget {
+    fn resolve(&self) -> Result<ResetTo> {
+        Ok(match (&self.to_datetime, self.to_offset) {
+            (Some(text), _) => ResetTo::Timestamp(parse_datetime_ms(text)?),
+            (None, Some(o)) => ResetTo::Offset(o),
+            _ if self.to_earliest => ResetTo::Earliest,
+            _ => ResetTo::Latest,
+        })
+    }
+}
+
+/// Ms since the epoch of an RFC 3339 time, or of one without a zone taken as UTC.
+fn parse_datetime_ms(text: &str) -> Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .map(|t| t.and_utc().timestamp_millis())
+        .with_context(|| {
+            format!("--to-datetime {text:?}: expected a time such as 2024-05-01T12:00:00 (UTC) or 2024-05-01T12:00:00+02:00")
+        })
 }
 
 /// `println!` that returns an error instead of panicking when stdout is closed (for
@@ -145,7 +221,7 @@ fn optional(text: &str) -> Option<&str> {
     }
 }
 
-pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
+pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
     match cmd {
         TopicCommand::Create {
             name,
@@ -189,26 +265,36 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             outln!("created topic {name} with {partitions} partition(s)");
         }
         TopicCommand::List => {
-            for name in log.topics() {
+            for name in log.topics()? {
                 outln!("{name}");
             }
         }
         TopicCommand::Describe { name } => {
             let info = log.describe_topic(&name)?;
-            let c = &info.config;
+            let dash = || "-".to_string();
             let show_ms = |v: Option<i64>| v.map_or("none".to_string(), |ms| format!("{ms}ms"));
+            // Through a broker that does not serve DescribeConfigs the configs are `-`.
+            let (retention, retention_bytes, segment_bytes, segment_ms, max_record_bytes) =
+                match &info.config {
+                    Some(c) => (
+                        show_ms(c.retention_ms),
+                        c.retention_bytes
+                            .map_or("none".to_string(), |b| b.to_string()),
+                        c.segment_bytes.to_string(),
+                        show_ms(c.segment_ms),
+                        c.max_record_bytes.to_string(),
+                    ),
+                    None => (dash(), dash(), dash(), dash(), dash()),
+                };
             outln!(
-                "topic {}  partitions {}  retention {}  retention-bytes {}  segment-bytes {}  segment-ms {}  max-record-bytes {}  cleanup.policy {}",
+                "topic {}  partitions {}  retention {retention}  retention-bytes {retention_bytes}  segment-bytes {segment_bytes}  segment-ms {segment_ms}  max-record-bytes {max_record_bytes}  cleanup.policy {}",
                 info.name,
                 info.partitions.len(),
-                show_ms(c.retention_ms),
-                c.retention_bytes.map_or("none".to_string(), |b| b.to_string()),
-                c.segment_bytes,
-                show_ms(c.segment_ms),
-                c.max_record_bytes,
-                c.cleanup_policy,
+                info.config
+                    .as_ref()
+                    .map_or_else(dash, |c| c.cleanup_policy.to_string()),
             );
-            if c.cleanup_policy.compacts() {
+            if let Some(c) = info.config.as_ref().filter(|c| c.cleanup_policy.compacts()) {
                 outln!(
                     "compaction: delete.retention.ms {}  min.compaction.lag.ms {}  min.cleanable.dirty.ratio {}",
                     c.delete_retention_ms,
@@ -216,24 +302,28 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
                     c.min_cleanable_dirty_ratio.0,
                 );
             }
+            // FUTURE-HELD: closed segments time retention keeps only because they
+            // hold a record stamped in the future (a warning names each).
             outln!(
-                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                 "PARTITION",
                 "START",
                 "END",
                 "STABLE",
                 "BYTES",
-                "SEGMENTS"
+                "SEGMENTS",
+                "FUTURE-HELD"
             );
             for p in info.partitions {
                 outln!(
-                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9}",
+                    "{:>9} {:>12} {:>12} {:>12} {:>14} {:>9} {:>11}",
                     p.partition,
-                    p.log_start_offset,
-                    p.log_end_offset,
-                    p.last_stable_offset,
-                    p.size_bytes,
-                    p.segments
+                    p.start,
+                    p.end,
+                    p.stable,
+                    p.size_bytes.map_or_else(dash, |b| b.to_string()),
+                    p.segments.map_or_else(dash, |s| s.to_string()),
+                    p.future_held.map_or_else(dash, |s| s.to_string())
                 );
             }
         }
@@ -241,9 +331,24 @@ pub(crate) fn topic_command(log: &Log, cmd: TopicCommand) -> Result<()> {
             log.delete_topic(&name)?;
             outln!("deleted topic {name}");
         }
+        TopicCommand::Alter { name, configs } => {
+            let log = log.local("brook topic alter")?;
+            let mut config = (*log.topic(&name)?.config()).clone();
+            for kv in &configs {
+                let (k, v) = kv.split_once('=').with_context(|| {
+                    format!("--config {kv:?}: expected NAME=VALUE, such as retention.ms=86400000")
+                })?;
+                config
+                    .set(k.trim(), v.trim())
+                    .with_context(|| format!("--config {kv}"))?;
+            }
+            log.alter_topic(&name, config)?;
+            for kv in &configs {
+                outln!("topic {name}: set {kv}");
+            }
+        }
         TopicCommand::AddPartitions { name, partitions } => {
-            let before = log.topic(&name)?.partition_count();
-            log.add_partitions(&name, partitions)?;
+            let before = log.add_partitions(&name, partitions)?;
             eprintln!(
                 "warning: topic {name} grew from {before} to {partitions} partitions; keys now map to \
                  different partitions, so a key's new records may land on another partition than \
@@ -269,19 +374,8 @@ fn key_of(line_no: usize, line: &str, field: &str) -> Result<Option<Vec<u8>>> {
     })
 }
 
-pub(crate) fn produce(log: &Log, args: ProduceArgs) -> Result<()> {
-    let topic = log.topic(&args.topic)?;
-    let max = topic.config().max_record_bytes as usize;
-    let mut batch = Vec::with_capacity(args.batch as usize);
-    let mut written = 0u64;
-    let flush = |topic: &Topic, batch: &mut Vec<ProducerRecord>, written: &mut u64| -> Result<()> {
-        if !batch.is_empty() {
-            let n = batch.len() as u64;
-            topic.append(std::mem::take(batch)).context("appending")?;
-            *written += n;
-        }
-        Ok(())
-    };
+pub(crate) fn produce(log: &LogAccess, args: ProduceArgs) -> Result<()> {
+    let mut writer = log.writer(&args.topic, args.batch as usize)?;
     let stdin = io::stdin();
     let mut result = Ok(());
     for (i, line) in stdin.lock().lines().enumerate() {
@@ -328,20 +422,13 @@ pub(crate) fn produce(log: &Log, args: ProduceArgs) -> Result<()> {
             tombstone,
             ..Default::default()
         };
-        let size = record_len(&record);
-        if size > max {
-            result = Err(anyhow::anyhow!(
-                "line {line_no}: record of {size} bytes exceeds the topic's maximum record size of {max} bytes"
-            ));
+        if let Err(e) = writer.send(line_no, record) {
+            result = Err(e);
             break;
-        }
-        batch.push(record);
-        if batch.len() >= args.batch as usize {
-            flush(&topic, &mut batch, &mut written)?;
         }
     }
     // Lines before a bad one are still written: nothing accepted is dropped.
-    flush(&topic, &mut batch, &mut written)?;
+    let written = writer.finish()?;
     eprintln!("produced {written} record(s) to {}", args.topic);
     result
 }
@@ -381,85 +468,43 @@ fn record_json(partition: u32, r: &Record) -> Value {
     })
 }
 
-pub(crate) async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
-    let topic = log.topic(&args.topic)?;
-    let mut config = ConsumerConfig {
+pub(crate) async fn consume(log: &LogAccess, args: ConsumeArgs) -> Result<()> {
+    let isolation = args.isolation.parse::<IsolationLevel>()?;
+    let spec = ReadSpec {
         group: args.group.clone(),
-        client_id: "brook-cli".into(),
-        auto_offset_reset: if args.from_beginning {
-            OffsetReset::Earliest
-        } else {
-            OffsetReset::Latest
+        from_beginning: args.from_beginning,
+        offsets: args
+            .offset
+            .iter()
+            .map(|o| parse_offset_arg(o))
+            .collect::<Result<_>>()?,
+        isolation,
+        auto_offset_reset: match (&args.auto_offset_reset, args.from_beginning) {
+            (Some(policy), _) => policy
+                .parse::<OffsetReset>()
+                .context("--auto-offset-reset")?,
+            (None, true) => OffsetReset::Earliest,
+            (None, false) => OffsetReset::Latest,
         },
-        strategy: AssignmentStrategy::Range,
-        isolation: args.isolation.parse::<IsolationLevel>()?,
-        ..ConsumerConfig::default()
     };
-    let mut consumer = if !args.offset.is_empty() {
-        let mut starts = Vec::new();
-        for o in &args.offset {
-            let (p, off) = parse_offset_arg(o)?;
-            // Past the end is an error, as Kafka's OffsetOutOfRange (kcat reports it);
-            // the end itself is where the next record will be: nothing yet, no error.
-            let end = topic.partition(p)?.log_end_offset();
-            if off > end {
-                bail!(
-                    "--offset {o}: past the end of partition {p} of {}, which ends at offset {end} (the next record's)",
-                    args.topic
-                );
-            }
-            starts.push((TopicPartition::new(args.topic.clone(), p), off));
-        }
-        config.auto_offset_reset = OffsetReset::None;
-        let tps = starts.iter().map(|(tp, _)| tp.clone()).collect();
-        let mut c = Consumer::assign(log.clone(), tps, config)?;
-        for (tp, off) in &starts {
-            c.seek(tp, *off)?;
-        }
-        c
-    } else if args.group.is_some() {
-        Consumer::subscribe(log.clone(), vec![args.topic.clone()], config)?
-    } else {
-        let tps = (0..topic.partition_count())
-            .map(|p| TopicPartition::new(args.topic.clone(), p))
-            .collect();
-        Consumer::assign(log.clone(), tps, config)?
-    };
+    let mut reader = log.reader(&args.topic, &spec)?;
 
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut printed = 0u64;
-    // What the group has consumed so far: every assigned partition starts at its
-    // initial position, so a commit covers partitions nothing was printed from too.
-    let mut done: BTreeMap<TopicPartition, u64> = BTreeMap::new();
-    if args.group.is_some() {
-        for tp in consumer.assignment() {
-            let start = consumer.position(&tp)?;
-            done.insert(tp, start);
-        }
-    }
     let max = args.max.unwrap_or(u64::MAX);
     let mut interrupted = false;
     'outer: while printed < max {
+        // Only what will be printed is taken, so a group commits exactly that.
+        let limit = usize::try_from(max - printed).unwrap_or(usize::MAX);
         let batch = if args.follow {
             tokio::select! {
-                r = consumer.poll(Duration::from_secs(1)) => r?,
+                r = reader.poll(limit, true) => r?,
                 _ = tokio::signal::ctrl_c() => { interrupted = true; break 'outer; }
             }
         } else {
-            consumer.try_poll()?
+            reader.poll(limit, false).await?
         };
-        if args.group.is_some() {
-            // A partition this poll returned nothing from is consumed up to the
-            // consumer's position, which a reset may have moved (when retention deleted
-            // the committed offset), as a Kafka consumer commits its position.
-            let fetched: BTreeSet<u32> = batch.iter().map(|cr| cr.partition).collect();
-            for (tp, o) in done.iter_mut() {
-                if !fetched.contains(&tp.partition) {
-                    *o = consumer.position(tp)?;
-                }
-            }
-        }
         if batch.is_empty() && !args.follow {
             break;
         }
@@ -473,53 +518,83 @@ pub(crate) async fn consume(log: &Log, args: ConsumeArgs) -> Result<()> {
                 break 'outer;
             }
             printed += 1;
-            done.insert(
-                TopicPartition::new(args.topic.clone(), cr.partition),
-                cr.record.offset + 1,
-            );
+            reader.printed(&args.topic, cr.partition, cr.record.offset);
         }
         if out.flush().is_err() {
             break;
         }
-        if args.group.is_some() {
-            let offsets: Vec<_> = done.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
-            consumer
-                .commit_offsets(&offsets)
-                .context("committing offsets")?;
-        }
+        reader.commit()?;
     }
     let _ = out.flush();
     drop(out);
-    if args.group.is_some() {
-        // Also when nothing was printed: the group then goes on from where this run
-        // started (the end, without --from-beginning), as a Kafka consumer commits its
-        // positions on close. Unchanged offsets are not rewritten.
-        let offsets: Vec<_> = done.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
-        consumer
-            .commit_offsets(&offsets)
-            .context("committing offsets")?;
-    }
+    // Also when nothing was printed: the group then goes on from where this run
+    // started (the end, without --from-beginning), as a Kafka consumer commits its
+    // positions on close. Unchanged offsets are not rewritten.
+    reader.commit()?;
     if printed == 0 && !args.from_beginning && args.offset.is_empty() && !interrupted {
         eprintln!("no new records (use --from-beginning to read from the start)");
     }
-    consumer.close().context("leaving the group")?;
+    reader.close()?;
     Ok(())
 }
 
-pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
+pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
     match cmd {
         GroupCommand::List => {
-            for g in log.groups() {
+            for g in log.groups()? {
                 outln!("{g}");
             }
         }
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            dry_run,
+        } => {
+            let rows = log
+                .local("brook group reset-offsets")?
+                .reset_offsets(&group, &topic, to.resolve()?, dry_run)
+                .with_context(|| {
+                    format!("resetting the offsets of group {group:?} (only possible while it has no members, as Kafka: stop its consumers first)")
+                })?;
+            outln!(
+                "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT",
+                "NEW-OFFSET"
+            );
+            for r in &rows {
+                if let Some(asked) = r.clamped_from {
+                    eprintln!(
+                        "warning: offset {asked} is outside {}-{}; it is set to {}, the log's {}",
+                        r.topic,
+                        r.partition,
+                        r.new_offset,
+                        if asked < r.new_offset { "start" } else { "end" }
+                    );
+                }
+                outln!(
+                    "{:<24} {:<24} {:>9} {:>12} {:>12}",
+                    group,
+                    r.topic,
+                    r.partition,
+                    r.current.map_or_else(|| "-".to_string(), |c| c.to_string()),
+                    r.new_offset
+                );
+            }
+            if dry_run {
+                eprintln!("dry run: nothing committed");
+            }
+        }
         GroupCommand::Describe { group } => {
-            let rows = log.group_lag(&group)?;
-            if rows.is_empty() {
+            let (rows, members) = log.group_lag(&group)?;
+            if rows.is_empty() && members.is_empty() {
                 bail!("group {group:?} has no committed offsets and no members");
             }
             outln!(
-                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  MEMBER",
+                "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  MEMBER",
                 "TOPIC",
                 "PARTITION",
                 "COMMITTED",
@@ -528,16 +603,66 @@ pub(crate) fn group_command(log: &Log, cmd: GroupCommand) -> Result<()> {
                 "LAG"
             );
             let dash = || "-".to_string();
+            let out_of_range: Vec<String> = rows
+                .iter()
+                .filter(|r| r.out_of_range)
+                .map(|r| {
+                    format!(
+                        "{}-{} (log {}..{})",
+                        r.topic, r.partition, r.log_start_offset, r.log_end_offset
+                    )
+                })
+                .collect();
             for r in rows {
+                let lag = if r.out_of_range {
+                    "out-of-range".to_string()
+                } else {
+                    r.lag.map_or_else(dash, |l| l.to_string())
+                };
                 outln!(
-                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>10}  {}",
+                    "{:<24} {:>9} {:>12} {:>12} {:>12} {:>12}  {}",
                     r.topic,
                     r.partition,
                     r.committed.map_or_else(dash, |c| c.to_string()),
                     r.log_end_offset,
                     r.last_stable_offset,
-                    r.lag.map_or_else(dash, |l| l.to_string()),
+                    lag,
                     r.member.unwrap_or_else(dash),
+                );
+            }
+            // Live members, as kafka-consumer-groups --describe --members: after a
+            // blank line, so the partition table stays one block.
+            if !members.is_empty() {
+                outln!();
+                outln!(
+                    "{:<48} {:<24} {:<24}  PARTITIONS",
+                    "MEMBER",
+                    "CLIENT-ID",
+                    "HOST"
+                );
+                for m in members {
+                    let parts: Vec<String> = m
+                        .partitions
+                        .iter()
+                        .map(|(t, p)| format!("{t}/{p}"))
+                        .collect();
+                    outln!(
+                        "{:<48} {:<24} {:<24}  {}",
+                        m.member_id,
+                        m.client_id,
+                        m.host,
+                        if parts.is_empty() {
+                            dash()
+                        } else {
+                            parts.join(",")
+                        }
+                    );
+                }
+            }
+            if !out_of_range.is_empty() {
+                eprintln!(
+                    "note: committed offsets outside the log on {}: the group's next consumer resets them by its auto.offset.reset (earliest, latest; none fails), or move them with `brook group reset-offsets`",
+                    out_of_range.join(", ")
                 );
             }
         }

@@ -6,8 +6,12 @@
 
 pub(crate) mod broker_cli;
 pub(crate) mod group_worker;
+pub(crate) mod log_access;
 pub(crate) mod log_cli;
 pub(crate) mod metrics_http;
+pub(crate) mod remote_log;
+pub(crate) mod remote_reader;
+pub(crate) mod remote_writer;
 pub(crate) mod run;
 pub(crate) mod runner_cli;
 pub(crate) mod totals;

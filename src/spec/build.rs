@@ -28,9 +28,9 @@ use serde_json::json;
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable};
 use super::{
-    connect_timeout_ms, file_format, late_input, FileFormat, Isolation, KafkaAssignment,
-    KafkaStartSpec, LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec, SourceSpec, SpecError,
-    StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
+    connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat, Isolation,
+    KafkaAssignment, KafkaStartSpec, LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec,
+    SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
 };
 
 /// A job ready to start, and what to report about it.
@@ -610,15 +610,21 @@ fn build_with(
             SinkSpec::Log {
                 topic,
                 key_field,
+                transaction_timeout,
                 parallelism,
                 ..
             } => {
                 let log = need_log(field.clone())?;
                 log.topic(topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                let timeout_ms = log_transaction_timeout_ms(
+                    transaction_timeout,
+                    &format!("{field}.transaction_timeout"),
+                )?;
                 // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
-                let mut sink =
-                    LogSink::<Row>::json(log, topic.clone()).transactional_id_prefix(&spec.name);
+                let mut sink = LogSink::<Row>::json(log, topic.clone())
+                    .transactional_id_prefix(&spec.name)
+                    .transaction_timeout_ms(timeout_ms);
                 if let Some(k) = key_field.clone() {
                     sink = sink.key_by(move |r: &Row| match r.get(&k) {
                         Some(serde_json::Value::String(s)) => s.clone(),

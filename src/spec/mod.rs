@@ -657,6 +657,12 @@ pub enum SinkSpec {
         /// partition); keyless records are spread.
         #[serde(default)]
         key_field: Option<String>,
+        /// With checkpoints: the writers' `transaction.timeout.ms` (Kafka's name, also
+        /// accepted as the key): the log aborts a transaction still undecided this
+        /// long after its first record (default 15m, the most the log allows; see
+        /// `LogSink::transaction_timeout_ms`).
+        #[serde(default, alias = "transaction.timeout.ms")]
+        transaction_timeout: Option<DurationSpec>,
         /// Parallel writers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -1382,11 +1388,18 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 }
             }
             SinkSpec::Log {
-                topic, parallelism, ..
+                topic,
+                parallelism,
+                transaction_timeout,
+                ..
             } => {
                 check_parallelism(&field, *parallelism)?;
                 validate_name("topic", topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                log_transaction_timeout_ms(
+                    transaction_timeout,
+                    &format!("{field}.transaction_timeout"),
+                )?;
             }
             SinkSpec::Kafka {
                 bootstrap,
@@ -1630,6 +1643,27 @@ fn check_group_mode(field: &str, spec: &JobSpec, group: Option<&str>) -> Result<
         ));
     }
     Ok(())
+}
+
+/// A log sink's `transaction_timeout` in ms (default
+/// [`brook_connectors::LOG_SINK_TRANSACTION_TIMEOUT_MS`]); between 1 ms and the log's
+/// maximum ([`brook_log::MAX_TRANSACTION_TIMEOUT_MS`], Kafka's
+/// `transaction.max.timeout.ms`).
+pub(crate) fn log_transaction_timeout_ms(
+    d: &Option<DurationSpec>,
+    field: &str,
+) -> Result<u64, SpecError> {
+    let Some(d) = d else {
+        return Ok(brook_connectors::LOG_SINK_TRANSACTION_TIMEOUT_MS);
+    };
+    let max = brook_log::MAX_TRANSACTION_TIMEOUT_MS;
+    match d.ms(field)?.unsigned_abs() {
+        ms if ms == 0 || ms > max => Err(SpecError::new(
+            field,
+            format!("{ms} ms must be between 1 ms and {max} ms (the log's transaction.max.timeout.ms, as Kafka's)"),
+        )),
+        ms => Ok(ms),
+    }
 }
 
 /// A Kafka source's or sink's `connect_timeout` in ms (default

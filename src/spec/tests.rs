@@ -40,6 +40,35 @@ fn a_good_spec_resolves_inputs() {
     assert_eq!(v.sink_inputs, vec!["step-3".to_string()]);
 }
 
+/// A log sink's `transaction_timeout` (Kafka's `transaction.timeout.ms`, also
+/// accepted by that name): a duration up to the log's maximum (15 minutes).
+#[test]
+fn a_log_sink_takes_a_transaction_timeout_up_to_the_logs_maximum() {
+    let yaml = |t: &str| {
+        format!("name: x\nsources:\n  - {{name: s, connector: log, topic: t}}\nsinks:\n  - {{name: o, connector: log, topic: u, {t}}}\n")
+    };
+    for ok in ["transaction_timeout: 15m", "transaction.timeout.ms: 60000"] {
+        check(&yaml(ok)).expect(ok);
+    }
+    for (bad, want) in [
+        (
+            "transaction_timeout: 16m",
+            "sinks[0] (o).transaction_timeout: 960000 ms must be between 1 ms and 900000 ms",
+        ),
+        (
+            "transaction_timeout: 0",
+            "sinks[0] (o).transaction_timeout: 0 ms must be between",
+        ),
+        (
+            "transaction_timeout: soon",
+            "sinks[0] (o).transaction_timeout: \"soon\"",
+        ),
+    ] {
+        let e = check(&yaml(bad)).expect_err(bad).to_string();
+        assert!(e.contains(want), "{bad}\nwant: {want}\ngot: {e}");
+    }
+}
+
 /// Each broken spec, and (part of) the message it must produce.
 #[test]
 fn a_log_source_takes_an_isolation_level() {

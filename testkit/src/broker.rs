@@ -26,6 +26,9 @@ impl BrokerProcess {
     /// # Panics
     /// If the broker exits or writes no address in time (a test failure).
     pub fn start(binary: &Path, data_dir: &Path, extra: &[&str]) -> BrokerProcess {
+        // A broker SIGKILLed before leaves its address behind: waiting for the file
+        // would find the dead broker's address, not this one's.
+        let _ = std::fs::remove_file(brook_broker::address_file(data_dir));
         let child = Command::new(binary)
             .arg("--data-dir")
             .arg(data_dir)
@@ -70,4 +73,23 @@ pub fn kafka_python(target_tmpdir: &Path, manifest_dir: &Path) -> PathBuf {
         "installing kafka-python from PyPI failed: {status}"
     );
     dir
+}
+
+/// kcat's path, installed from Debian's packages by `scripts/kcat.sh` of the
+/// workspace at `manifest_dir` if it is missing.
+///
+/// # Panics
+/// If the install fails.
+pub fn kcat(manifest_dir: &Path) -> PathBuf {
+    let output = Command::new("bash")
+        .arg(manifest_dir.join("scripts/kcat.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/kcat.sh");
+    assert!(
+        output.status.success(),
+        "installing kcat failed: {}",
+        output.status
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }

@@ -16,8 +16,8 @@ admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
 admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
 admin.close()
 
-# kafka-python 3 turns idempotence on by default; brook broker does not serve it yet
-# (no InitProducerId), so a plain producer is asked for.
+# A plain producer (kafka-python 3 turns idempotence on by default):
+# kafka_python_txn.py covers idempotent and transactional ones.
 producer = KafkaProducer(
     bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=False
 )

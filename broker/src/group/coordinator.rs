@@ -106,15 +106,22 @@ impl Coordinator {
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncReply {
         let rx = {
             let now = self.now_ms();
             let mut inner = self.lock();
             let (ticket, rx) = inner.ticket();
-            let replies = inner
-                .groups
-                .sync(group, generation, member_id, assignments, now, ticket);
+            let replies = inner.groups.sync(
+                group,
+                generation,
+                member_id,
+                instance,
+                assignments,
+                now,
+                ticket,
+            );
             inner.deliver(replies);
             rx
         };
@@ -133,19 +140,27 @@ impl Coordinator {
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
     ) -> Result<(), ResponseError> {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let (result, replies) = inner.groups.heartbeat(group, generation, member_id, now);
+        let (result, replies) = inner
+            .groups
+            .heartbeat(group, generation, member_id, instance, now);
         inner.deliver(replies);
         result
     }
 
-    /// A LeaveGroup of one member.
-    pub fn leave(&self, group: &str, member_id: &str) -> Result<(), ResponseError> {
+    /// A LeaveGroup of one member (by member id, or by a static member's instance id).
+    pub fn leave(
+        &self,
+        group: &str,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> Result<(), ResponseError> {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let (result, replies) = inner.groups.leave(group, member_id, now);
+        let (result, replies) = inner.groups.leave(group, member_id, instance, now);
         inner.deliver(replies);
         result
     }
@@ -157,13 +172,14 @@ impl Coordinator {
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
         write: impl FnOnce() -> T,
     ) -> Result<T, ResponseError> {
         let now = self.now_ms();
         let mut inner = self.lock();
         let (result, replies) = inner
             .groups
-            .validate_commit(group, generation, member_id, now);
+            .validate_commit(group, generation, member_id, instance, now);
         inner.deliver(replies);
         result.map(|()| write())
     }
@@ -185,5 +201,13 @@ impl Coordinator {
     /// A group's state and members.
     pub fn describe(&self, group: &str) -> Option<GroupSummary> {
         self.lock().groups.describe(group)
+    }
+
+    /// Runs `f` on the group's state and members (`None`: no member ever joined)
+    /// under the lock, so no member joins between `f`'s check and its write
+    /// (OffsetDelete).
+    pub fn with_group<T>(&self, group: &str, f: impl FnOnce(Option<&GroupSummary>) -> T) -> T {
+        let inner = self.lock();
+        f(inner.groups.describe(group).as_ref())
     }
 }

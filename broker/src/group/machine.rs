@@ -19,7 +19,15 @@
 //! answers held until every known member rejoined or the rebalance timeout passed, then
 //! the members that did not rejoin are removed) → `CompletingRebalance` (a new
 //! generation; SyncGroup answers held until the leader's SyncGroup brings the
-//! assignment) → `Stable`.
+//! assignment) → `Stable`. Members that sent no SyncGroup within the rebalance
+//! timeout after the join phase ended are removed (Kafka's pending-sync expiry), as
+//! are members that did not rejoin within it: a consumer stuck past its
+//! `max.poll.interval.ms` cannot hold the group.
+//!
+//! Static members (KIP-345, `group.instance.id`) keep their place across restarts:
+//! the instance id maps to the current member id; a join without member id of a
+//! known instance replaces the old incarnation (its requests get FENCED_INSTANCE_ID)
+//! and, in a stable group, gets its old assignment without a rebalance.
 
 use std::collections::BTreeMap;
 
@@ -72,8 +80,11 @@ pub struct Join {
     /// The assignors the member supports, preferred first, with its metadata for each.
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a first join gets MEMBER_ID_REQUIRED and a member id to join
-    /// with (KIP-394).
+    /// with (KIP-394); not for static members, as Kafka.
     pub require_known_member_id: bool,
+    /// JoinGroup v5+: the client's `group.instance.id`, making it a static member
+    /// (KIP-345).
+    pub group_instance_id: Option<String>,
 }
 
 /// A JoinGroup answer.
@@ -148,6 +159,8 @@ impl State {
 pub struct MemberSummary {
     /// Its id.
     pub member_id: String,
+    /// Its `group.instance.id` if it is a static member.
+    pub group_instance_id: Option<String>,
     /// Its `client.id`.
     pub client_id: String,
     /// Its address.
@@ -185,6 +198,11 @@ struct Member {
     join: Option<Ticket>,
     sync: Option<Ticket>,
     assignment: Bytes,
+    /// KIP-345's `group.instance.id`.
+    instance: Option<String>,
+    /// Sent its SyncGroup in this generation (Kafka's pending-sync members are the
+    /// others).
+    synced: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +216,9 @@ struct Group {
     /// Member ids handed out with MEMBER_ID_REQUIRED, until when they may join.
     pending: BTreeMap<String, i64>,
     rebalance_deadline_ms: i64,
+    /// Until when members of the current generation may send their SyncGroup
+    /// (Kafka's pending-sync timeout: the rebalance timeout from the join phase's end).
+    sync_deadline_ms: i64,
     seq: u64,
 }
 
@@ -212,6 +233,7 @@ impl Group {
             members: BTreeMap::new(),
             pending: BTreeMap::new(),
             rebalance_deadline_ms: 0,
+            sync_deadline_ms: 0,
             seq: 0,
         }
     }
@@ -235,6 +257,108 @@ impl Group {
                     .iter()
                     .all(|m| m.protocols.iter().any(|(n, _)| n == name))
             })
+    }
+
+    /// The member id a static member's instance id maps to.
+    fn static_member(&self, instance: &str) -> Option<String> {
+        self.members
+            .iter()
+            .find(|(_, m)| m.instance.as_deref() == Some(instance))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Kafka's `validateCurrentMember`: with an instance id, the instance must be a
+    /// member and its current member id `member_id` (FENCED_INSTANCE_ID when it is
+    /// another: a restarted static member took its place); without one, `member_id`
+    /// must be a member.
+    fn validate_member(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        match instance {
+            Some(i) => match self.static_member(i) {
+                Some(current) if current != member_id => Err(ResponseError::FencedInstanceId),
+                Some(_) => Ok(()),
+                None => Err(ResponseError::UnknownMemberId),
+            },
+            None if self.members.contains_key(member_id) => Ok(()),
+            None => Err(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// KIP-345: a static member joins again (a restart) without a member id. It takes
+    /// the place of its earlier incarnation under `new_id`, whose held requests get
+    /// FENCED_INSTANCE_ID. In a stable group whose assignor stays the same, it gets the
+    /// current generation at once and its old assignment from its SyncGroup: no
+    /// rebalance, the other members notice nothing. The leader named in its answer is
+    /// the one before the replacement, so a restarted leader does not assign again
+    /// (Kafka's rule). In any other state the group rebalances (while completing, the
+    /// leader may already be assigning to the old member id).
+    fn replace_static(
+        &mut self,
+        old_id: &str,
+        new_id: String,
+        r: Join,
+        now_ms: i64,
+        ticket: Ticket,
+        replies: &mut Vec<Reply>,
+    ) {
+        let Some(old) = self.members.remove(old_id) else {
+            return;
+        };
+        if let Some(t) = old.join {
+            replies.push(Reply::Join(
+                t,
+                join_error(ResponseError::FencedInstanceId, old_id),
+            ));
+        }
+        if let Some(t) = old.sync {
+            replies.push(Reply::Sync(t, sync_error(ResponseError::FencedInstanceId)));
+        }
+        let previous_leader = self.leader.clone();
+        if self.leader == old_id {
+            self.leader = new_id.clone();
+        }
+        self.members.insert(
+            new_id.clone(),
+            Member {
+                client_id: r.client_id,
+                client_host: r.client_host,
+                session_timeout_ms: r.session_timeout_ms,
+                rebalance_timeout_ms: r.rebalance_timeout_ms,
+                protocol_type: r.protocol_type,
+                protocols: r.protocols,
+                last_seen_ms: now_ms,
+                join: None,
+                sync: None,
+                assignment: old.assignment,
+                instance: r.group_instance_id,
+                synced: old.synced,
+            },
+        );
+        if self.state == State::Stable && self.choose_protocol() == self.protocol {
+            replies.push(Reply::Join(
+                ticket,
+                JoinReply {
+                    error: None,
+                    generation: self.generation,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: self.protocol.clone(),
+                    leader: previous_leader,
+                    member_id: new_id,
+                    members: Vec::new(),
+                },
+            ));
+            return;
+        }
+        if let Some(m) = self.members.get_mut(&new_id) {
+            m.join = Some(ticket);
+        }
+        if self.state != State::PreparingRebalance {
+            self.prepare_rebalance(now_ms, replies);
+        }
+        self.try_complete_join(now_ms, false, replies);
     }
 
     /// Kafka's vote: among the assignors every member supports, each member votes for
@@ -319,10 +443,18 @@ impl Group {
             .iter()
             .map(|(id, m)| (id.clone(), metadata_for(m, &self.protocol)))
             .collect();
+        let timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        self.sync_deadline_ms = now_ms.saturating_add(timeout);
         for (id, m) in &mut self.members {
             // The session restarts with the new generation.
             m.last_seen_ms = now_ms;
             m.assignment = Bytes::new();
+            m.synced = false;
             if let Some(t) = m.join.take() {
                 let reply = JoinReply {
                     error: None,
@@ -354,6 +486,17 @@ impl Group {
         if self.members.len() != before
             && matches!(self.state, State::Stable | State::CompletingRebalance)
         {
+            self.prepare_rebalance(now_ms, replies);
+        }
+        // Kafka's pending-sync expiry (max.poll.interval.ms as the rebalance timeout):
+        // members that got their JoinGroup answer but sent no SyncGroup within the
+        // rebalance timeout are removed, so a stuck member (or a leader that never
+        // assigns) cannot hold the others in their SyncGroup forever.
+        if matches!(self.state, State::Stable | State::CompletingRebalance)
+            && now_ms >= self.sync_deadline_ms
+            && self.members.values().any(|m| !m.synced)
+        {
+            self.members.retain(|_, m| m.synced);
             self.prepare_rebalance(now_ms, replies);
         }
         let force = self.state == State::PreparingRebalance && now_ms >= self.rebalance_deadline_ms;
@@ -419,14 +562,29 @@ impl ClassicGroups {
             .groups
             .entry(r.group.clone())
             .or_insert_with(Group::new);
-        if !g.accepts(&r.member_id, &r.protocol_type, &r.protocols) {
+        // A restarting static member (no member id, a known instance id) replaces
+        // its earlier incarnation.
+        let known_static = match (&r.group_instance_id, r.member_id.is_empty()) {
+            (Some(instance), true) => g.static_member(instance),
+            _ => None,
+        };
+        let except = known_static.as_deref().unwrap_or(&r.member_id);
+        if !g.accepts(except, &r.protocol_type, &r.protocols) {
             replies.extend(fail(ResponseError::InconsistentGroupProtocol));
             return replies;
         }
         let member_id = if r.member_id.is_empty() {
             g.seq += 1;
-            let id = format!("{}-{}-{}", r.client_id, self.limits.member_id_nonce, g.seq);
-            if r.require_known_member_id {
+            // Kafka names a static member after its instance id.
+            let prefix = r.group_instance_id.as_deref().unwrap_or(&r.client_id);
+            let id = format!("{prefix}-{}-{}", self.limits.member_id_nonce, g.seq);
+            if let Some(old) = known_static {
+                g.replace_static(&old, id, r, now_ms, ticket, &mut replies);
+                return replies;
+            }
+            // Static members skip the KIP-394 handshake: their instance id already
+            // identifies them (Kafka's rule).
+            if r.require_known_member_id && r.group_instance_id.is_none() {
                 // KIP-394: the client joins again with this id; it is valid for a
                 // session timeout.
                 g.pending
@@ -438,6 +596,13 @@ impl ClassicGroups {
                 return replies;
             }
             id
+        } else if r.group_instance_id.is_some() {
+            // A known member id must be the instance's current one.
+            if let Err(e) = g.validate_member(&r.member_id, r.group_instance_id.as_deref()) {
+                replies.extend(fail(e));
+                return replies;
+            }
+            r.member_id.clone()
         } else if g.pending.remove(&r.member_id).is_some() || g.members.contains_key(&r.member_id) {
             r.member_id.clone()
         } else {
@@ -492,6 +657,8 @@ impl ClassicGroups {
                 join: Some(ticket),
                 sync: None,
                 assignment: Bytes::new(),
+                instance: r.group_instance_id,
+                synced: false,
             },
         );
         if let Some(p) = previous {
@@ -518,12 +685,14 @@ impl ClassicGroups {
     }
 
     /// A SyncGroup: `assignments` (member id, assignment) from the leader, empty from
-    /// the others.
+    /// the others; `instance` is the static member's instance id (v3+).
+    #[allow(clippy::too_many_arguments)]
     pub fn sync(
         &mut self,
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
         assignments: Vec<(String, Bytes)>,
         now_ms: i64,
         ticket: Ticket,
@@ -535,8 +704,8 @@ impl ClassicGroups {
             replies.push(fail(ResponseError::UnknownMemberId));
             return replies;
         };
-        if !g.members.contains_key(member_id) {
-            replies.push(fail(ResponseError::UnknownMemberId));
+        if let Err(e) = g.validate_member(member_id, instance) {
+            replies.push(fail(e));
             return replies;
         }
         if generation != g.generation {
@@ -558,6 +727,7 @@ impl ClassicGroups {
                 let assignment = m
                     .map(|m| {
                         m.last_seen_ms = now_ms;
+                        m.synced = true;
                         m.assignment.clone()
                     })
                     .unwrap_or_default();
@@ -566,6 +736,7 @@ impl ClassicGroups {
             State::CompletingRebalance => {
                 if let Some(m) = g.members.get_mut(member_id) {
                     m.last_seen_ms = now_ms;
+                    m.synced = true;
                     if let Some(old) = m.sync.replace(ticket) {
                         replies.push(Reply::Sync(
                             old,
@@ -589,22 +760,27 @@ impl ClassicGroups {
         replies
     }
 
-    /// A Heartbeat: `Ok` or the error Kafka answers, with the replies of any
-    /// expiry it triggered.
+    /// A Heartbeat (`instance`: a static member's instance id, v3+): `Ok` or the
+    /// error Kafka answers, with the replies of any expiry it triggered.
     pub fn heartbeat(
         &mut self,
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
         now_ms: i64,
     ) -> (Result<(), ResponseError>, Vec<Reply>) {
         let mut replies = Vec::new();
         self.expire_group(group, now_ms, &mut replies);
         let result = match self.groups.get_mut(group) {
             None => Err(ResponseError::UnknownMemberId),
-            Some(g) => match g.members.get_mut(member_id) {
-                None => Err(ResponseError::UnknownMemberId),
-                Some(m) => {
+            Some(g) => match g
+                .validate_member(member_id, instance)
+                .map(|()| g.members.get_mut(member_id))
+            {
+                Err(e) => Err(e),
+                Ok(None) => Err(ResponseError::UnknownMemberId),
+                Ok(Some(m)) => {
                     m.last_seen_ms = now_ms;
                     if generation != g.generation {
                         Err(ResponseError::IllegalGeneration)
@@ -622,10 +798,19 @@ impl ClassicGroups {
     }
 
     /// A LeaveGroup of one member: its partitions go to the others in a rebalance.
+    ///
+    /// Kafka's rules (KIP-345): an empty `member_id` with an `instance` removes that
+    /// static member whatever its current member id (the administrative removal,
+    /// `kafka-consumer-groups --delete`-style); a member id handed out by
+    /// MEMBER_ID_REQUIRED and not used yet is forgotten; otherwise the member must be
+    /// current (FENCED_INSTANCE_ID for a stale incarnation of a static member). A
+    /// static member that stops without a LeaveGroup (librdkafka and the Java client
+    /// send none for static members) keeps its place until its session times out.
     pub fn leave(
         &mut self,
         group: &str,
         member_id: &str,
+        instance: Option<&str>,
         now_ms: i64,
     ) -> (Result<(), ResponseError>, Vec<Reply>) {
         let mut replies = Vec::new();
@@ -633,6 +818,19 @@ impl ClassicGroups {
         let Some(g) = self.groups.get_mut(group) else {
             return (Err(ResponseError::UnknownMemberId), replies);
         };
+        let target = if member_id.is_empty() {
+            match instance.and_then(|i| g.static_member(i)) {
+                Some(id) => id,
+                None => return (Err(ResponseError::UnknownMemberId), replies),
+            }
+        } else if g.pending.remove(member_id).is_some() {
+            return (Ok(()), replies);
+        } else if let Err(e) = g.validate_member(member_id, instance) {
+            return (Err(e), replies);
+        } else {
+            member_id.to_owned()
+        };
+        let member_id = target.as_str();
         let Some(m) = g.members.remove(member_id) else {
             return (Err(ResponseError::UnknownMemberId), replies);
         };
@@ -656,12 +854,14 @@ impl ClassicGroups {
     /// (Kafka's order of checks): a commit with generation -1 (a consumer that
     /// assigns itself) only while the group has no members; none while the group
     /// waits for its assignment; otherwise a current member of the current
-    /// generation. A commit counts as a heartbeat.
+    /// generation (and, with `instance` (v7+), the static member's current
+    /// incarnation). A commit counts as a heartbeat.
     pub fn validate_commit(
         &mut self,
         group: &str,
         generation: i32,
         member_id: &str,
+        instance: Option<&str>,
         now_ms: i64,
     ) -> (Result<(), ResponseError>, Vec<Reply>) {
         let mut replies = Vec::new();
@@ -673,10 +873,14 @@ impl ClassicGroups {
             Some(g) if g.state == State::CompletingRebalance => {
                 Err(ResponseError::RebalanceInProgress)
             }
-            Some(g) => match g.members.get_mut(member_id) {
-                None => Err(ResponseError::UnknownMemberId),
-                Some(_) if generation != g.generation => Err(ResponseError::IllegalGeneration),
-                Some(m) => {
+            Some(g) => match g
+                .validate_member(member_id, instance)
+                .map(|()| g.members.get_mut(member_id))
+            {
+                Err(e) => Err(e),
+                Ok(None) => Err(ResponseError::UnknownMemberId),
+                Ok(Some(_)) if generation != g.generation => Err(ResponseError::IllegalGeneration),
+                Ok(Some(m)) => {
                     m.last_seen_ms = now_ms;
                     Ok(())
                 }
@@ -722,6 +926,7 @@ impl ClassicGroups {
                 .iter()
                 .map(|(id, m)| MemberSummary {
                     member_id: id.clone(),
+                    group_instance_id: m.instance.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     metadata: metadata_for(m, &g.protocol),

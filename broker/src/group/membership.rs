@@ -31,13 +31,14 @@ fn text(s: &str) -> StrBytes {
 }
 
 /// This broker coordinates every group (key type 0) and every transactional id
-/// (key type 1, not served yet: COORDINATOR_NOT_AVAILABLE).
+/// (key type 1); other key types (share groups) get COORDINATOR_NOT_AVAILABLE.
 pub fn find_coordinator(
     request: &FindCoordinatorRequest,
     version: i16,
     advertised: &Advertised,
 ) -> FindCoordinatorResponse {
-    let error = (request.key_type != 0).then_some(ResponseError::CoordinatorNotAvailable);
+    let error =
+        (!matches!(request.key_type, 0 | 1)).then_some(ResponseError::CoordinatorNotAvailable);
     let host = text(&advertised.host);
     let port = i32::from(advertised.port);
     if version >= 4 {
@@ -89,6 +90,12 @@ pub async fn join_group(
             .map(|p| (p.name.to_string(), p.metadata))
             .collect(),
         require_known_member_id: version >= 4,
+        // v5+; an empty one counts as none, as Kafka.
+        group_instance_id: request
+            .group_instance_id
+            .as_deref()
+            .filter(|i| !i.is_empty())
+            .map(str::to_owned),
     };
     let reply = coordinator.join(join).await;
     let mut response = JoinGroupResponse::default()
@@ -130,6 +137,7 @@ pub async fn sync_group(
             &request.group_id.0,
             request.generation_id,
             &request.member_id,
+            request.group_instance_id.as_deref(),
             assignments,
         )
         .await;
@@ -150,6 +158,7 @@ pub fn heartbeat(coordinator: &Coordinator, request: &HeartbeatRequest) -> Heart
         &request.group_id.0,
         request.generation_id,
         &request.member_id,
+        request.group_instance_id.as_deref(),
     );
     HeartbeatResponse::default().with_error_code(code(result.err()))
 }
@@ -162,14 +171,14 @@ pub fn leave_group(
 ) -> LeaveGroupResponse {
     let group = &request.group_id.0;
     if version < 3 {
-        let result = coordinator.leave(group, &request.member_id);
+        let result = coordinator.leave(group, &request.member_id, None);
         return LeaveGroupResponse::default().with_error_code(code(result.err()));
     }
     let members = request
         .members
         .iter()
         .map(|m| {
-            let result = coordinator.leave(group, &m.member_id);
+            let result = coordinator.leave(group, &m.member_id, m.group_instance_id.as_deref());
             MemberResponse::default()
                 .with_member_id(m.member_id.clone())
                 .with_group_instance_id(m.group_instance_id.clone())
@@ -248,6 +257,9 @@ pub fn describe_groups(
                             .map(|m| {
                                 DescribedGroupMember::default()
                                     .with_member_id(text(&m.member_id))
+                                    .with_group_instance_id(
+                                        m.group_instance_id.as_deref().map(text),
+                                    )
                                     .with_client_id(text(&m.client_id))
                                     .with_client_host(text(&m.client_host))
                                     .with_member_metadata(m.metadata)

@@ -7,7 +7,8 @@
 //!   waiting on held JoinGroup and SyncGroup answers;
 //! - [`membership`]: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //!   ListGroups, DescribeGroups as request → response mappings;
-//! - [`offsets`]: OffsetCommit and OffsetFetch on the log's committed-offset store.
+//! - [`offsets`]: OffsetCommit and OffsetFetch on the log's committed-offset store;
+//! - [`offset_delete`]: OffsetDelete, refused for topics the group is subscribed to.
 //!
 //! These groups are separate from the server-side-assigned groups of the log's own
 //! consumers (`brook_log::GroupCoordinator`, `brook consume --group`): Kafka's
@@ -17,6 +18,7 @@
 pub mod coordinator;
 pub mod machine;
 pub mod membership;
+pub mod offset_delete;
 pub mod offsets;
 
 pub use coordinator::Coordinator;

@@ -61,6 +61,7 @@ pub fn offset_commit(
         group,
         request.generation_id_or_member_epoch,
         &request.member_id,
+        request.group_instance_id.as_deref(),
         || log.commit_offsets(group, &CommitIdentity::Standalone, &offsets),
     );
     let whole: i16 = match written {

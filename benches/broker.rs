@@ -1,0 +1,315 @@
+//! Broker benchmark: librdkafka (the `rdkafka` crate) producing into and fetching from
+//! `brook broker`, each beside the in-process append / read of the same records on the
+//! same log in the same run (the ratio is what the Kafka protocol, the socket and the
+//! client cost on top of the log), and produce latency at half of the maximum rate.
+//!
+//! Run with `cargo bench --bench broker`. The broker is `brook_broker::Server` on a
+//! tokio runtime inside this process (the same code as `brook broker`), on 127.0.0.1,
+//! with the log's default fsync policy on both sides. See `benches/README.md` for the
+//! latest results. Environment:
+//!
+//! - `BROOK_BENCH_SCALE` (default 1.0) multiplies the record count (1 M; 0.1 for a
+//!   smoke run);
+//! - `BROOK_BENCH_REPS` (default 3) is how many times each measurement and its
+//!   baseline run, interleaved; the table shows medians.
+//!
+//! Records: 100-byte values, no key (partitions chosen round-robin by the bench),
+//! `linger.ms=5`, no compression. MB/s counts the 100 value bytes per record.
+#![allow(clippy::disallowed_methods)] // measuring time is the point: Instant::now
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use brook_broker::{BrokerConfig, Server};
+use brook_log::{Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
+use hdrhistogram::Histogram;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{
+    BaseRecord, DefaultProducerContext, Producer, ProducerContext, ThreadedProducer,
+};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+const VALUE_LEN: usize = 100;
+/// Records per in-process append call (librdkafka's batches are of this order).
+const APPEND_BATCH: usize = 10_000;
+
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// A broker serving `log` on a free loopback port, on its own runtime thread.
+fn serve(log: Log) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let config = BrokerConfig {
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                ..BrokerConfig::default()
+            };
+            let server = Server::bind(&config, log).await.unwrap();
+            tx.send(server.local_addr()).unwrap();
+            server.run().await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn client(addr: SocketAddr) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr.to_string());
+    c
+}
+
+fn producer_config(addr: SocketAddr, acks: &str) -> ClientConfig {
+    let mut c = client(addr);
+    c.set("acks", acks)
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "false")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("batch.size", "1000000")
+        .set("message.timeout.ms", "60000");
+    c
+}
+
+/// rdkafka: `n` records round-robin into `partitions`, then flush. Seconds.
+fn rdkafka_produce(addr: SocketAddr, topic: &str, partitions: i32, acks: &str, n: usize) -> f64 {
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        producer_config(addr, acks).create().unwrap();
+    let value = [b'v'; VALUE_LEN];
+    let start = Instant::now();
+    for i in 0..n {
+        let mut record = BaseRecord::<(), _>::to(topic)
+            .partition((i % partitions as usize) as i32)
+            .payload(&value[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    // Queue full: wait for deliveries.
+                    record = r;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+    start.elapsed().as_secs_f64()
+}
+
+/// In-process: the same records appended to the same log, in batches. Seconds.
+fn log_append(log: &Log, topic: &str, partitions: u32, n: usize) -> f64 {
+    let t = log.topic(topic).unwrap();
+    let parts: Vec<_> = (0..partitions).map(|p| t.partition(p).unwrap()).collect();
+    let value = bytes::Bytes::from_static(&[b'v'; VALUE_LEN]);
+    let per = n / partitions as usize;
+    let start = Instant::now();
+    for p in &parts {
+        let mut left = per;
+        while left > 0 {
+            let k = left.min(APPEND_BATCH);
+            let batch: Vec<_> = (0..k).map(|_| ProducerRecord::new(value.clone())).collect();
+            p.append(&batch).unwrap();
+            left -= k;
+        }
+    }
+    for p in &parts {
+        p.flush().unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// rdkafka: a consumer assigned every partition from the start reads `n` records.
+fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+    let consumer: BaseConsumer = client(addr)
+        .set("group.id", "bench")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("queued.min.messages", "1000000")
+        .set("fetch.max.bytes", "52428800")
+        .set("max.partition.fetch.bytes", "10485760")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let start = Instant::now();
+    let mut got = 0usize;
+    let mut bytes = 0usize;
+    while got < n {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            bytes += rdkafka::Message::payload(&m).map_or(0, <[u8]>::len);
+            got += 1;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "fetch stalled at {got}"
+        );
+    }
+    std::hint::black_box(bytes);
+    start.elapsed().as_secs_f64()
+}
+
+/// In-process: the same `n` records read from the log.
+fn log_read(log: &Log, topic: &str, partitions: u32, n: usize) -> f64 {
+    let t = log.topic(topic).unwrap();
+    let start = Instant::now();
+    let mut got = 0usize;
+    let mut bytes = 0usize;
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let part = t.partition(p).unwrap();
+        let end = part.log_end_offset();
+        let mut at = part.log_start_offset();
+        while at < end {
+            out.clear();
+            part.read_into(at, ReadLimit::default(), &mut out).unwrap();
+            for r in &out {
+                bytes += r.value.len();
+                at = r.offset + 1;
+            }
+            got += out.len();
+            if out.is_empty() {
+                break;
+            }
+        }
+    }
+    assert!(got >= n, "read {got} of {n}");
+    std::hint::black_box(bytes);
+    start.elapsed().as_secs_f64()
+}
+
+/// A producer context that records each record's send-to-acknowledgement time.
+struct Latency(Arc<Mutex<Histogram<u64>>>);
+
+impl ClientContext for Latency {}
+
+impl ProducerContext for Latency {
+    type DeliveryOpaque = Box<Instant>;
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Instant>) {
+        if result.is_ok() {
+            let us = sent.elapsed().as_micros() as u64;
+            self.0.lock().unwrap().record(us.max(1)).unwrap();
+        }
+    }
+}
+
+/// Produces at `rate` records/s for `secs` (acks=all, one partition) and returns the
+/// latency histogram (µs).
+fn produce_latency(addr: SocketAddr, topic: &str, rate: f64, secs: f64) -> Histogram<u64> {
+    let hist = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap(),
+    ));
+    let producer: ThreadedProducer<Latency> = producer_config(addr, "all")
+        .create_with_context(Latency(Arc::clone(&hist)))
+        .unwrap();
+    let value = [b'v'; VALUE_LEN];
+    let n = (rate * secs) as u64;
+    let start = Instant::now();
+    for i in 0..n {
+        let due = start + Duration::from_secs_f64(i as f64 / rate);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        let record =
+            BaseRecord::<(), [u8], Box<Instant>>::with_opaque_to(topic, Box::new(Instant::now()))
+                .partition(0)
+                .payload(&value[..]);
+        if producer.send(record).is_err() {
+            panic!("the local queue filled at half of the maximum rate");
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let h = hist.lock().unwrap().clone();
+    h
+}
+
+fn main() {
+    let scale = env_f64("BROOK_BENCH_SCALE", 1.0);
+    let reps = env_f64("BROOK_BENCH_REPS", 3.0).max(1.0) as usize;
+    let n = ((1_000_000.0 * scale) as usize).max(8_000) / 8 * 8;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let addr = serve(log.clone());
+    println!(
+        "broker bench: {n} records of {VALUE_LEN} bytes, {reps} reps (medians), broker on {addr}"
+    );
+    println!("| case | brook broker (rdkafka) | in-process log | ratio |\n|---|---|---|---|");
+    let mut topic_no = 0;
+    let mut max_single_rate = 0.0f64;
+    for partitions in [1u32, 8] {
+        for acks in ["1", "all"] {
+            let (mut remote, mut local) = (Vec::new(), Vec::new());
+            let mut fetch_remote = Vec::new();
+            let mut fetch_local = Vec::new();
+            for _ in 0..reps {
+                topic_no += 1;
+                let a = format!("bench-{topic_no}-broker");
+                let b = format!("bench-{topic_no}-local");
+                log.create_topic(&a, partitions, TopicConfig::default())
+                    .unwrap();
+                log.create_topic(&b, partitions, TopicConfig::default())
+                    .unwrap();
+                remote.push(n as f64 / rdkafka_produce(addr, &a, partitions as i32, acks, n));
+                local.push(n as f64 / log_append(&log, &b, partitions, n));
+                if acks == "1" {
+                    fetch_remote.push(n as f64 / rdkafka_fetch(addr, &a, partitions as i32, n));
+                    fetch_local.push(n as f64 / log_read(&log, &b, partitions, n));
+                }
+                log.delete_topic(&a).unwrap();
+                log.delete_topic(&b).unwrap();
+            }
+            let (r, l) = (median(remote), median(local));
+            if partitions == 1 && acks == "all" {
+                max_single_rate = r;
+            }
+            let mb = |rate: f64| rate * VALUE_LEN as f64 / 1e6;
+            println!(
+                "| produce, {partitions} partition(s), acks={acks} | {:.0} K rec/s ({:.0} MB/s) | {:.0} K rec/s ({:.0} MB/s) | {:.2} |",
+                r / 1e3, mb(r), l / 1e3, mb(l), r / l
+            );
+            if !fetch_remote.is_empty() {
+                let (r, l) = (median(fetch_remote), median(fetch_local));
+                println!(
+                    "| fetch, {partitions} partition(s) | {:.0} K rec/s ({:.0} MB/s) | {:.0} K rec/s ({:.0} MB/s) | {:.2} |",
+                    r / 1e3, mb(r), l / 1e3, mb(l), r / l
+                );
+            }
+        }
+    }
+    let rate = max_single_rate / 2.0;
+    log.create_topic("bench-latency", 1, TopicConfig::default())
+        .unwrap();
+    let secs = (5.0 * scale).clamp(1.0, 10.0);
+    let h = produce_latency(addr, "bench-latency", rate, secs);
+    println!(
+        "\nproduce latency (acks=all, 1 partition, linger.ms=5) at {:.0} K rec/s (half of the maximum above), {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        rate / 1e3,
+        h.len(),
+        h.value_at_quantile(0.5) as f64 / 1e3,
+        h.value_at_quantile(0.99) as f64 / 1e3,
+        h.value_at_quantile(0.999) as f64 / 1e3,
+        h.max() as f64 / 1e3,
+    );
+}

@@ -1,0 +1,101 @@
+//! The broker's idempotent producers: the producer ids it hands out and the sequence
+//! state of every (producer id, partition) ([`crate::idempotence`]).
+//!
+//! The state lives in memory only. The log's batch format keeps the producer fields
+//! of transactional batches but not of plain ones, so it cannot be rebuilt from the
+//! log on start as Kafka does: after a broker restart every producer is one without
+//! state, whose next batch is taken whatever its sequence (Kafka's rule for a
+//! producer it has no entry for). A batch that was appended just before a crash and
+//! retried after the restart is therefore appended twice; within one broker process
+//! a retry is never appended twice.
+//!
+//! Producer ids of idempotent producers are `start time (ms) * 2^10 + n`: unique
+//! across broker restarts without writing anything (a restart one millisecond later
+//! starts 1024 ids further on), and far above the ids the log's transaction
+//! coordinator gives transactional ids (counted from 0), so the two never meet.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use brook_core::time::SharedClock;
+
+use crate::idempotence::PartitionProducers;
+
+/// One partition's state, shared by the connections producing to it.
+type Shared = Arc<Mutex<PartitionProducers>>;
+
+/// Producer ids and sequence state, shared by every connection.
+#[derive(Debug)]
+pub struct Producers {
+    next_id: AtomicI64,
+    /// By topic, then partition (looked up by `&str`, without allocating).
+    partitions: Mutex<HashMap<String, HashMap<u32, Shared>>>,
+    clock: SharedClock,
+}
+
+impl Producers {
+    /// Fresh state; producer ids start from the clock's time.
+    pub fn new(clock: SharedClock) -> Self {
+        let first = clock.now_ms().max(0).saturating_mul(1 << 10);
+        Producers {
+            next_id: AtomicI64::new(first),
+            partitions: Mutex::new(HashMap::new()),
+            clock,
+        }
+    }
+
+    /// A producer id no producer had before (InitProducerId without a transactional id).
+    pub fn new_producer_id(&self) -> i64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The clock's time (ms), for [`PartitionProducers::appended`].
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The sequence state of one partition. Held across the check and the append of
+    /// a batch, so two requests of one producer cannot both pass the same check; one
+    /// lock per batch, not per record.
+    pub fn partition(&self, topic: &str, partition: u32) -> Shared {
+        let mut all = self
+            .partitions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = all.get(topic).and_then(|t| t.get(&partition)) {
+            return Arc::clone(p);
+        }
+        Arc::clone(
+            all.entry(topic.to_string())
+                .or_default()
+                .entry(partition)
+                .or_default(),
+        )
+    }
+}
+
+/// Locks one partition's state; the state machine does not panic halfway, so a
+/// poisoned lock only means another task panicked elsewhere.
+pub fn lock(p: &Mutex<PartitionProducers>) -> MutexGuard<'_, PartitionProducers> {
+    p.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use brook_core::time::ManualClock;
+
+    use super::*;
+
+    #[test]
+    fn producer_ids_are_distinct_and_above_the_logs() {
+        let producers = Producers::new(ManualClock::new(1_700_000_000_000).shared());
+        let a = producers.new_producer_id();
+        let b = producers.new_producer_id();
+        assert_ne!(a, b);
+        assert!(a >= 1_700_000_000_000 << 10);
+        // A broker started a millisecond later starts past the first one's first 1024.
+        let later = Producers::new(ManualClock::new(1_700_000_000_001).shared());
+        assert_eq!(later.new_producer_id(), a + 1024);
+    }
+}

@@ -1,0 +1,225 @@
+//! The broker's admin APIs with clients brook did not write: librdkafka's admin
+//! client (the `rdkafka` crate) deletes topics, adds partitions and describes topic
+//! and broker configs, kcat (Debian's, on librdkafka) sees and uses the added
+//! partitions, and kafka-python's KafkaAdminClient does the same and deletes a
+//! group's committed offsets (OffsetDelete). The broker is the real binary.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use brook_testkit::broker::{kafka_python, kcat, BrokerProcess};
+use brook_testkit::process::wait_bounded;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
+    TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+
+fn start(dir: &Path) -> BrokerProcess {
+    BrokerProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_brook")),
+        dir,
+        &["--group-min-session-timeout-ms", "500"],
+    )
+}
+
+fn config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("socket.timeout.ms", "10000")
+        .set("message.timeout.ms", "10000");
+    c
+}
+
+/// Partition counts of every topic, from a fresh Metadata request.
+fn partition_counts(bootstrap: &str) -> Vec<(String, usize)> {
+    let consumer: BaseConsumer = config(bootstrap).create().expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    let mut topics: Vec<(String, usize)> = metadata
+        .topics()
+        .iter()
+        .map(|t| (t.name().to_owned(), t.partitions().len()))
+        .collect();
+    topics.sort();
+    topics
+}
+
+/// Runs kcat with `args` (and `input` on stdin), at most 20 s; its stdout.
+fn run_kcat(args: &[&str], input: &str) -> String {
+    let mut child = Command::new(kcat(Path::new(env!("CARGO_MANIFEST_DIR"))))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kcat");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("write to kcat");
+    }
+    let output = match wait_bounded(child, Duration::from_secs(20)) {
+        Ok(o) if o.status.success() => o,
+        Ok(o) | Err(o) => panic!(
+            "kcat {args:?} failed: {}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    };
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn rdkafka_admin_deletes_topics_adds_partitions_and_describes_configs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let bootstrap = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> =
+        config(&bootstrap).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let topics = [
+        NewTopic::new("snacks", 2, TopicReplication::Fixed(1)).set("retention.ms", "60000"),
+        NewTopic::new("drinks", 1, TopicReplication::Fixed(1)),
+    ];
+    let created = rt
+        .block_on(admin.create_topics(&topics, &options))
+        .expect("create topics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+
+    // DescribeConfigs: the topic's value that was set, a default, the broker's setting.
+    let described = rt
+        .block_on(admin.describe_configs(
+            &[
+                ResourceSpecifier::Topic("snacks"),
+                ResourceSpecifier::Broker(0),
+            ],
+            &options,
+        ))
+        .expect("describe configs");
+    let topic = described[0].as_ref().expect("topic configs");
+    let retention = topic.get("retention.ms").expect("retention.ms");
+    assert_eq!(retention.value.as_deref(), Some("60000"));
+    assert_eq!(retention.source, ConfigSource::DynamicTopic);
+    assert!(!retention.is_default && !retention.is_read_only);
+    let segment = topic.get("segment.bytes").expect("segment.bytes");
+    assert_eq!(segment.value.as_deref(), Some("1073741824"));
+    assert_eq!(segment.source, ConfigSource::Default);
+    let broker_configs = described[1].as_ref().expect("broker configs");
+    let min_session = broker_configs
+        .get("group.min.session.timeout.ms")
+        .expect("group.min.session.timeout.ms");
+    assert_eq!(min_session.value.as_deref(), Some("500"));
+    assert_eq!(min_session.source, ConfigSource::StaticBroker);
+    assert!(min_session.is_read_only);
+
+    // CreatePartitions: snacks grows to 5; drinks cannot shrink or stay.
+    let grown = rt
+        .block_on(admin.create_partitions(
+            &[
+                NewPartitions::new("snacks", 5),
+                NewPartitions::new("drinks", 1),
+            ],
+            &options,
+        ))
+        .expect("create partitions");
+    assert_eq!(grown[0], Ok("snacks".to_owned()));
+    assert_eq!(
+        grown[1],
+        Err(("drinks".to_owned(), RDKafkaErrorCode::InvalidPartitions))
+    );
+    assert_eq!(
+        partition_counts(&bootstrap),
+        vec![("drinks".to_owned(), 1), ("snacks".to_owned(), 5)]
+    );
+    // kcat sees the new partitions and writes to and reads from the last one.
+    let listing = run_kcat(&["-b", &bootstrap, "-L", "-t", "snacks"], "");
+    assert!(
+        listing.contains("topic \"snacks\" with 5 partitions"),
+        "{listing}"
+    );
+    run_kcat(
+        &["-b", &bootstrap, "-t", "snacks", "-P", "-p", "4", "-K:"],
+        "k1:crisps\nk2:nuts\n",
+    );
+    let read = run_kcat(
+        &[
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            "snacks",
+            "-p",
+            "4",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%k=%s@%o\\n",
+        ],
+        "",
+    );
+    assert_eq!(read, "k1=crisps@0\nk2=nuts@1\n");
+
+    // DeleteTopics: drinks goes (and may be created again, empty); an unknown topic
+    // is an error of its own.
+    let deleted = rt
+        .block_on(admin.delete_topics(&["drinks", "nothing"], &options))
+        .expect("delete topics");
+    assert_eq!(deleted[0], Ok("drinks".to_owned()));
+    assert_eq!(
+        deleted[1],
+        Err((
+            "nothing".to_owned(),
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        ))
+    );
+    assert_eq!(partition_counts(&bootstrap), vec![("snacks".to_owned(), 5)]);
+    let listing = run_kcat(&["-b", &bootstrap, "-L"], "");
+    assert!(!listing.contains("\"drinks\""), "{listing}");
+    let again = rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new("drinks", 3, TopicReplication::Fixed(1))],
+            &options,
+        ))
+        .expect("create again");
+    assert!(again.iter().all(Result::is_ok), "{again:?}");
+}
+
+#[test]
+fn kafka_python_admin_describes_configs_adds_partitions_and_deletes() {
+    let python_path = kafka_python(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_admin.py");
+    let child = Command::new("python3")
+        .arg(&script)
+        .arg(broker.bootstrap())
+        .env("PYTHONPATH", &python_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let (ok, output) = match wait_bounded(child, Duration::from_secs(60)) {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    assert!(
+        ok,
+        "kafka-python admin failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
