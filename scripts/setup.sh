@@ -26,6 +26,13 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 if ! [ -e /usr/include/curl/curl.h ] && ! ls /usr/include/*-linux-gnu/curl/curl.h >/dev/null 2>&1; then
   need_apt+=(libcurl4-openssl-dev)
 fi
+# The tests' librdkafka is built with OpenSSL (its SASL SCRAM needs it:
+# tests/broker_sasl.rs); kcat is one of the Kafka clients those tests use.
+if ! [ -e /usr/include/openssl/ssl.h ]; then
+  need_apt+=(libssl-dev)
+fi
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "brook setup: installing ${need_apt[*]} (apt-get)" >&2

@@ -23,3 +23,10 @@ cargo test --workspace --doc
 # `--test broker` also names the root's tests/broker.rs (the Kafka-protocol broker),
 # which has no ignored tests.
 cargo test --workspace --test broker --test kafka_kill_restore --test kafka_group -- --ignored
+# The same tests against brook's own broker (`brook broker` on a free port: scripts/
+# brook-broker.sh; in a subshell, so its EXIT trap stops it while the noida-db broker
+# above keeps its own). Nothing is compiled again; they add about 45 s.
+(
+  source scripts/brook-broker.sh
+  cargo test --workspace --test broker --test kafka_kill_restore --test kafka_group -- --ignored
+)

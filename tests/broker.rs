@@ -454,7 +454,9 @@ fn null_values_round_trip_and_compacted_topics_refuse_keyless_records() {
     assert!(
         matches!(
             e,
-            KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidRecord)
+            rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::InvalidRecord
+            )
         ),
         "{e:?}"
     );

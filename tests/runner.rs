@@ -22,7 +22,7 @@ const EVENTS: i64 = 30_000;
 
 const BROOK: &str = env!("CARGO_BIN_EXE_brook");
 
-use brook_testkit::binary::{run_brook, run_brook_err, run_brook_ok};
+use brook_testkit::binary::{example_binary, run_brook, run_brook_err, run_brook_ok};
 use brook_testkit::log_job::{self, outputs};
 use brook_testkit::process::wait_for;
 
@@ -355,22 +355,6 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
     );
 }
 
-/// Where cargo put `examples/runner_job.rs` (built by `cargo test --all-targets`).
-fn runner_job_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let debug = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let bin = debug.join("examples").join("runner_job");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p brook --example runner_job` (cargo test --all-targets does)",
-        bin.display()
-    );
-    bin
-}
-
 fn sorted_lines(path: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_to_string(path)
         .expect("read output")
@@ -383,7 +367,7 @@ fn sorted_lines(path: &Path) -> Vec<String> {
 
 #[test]
 fn a_builder_api_binary_is_supervised_and_restarted_with_exactly_once_output() {
-    let bin = runner_job_binary();
+    let bin = example_binary("runner_job");
     let dir = tempfile::tempdir().expect("tempdir");
     // The binary on its own, without a runner.
     let clean = dir.path().join("clean.jsonl");

@@ -1,7 +1,7 @@
 //! ApiVersions: the APIs this broker serves and their version ranges.
 //!
 //! Only what is served is advertised (Kafka's KIP-35/KIP-511 rule): a client that
-//! needs an API that is missing here (SASL) reports it as unsupported at once. The ranges
+//! needs an API that is missing here reports it as unsupported at once. The ranges
 //! cover what librdkafka 2.x and kafka-python 2.x negotiate; each one stops before a
 //! version that would need something the log does not have (topic ids: Metadata v10,
 //! Fetch v13; the max-timestamp query: ListOffsets v7), and starts at the first
@@ -48,6 +48,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::EndTxn, 0, 3),
+    // SASL SCRAM (crate::sasl); advertised on every listener, as Kafka does.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The version range served for `key`, or `None` if the API is not served.
@@ -99,11 +102,11 @@ mod tests {
             keys,
             vec![
                 0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 37, 32, 47, 22, 24, 25,
-                28, 26
+                28, 26, 17, 36
             ]
         );
-        // Not served yet: SASL.
-        assert!(supported(ApiKey::SaslHandshake).is_none());
+        // Not served: DescribeAcls.
+        assert!(supported(ApiKey::DescribeAcls).is_none());
     }
 
     #[test]

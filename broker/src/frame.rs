@@ -16,7 +16,8 @@ use kafka_protocol::messages::{
     EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
     JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
     OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
+    ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -114,6 +115,10 @@ pub enum Request {
     TxnOffsetCommit(TxnOffsetCommitRequest),
     /// EndTxn.
     EndTxn(EndTxnRequest),
+    /// SaslHandshake (crate::sasl).
+    SaslHandshake(SaslHandshakeRequest),
+    /// SaslAuthenticate (crate::sasl).
+    SaslAuthenticate(SaslAuthenticateRequest),
 }
 
 /// A request frame as decoded.
@@ -154,6 +159,13 @@ pub fn check_size(prefix: [u8; 4]) -> Result<usize, FrameError> {
             max: MAX_FRAME_BYTES,
         }),
     }
+}
+
+/// The API a frame's header names, read without decoding anything else; `None` for a
+/// frame too short or an unknown key (which [`parse`] refuses).
+pub fn api_key(frame: &[u8]) -> Option<ApiKey> {
+    let key = i16::from_be_bytes([*frame.first()?, *frame.get(1)?]);
+    ApiKey::try_from(key).ok()
 }
 
 /// Decodes a frame's bytes (without the size prefix).
@@ -239,6 +251,12 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
             Request::TxnOffsetCommit(decode(&mut frame, version).map_err(malformed)?)
         }
         ApiKey::EndTxn => Request::EndTxn(decode(&mut frame, version).map_err(malformed)?),
+        ApiKey::SaslHandshake => {
+            Request::SaslHandshake(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::SaslAuthenticate => {
+            Request::SaslAuthenticate(decode(&mut frame, version).map_err(malformed)?)
+        }
         // is_supported admitted only the APIs above.
         _ => return Err(FrameError::Unsupported { api, version }),
     };
@@ -251,6 +269,15 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
 
 fn decode<T: Decodable>(buf: &mut Bytes, version: i16) -> anyhow::Result<T> {
     T::decode(buf, version)
+}
+
+/// A bare SASL token frame (the size prefix and the token), the answer to a token
+/// sent after SaslHandshake v0.
+pub fn encode_bare_token(token: &[u8]) -> anyhow::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(4 + token.len());
+    buf.put_i32(i32::try_from(token.len())?);
+    buf.put_slice(token);
+    Ok(buf.freeze())
 }
 
 /// A response frame: the size prefix, the response header for `api` at `version`,
@@ -339,6 +366,14 @@ mod tests {
             parse(Bytes::from(f)),
             Err(FrameError::Malformed { .. })
         ));
+    }
+
+    #[test]
+    fn the_api_key_is_read_from_the_first_two_bytes() {
+        let f = frame(ApiKey::Metadata, 9, &MetadataRequest::default());
+        assert_eq!(api_key(&f), Some(ApiKey::Metadata));
+        assert_eq!(api_key(&[0]), None);
+        assert_eq!(api_key(&999i16.to_be_bytes()), None);
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
 //! - [`frame`] checks a request frame and decides what to do with it (answer, or
 //!   close the connection) as a pure function;
+//! - [`sasl`] authenticates clients (SCRAM-SHA-256/512) when users are configured:
+//!   one connection's authentication is a state machine the server consults;
 //! - [`server`] is the thin socket shell: it reads frames, calls the handlers (on
 //!   the blocking pool, as appends may fsync), waits for data for long-polling
 //!   fetches, and writes the responses.
@@ -18,8 +20,9 @@
 //! This serves a single broker (node id 0) that leads every partition; plain,
 //! idempotent ([`idempotence`], [`producers`]) and transactional ([`transactions`])
 //! producers; consumers that assign partitions themselves or form consumer groups of
-//! separate processes ([`group`]: Kafka's classic protocol). SASL and the other APIs
-//! come later; an API that is not served is left out of ApiVersions, so
+//! separate processes ([`group`]: Kafka's classic protocol); clients authenticated
+//! with SASL SCRAM ([`sasl`]) when users are configured. An API that is not served is
+//! left out of ApiVersions, so
 //! clients report it as unsupported instead of waiting. `docs/semantics.md` §
 //! "The log as a Kafka broker" lists the rules.
 
@@ -38,6 +41,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producers;
+pub mod sasl;
 pub mod server;
 pub mod transactions;
 

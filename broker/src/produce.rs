@@ -607,6 +607,7 @@ mod tests {
         );
         let init = txns.init_producer_id(
             &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(60_000)
                 .with_transactional_id(Some(id()))
                 .with_producer_id(ProducerId(-1)),
             &log,

@@ -5,6 +5,10 @@
 //! per connection. Handlers that touch the log run on tokio's blocking pool (an
 //! append may fsync). A frame that cannot be served ([`crate::frame::FrameError`])
 //! is logged with the peer's address and closes that connection only.
+//!
+//! With SASL users configured ([`BrokerConfig::sasl_users`]) every connection first
+//! authenticates ([`crate::sasl::session`]); until then only ApiVersions,
+//! SaslHandshake and SaslAuthenticate are served, and anything else closes it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +31,7 @@ use crate::frame::{self, Decoded, Request};
 use crate::group::{coordinator, membership, offset_delete, offsets, Coordinator, Limits};
 use crate::metadata::Advertised;
 use crate::producers::Producers;
+use crate::sasl::{Authenticator, Users};
 use crate::transactions::Transactions;
 use crate::{
     api_versions, create_partitions, create_topics, delete_topics, describe_configs, fetch,
@@ -36,9 +41,19 @@ use crate::{
 /// How `brook broker` serves.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// Address to listen on; loopback only until SASL is served (port 0: any free
-    /// port). Default `127.0.0.1:9092`, Kafka's port.
+    /// Address to listen on (port 0: any free port). Default `127.0.0.1:9092`, Kafka's
+    /// port. Any address but loopback needs [`BrokerConfig::sasl_users`].
     pub listen: SocketAddr,
+    /// The host clients are told to connect to in Metadata and FindCoordinator
+    /// answers (Kafka's `advertised.listeners`); default: the listen address's IP.
+    /// Required when listening on the wildcard address (0.0.0.0 or ::), which is
+    /// no address a client can connect back to (Kafka refuses to advertise it too).
+    pub advertised_host: Option<String>,
+    /// The users of SASL SCRAM authentication. `Some`: the listener is Kafka's
+    /// `SASL_PLAINTEXT`, every client must authenticate, loopback ones too (Kafka
+    /// decides per listener, not per client address). `None`: `PLAINTEXT`, loopback
+    /// only.
+    pub sasl_users: Option<Arc<Users>>,
     /// Kafka's `auto.create.topics.enable`; brook's default is off
     /// (see [`Advertised::auto_create_topics`]).
     pub auto_create_topics: bool,
@@ -53,6 +68,8 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised_host: None,
+            sasl_users: None,
             auto_create_topics: false,
             default_partitions: 1,
             group_min_session_timeout_ms: Limits::default().min_session_timeout_ms,
@@ -63,10 +80,13 @@ impl Default for BrokerConfig {
 /// Why the broker cannot serve.
 #[derive(Debug, Error)]
 pub enum BrokerError {
-    /// `listen` is not a loopback address: without authentication (SASL, a later
-    /// step) anyone who can reach the port could read and write every topic.
-    #[error("listen address {0} is not loopback: brook broker serves only 127.0.0.1 or ::1 until SASL authentication is supported")]
+    /// `listen` is not a loopback address and no SASL users are configured: anyone
+    /// who can reach the port could read and write every topic.
+    #[error("listen address {0} is not loopback and SASL is not configured: anyone reaching the port could read and write every topic. Add a user with `brook broker user add NAME` (the password from standard input; stored in <data-dir>/users.scram) or pass --sasl-users FILE, or listen on 127.0.0.1")]
     NotLoopback(SocketAddr),
+    /// `listen` is the wildcard address and no advertised host is given.
+    #[error("listen address {0} is the wildcard address, which clients cannot connect back to: pass --advertised-host (Kafka's advertised.listeners) with the name or address clients reach this machine by")]
+    WildcardNotAdvertised(SocketAddr),
     /// `default_partitions` is 0.
     #[error("invalid default_partitions: must be at least 1")]
     NoPartitions,
@@ -85,10 +105,14 @@ impl BrokerConfig {
     /// Checks the configuration.
     ///
     /// # Errors
-    /// [`BrokerError::NotLoopback`], [`BrokerError::NoPartitions`].
+    /// [`BrokerError::NotLoopback`], [`BrokerError::WildcardNotAdvertised`],
+    /// [`BrokerError::NoPartitions`].
     pub fn validate(&self) -> Result<(), BrokerError> {
-        if !self.listen.ip().is_loopback() {
+        if !self.listen.ip().is_loopback() && self.sasl_users.is_none() {
             return Err(BrokerError::NotLoopback(self.listen));
+        }
+        if self.listen.ip().is_unspecified() && self.advertised_host.is_none() {
+            return Err(BrokerError::WildcardNotAdvertised(self.listen));
         }
         if self.default_partitions == 0 {
             return Err(BrokerError::NoPartitions);
@@ -108,6 +132,7 @@ pub struct Server {
     /// The settings DescribeConfigs reports for this broker.
     settings: Arc<Vec<ConfigEntry>>,
     producers: Arc<ProducerState>,
+    sasl_users: Option<Arc<Users>>,
 }
 
 /// What every connection shares about producers: idempotent producers' sequences
@@ -132,7 +157,10 @@ impl Server {
         let listener = TcpListener::bind(config.listen).await.map_err(io)?;
         let addr = listener.local_addr().map_err(io)?;
         let advertised = Advertised {
-            host: addr.ip().to_string(),
+            host: config
+                .advertised_host
+                .clone()
+                .unwrap_or_else(|| addr.ip().to_string()),
             port: addr.port(),
             auto_create_topics: config.auto_create_topics,
             default_partitions: config.default_partitions,
@@ -161,6 +189,7 @@ impl Server {
             groups,
             settings: Arc::new(describe_configs::broker_entries(config)),
             producers,
+            sasl_users: config.sasl_users.clone(),
         })
     }
 
@@ -175,7 +204,7 @@ impl Server {
     /// Never returns on its own; accept errors (out of file descriptors) are logged
     /// and retried after a pause.
     pub async fn run(self) -> Result<(), BrokerError> {
-        info!(addr = %self.addr, "brook broker serving");
+        info!(addr = %self.addr, sasl = self.sasl_users.is_some(), "brook broker serving");
         let ticker = Arc::clone(&self.groups);
         let _ticks = AbortOnDrop(tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_millis(coordinator::TICK_MS));
@@ -192,6 +221,10 @@ impl Server {
                     let groups = Arc::clone(&self.groups);
                     let settings = Arc::clone(&self.settings);
                     let producers = Arc::clone(&self.producers);
+                    let auth = match &self.sasl_users {
+                        Some(users) => Authenticator::sasl(Arc::clone(users), server_nonce()),
+                        None => Authenticator::open(),
+                    };
                     tokio::spawn(async move {
                         let shared = Shared {
                             log,
@@ -200,7 +233,7 @@ impl Server {
                             settings,
                             producers,
                         };
-                        if let Err(e) = connection(stream, peer, shared).await {
+                        if let Err(e) = connection(stream, peer, shared, auth).await {
                             debug!(%peer, "connection ended: {e}");
                         }
                     });
@@ -228,6 +261,7 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     shared: Shared,
+    mut auth: Authenticator,
 ) -> std::io::Result<()> {
     let Shared {
         log,
@@ -252,8 +286,42 @@ async fn connection(
                 return Ok(());
             }
         };
+        if size > auth.max_frame_bytes() {
+            warn!(
+                %peer,
+                "SASL authentication failed: a frame of {size} bytes before authentication (the limit is {} bytes); closing the connection",
+                auth.max_frame_bytes()
+            );
+            return Ok(());
+        }
         let mut body = vec![0u8; size];
         stream.read_exact(&mut body).await?;
+        if auth.expects_bare_token() {
+            // After SaslHandshake v0 the frame is the token itself.
+            let answer = auth.authenticate(&body);
+            if let Some(e) = &answer.failure {
+                // A bare token has no error field: closing is the only answer.
+                warn!(%peer, "SASL authentication failed: {e}; closing the connection");
+                return Ok(());
+            }
+            log_authenticated(peer, answer.authenticated.as_deref());
+            match frame::encode_bare_token(&answer.auth_bytes) {
+                Ok(bytes) => stream.write_all(&bytes).await?,
+                Err(e) => error!("encoding a SASL token: {e}"),
+            }
+            continue;
+        }
+        // Before authentication only the SASL requests are even decoded (the codec
+        // trusts array counts: a crafted request could exhaust memory).
+        if let Some(api) = frame::api_key(&body).filter(|&api| !auth.admits(api)) {
+            warn!(
+                %peer,
+                "SASL authentication failed: unexpected {api:?} request before authentication; closing the connection"
+            );
+            return Ok(());
+        }
+        // Set when the answer is the last thing this connection gets.
+        let mut close = false;
         let response = match frame::parse(Bytes::from(body)) {
             Ok(Decoded::ApiVersionsTooNew {
                 correlation_id,
@@ -406,6 +474,25 @@ async fn connection(
                             blocking(move || offsets::offset_fetch(&r, version, &log)).await?;
                         encode(id, api, version, &resp)
                     }
+                    Request::SaslHandshake(r) => {
+                        let answer = auth.handshake(&r.mechanism, version);
+                        if answer.close {
+                            warn!(%peer, mechanism = %r.mechanism.as_str(), "SASL handshake refused (error {}); closing the connection", answer.error_code);
+                        }
+                        close = answer.close;
+                        encode(id, api, version, &answer.response())
+                    }
+                    Request::SaslAuthenticate(r) => {
+                        let answer = auth.authenticate(&r.auth_bytes);
+                        if let Some(e) = &answer.failure {
+                            warn!(%peer, "SASL authentication failed: {e}; closing the connection");
+                        } else if answer.close {
+                            warn!(%peer, "SaslAuthenticate before SaslHandshake; closing the connection");
+                        }
+                        log_authenticated(peer, answer.authenticated.as_deref());
+                        close = answer.close;
+                        encode(id, api, version, &answer.response())
+                    }
                 }
             }
             Err(e) => {
@@ -416,6 +503,43 @@ async fn connection(
         if let Some(bytes) = response {
             stream.write_all(&bytes).await?;
         }
+        if close {
+            linger_close(stream).await;
+            return Ok(());
+        }
+    }
+}
+
+/// How long a connection refused after its last answer stays open (ms): Kafka's
+/// `connection.failed.authentication.delay.ms` default (KIP-306).
+const FAILED_AUTHENTICATION_DELAY_MS: u64 = 100;
+
+/// Closes a connection after its last answer (an authentication failure) the way
+/// Kafka does: open for [`FAILED_AUTHENTICATION_DELAY_MS`] or until the client closes,
+/// reading (and dropping) what it still sends, then closed. Closing at once made
+/// kafka-python report only "socket disconnected", not the authentication error it
+/// had been sent; dropping unread input would send a reset.
+async fn linger_close(mut stream: TcpStream) {
+    let mut sink = [0u8; 4096];
+    let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ =
+        tokio::time::timeout(Duration::from_millis(FAILED_AUTHENTICATION_DELAY_MS), drain).await;
+    let _ = stream.shutdown().await;
+}
+
+/// This connection's part of the SCRAM nonce: 18 bytes from the OS's random source
+/// as 24 characters of URL-safe base64 (printable, no `,`, as RFC 5802 requires).
+fn server_nonce() -> String {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 18];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn log_authenticated(peer: SocketAddr, user: Option<&str>) {
+    if let Some(user) = user {
+        debug!(%peer, user, "SASL authenticated");
     }
 }
 

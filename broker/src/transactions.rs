@@ -577,6 +577,7 @@ mod tests {
         fn init(&self) -> (i64, i16) {
             let r = self.txns.init_producer_id(
                 &InitProducerIdRequest::default()
+                    .with_transaction_timeout_ms(60_000)
                     .with_transactional_id(Some(tid()))
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1),
@@ -659,6 +660,40 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_timeout_of_zero_or_above_the_maximum_is_invalid() {
+        let f = fixture();
+        for timeout in [0, -1, 900_001] {
+            let r = f.txns.init_producer_id(
+                &InitProducerIdRequest::default()
+                    .with_transaction_timeout_ms(timeout)
+                    .with_transactional_id(Some(tid()))
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+                &f.log,
+                &f.producers,
+            );
+            assert_eq!(
+                r.error_code,
+                ResponseError::InvalidTransactionTimeout.code(),
+                "transaction_timeout_ms {timeout}"
+            );
+        }
+        let r = f.txns.init_producer_id(
+            &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(900_000)
+                .with_transactional_id(Some(tid()))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+            &f.log,
+            &f.producers,
+        );
+        assert_eq!(
+            r.error_code, 0,
+            "Kafka's transaction.max.timeout.ms itself is allowed"
+        );
+    }
+
+    #[test]
     fn init_gives_the_ids_producer_id_with_the_epoch_bumped() {
         let f = fixture();
         let first = f.init();
@@ -668,6 +703,7 @@ mod tests {
         let idempotent = |f: &Fixture| {
             let r = f.txns.init_producer_id(
                 &InitProducerIdRequest::default()
+                    .with_transaction_timeout_ms(60_000)
                     .with_transactional_id(None)
                     .with_producer_id(ProducerId(-1)),
                 &f.log,
@@ -699,6 +735,7 @@ mod tests {
         // KIP-360: an InitProducerId naming a session that is no longer current.
         let r = f.txns.init_producer_id(
             &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(60_000)
                 .with_transactional_id(Some(tid()))
                 .with_producer_id(ProducerId(old.0))
                 .with_producer_epoch(old.1),

@@ -8,6 +8,7 @@ use brook_broker::frame::{self, Decoded, Request};
 use brook_broker::group::{membership, offset_delete, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
 use brook_broker::producers::Producers;
+use brook_broker::sasl::{Authenticator, Mechanism, ScramCredential, Users};
 use brook_broker::transactions::Transactions;
 use brook_broker::{
     create_partitions, create_topics, delete_topics, describe_configs, fetch, list_offsets,
@@ -46,7 +47,8 @@ use kafka_protocol::messages::{
     HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
-    SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -262,10 +264,30 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
             .with_producer_epoch(4)
             .with_committed(true)
             .encode(&mut buf, version),
+        ApiKey::SaslHandshake => SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str("SCRAM-SHA-256"))
+            .encode(&mut buf, version),
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default()
+            .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=abc"))
+            .encode(&mut buf, version),
         other => panic!("{other:?} is advertised but this test does not know it"),
     }
     .expect("body");
     buf.freeze()
+}
+
+/// A connection on a SASL listener with user alice.
+fn sasl() -> Authenticator {
+    let mut users = Users::default();
+    let m = Mechanism::ScramSha256;
+    users
+        .set(
+            "alice",
+            m,
+            ScramCredential::derive(m, b"pw", vec![1; 16], 4096),
+        )
+        .expect("name");
+    Authenticator::sasl(std::sync::Arc::new(users), "nonce".into())
 }
 
 #[test]
@@ -462,6 +484,19 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     let resp = txns.end_txn(&r, version);
                     assert_eq!(resp.error_code, 0, "EndTxn v{version}");
                     frame::encode_response(5, api, version, &resp)
+                }
+                // A fresh connection's authentication for each request.
+                Request::SaslHandshake(r) => {
+                    let answer = sasl().handshake(&r.mechanism, version);
+                    assert_eq!(answer.error_code, 0, "SaslHandshake v{version}");
+                    frame::encode_response(5, api, version, &answer.response())
+                }
+                Request::SaslAuthenticate(r) => {
+                    let mut auth = sasl();
+                    auth.handshake("SCRAM-SHA-256", 1);
+                    let answer = auth.authenticate(&r.auth_bytes);
+                    assert_eq!(answer.error_code, 0, "SaslAuthenticate v{version}");
+                    frame::encode_response(5, api, version, &answer.response())
                 }
             };
             encoded.unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));

@@ -1,21 +1,38 @@
 //! `brook broker`: serves the log of a data directory over the Kafka protocol.
 
+use std::io::{BufRead, IsTerminal};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use brook::log::{Log, LogError};
+use brook_broker::sasl::{store, users_file, Users};
 use brook_broker::{address_file, read_address, write_address, BrokerConfig, Server};
-use clap::Args;
+use clap::{Args, Subcommand};
 
 /// Arguments of `brook broker`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct BrokerArgs {
+    #[command(subcommand)]
+    command: Option<BrokerCommand>,
     /// Where Kafka clients connect (port 0: any free port; the address is written to
-    /// `<data-dir>/broker.addr`). Loopback only until SASL authentication is supported.
+    /// `<data-dir>/broker.addr`). An address other than loopback needs SASL users
+    /// (`brook broker user add`, or `--sasl-users`).
     #[arg(long, default_value = "127.0.0.1:9092")]
     listen: SocketAddr,
+    /// The host clients are told to connect to (Kafka's `advertised.listeners`);
+    /// default: the `--listen` address. Required with a wildcard `--listen`
+    /// (0.0.0.0 or [::]).
+    #[arg(long, value_name = "HOST")]
+    advertised_host: Option<String>,
+    /// A users file for SASL SCRAM authentication, instead of
+    /// `<data-dir>/users.scram` (which is used when it exists). With users, every
+    /// client must authenticate (SASL_PLAINTEXT), loopback ones too.
+    #[arg(long, value_name = "FILE")]
+    sasl_users: Option<PathBuf>,
     /// Create a topic a client asks for in a Metadata request (Kafka's
     /// `auto.create.topics.enable`; off by default in brook).
     #[arg(long)]
@@ -29,6 +46,44 @@ pub(crate) struct BrokerArgs {
     group_min_session_timeout_ms: i64,
 }
 
+/// `brook broker` subcommands.
+#[derive(Debug, Subcommand)]
+enum BrokerCommand {
+    /// Manage the users Kafka clients authenticate as (SASL SCRAM).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+/// `brook broker user ...`: the users file (`<data-dir>/users.scram`, or `--file`).
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Add a user, or set a new password: reads the password from the first line of
+    /// standard input and stores SCRAM-SHA-256 and SCRAM-SHA-512 credentials (salted,
+    /// 4096 iterations; never the password). A running broker reads users when it
+    /// starts.
+    Add {
+        /// The user name: letters, digits, '.', '_', '-', '@'.
+        name: String,
+        /// The users file (default `<data-dir>/users.scram`).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Remove a user.
+    Remove {
+        /// The user name.
+        name: String,
+        /// The users file (default `<data-dir>/users.scram`).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// List the users' names.
+    List {
+        /// The users file (default `<data-dir>/users.scram`).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+}
+
 /// Serves until SIGINT or SIGTERM. `open_log` takes the data directory's lock, as
 /// `brook run` does: while the broker serves, other brook processes cannot open it.
 pub(crate) fn broker(
@@ -36,8 +91,14 @@ pub(crate) fn broker(
     data_dir: &Path,
     open_log: impl FnOnce() -> Result<Log>,
 ) -> Result<()> {
+    if let Some(BrokerCommand::User(cmd)) = args.command {
+        return user_command(cmd, data_dir);
+    }
+    let sasl_users = sasl_users(args.sasl_users.as_deref(), data_dir)?;
     let config = BrokerConfig {
         listen: args.listen,
+        advertised_host: args.advertised_host,
+        sasl_users,
         auto_create_topics: args.auto_create_topics,
         default_partitions: args.default_partitions,
         group_min_session_timeout_ms: args.group_min_session_timeout_ms,
@@ -55,8 +116,15 @@ pub(crate) fn broker(
         let addr = server.local_addr();
         write_address(data_dir, addr)
             .with_context(|| format!("writing {}", address_file.display()))?;
+        let protocol = match &config.sasl_users {
+            Some(users) => format!(
+                "SASL_PLAINTEXT, SCRAM-SHA-256/512, users: {}",
+                users.names().len()
+            ),
+            None => "PLAINTEXT".to_owned(),
+        };
         eprintln!(
-            "brook broker serving {} on {addr} (Kafka protocol)",
+            "brook broker serving {} on {addr} (Kafka protocol, {protocol})",
             data_dir.display()
         );
         tokio::select! {
@@ -69,6 +137,74 @@ pub(crate) fn broker(
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     log.close().context("closing the log")?;
     served
+}
+
+/// The SASL users: `file` if given (it must exist), else `<data-dir>/users.scram` if
+/// it exists, else none (a plaintext listener).
+fn sasl_users(file: Option<&Path>, data_dir: &Path) -> Result<Option<Arc<Users>>> {
+    let path = match file {
+        Some(path) => path.to_owned(),
+        None => {
+            let path = users_file(data_dir);
+            if !path.exists() {
+                return Ok(None);
+            }
+            path
+        }
+    };
+    let users = store::load(&path).context("reading SASL users")?;
+    Ok(Some(Arc::new(users)))
+}
+
+fn user_command(cmd: UserCommand, data_dir: &Path) -> Result<()> {
+    let path = |file: Option<PathBuf>| file.unwrap_or_else(|| users_file(data_dir));
+    match cmd {
+        UserCommand::Add { name, file } => {
+            let path = path(file);
+            // Checked before waiting for a password.
+            brook_broker::sasl::users::check_name(&name).context("brook broker user add")?;
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                eprintln!("password for {name} (one line; it is shown as typed):");
+            }
+            let mut password = String::new();
+            stdin
+                .lock()
+                .read_line(&mut password)
+                .context("reading the password from standard input")?;
+            let password = password.trim_end_matches(['\n', '\r']);
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            let existed = store::add_user(&path, &name, password.as_bytes())
+                .context("brook broker user add")?;
+            let verb = if existed {
+                "changed the password of"
+            } else {
+                "added"
+            };
+            println!(
+                "{verb} user {name} (SCRAM-SHA-256, SCRAM-SHA-512) in {}; a running broker reads users when it starts",
+                path.display()
+            );
+        }
+        UserCommand::Remove { name, file } => {
+            let path = path(file);
+            if !store::remove_user(&path, &name).context("brook broker user remove")? {
+                anyhow::bail!("no user {name} in {}", path.display());
+            }
+            println!("removed user {name} from {}", path.display());
+        }
+        UserCommand::List { file } => {
+            let path = path(file);
+            let users = store::load(&path).context("brook broker user list")?;
+            for name in users.names() {
+                println!("{name}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `e`, and when it is the data directory's lock held by a live `brook broker` (its

@@ -89,6 +89,27 @@ pub fn report(what: &str, expected: &str, out: &Output) -> String {
     )
 }
 
+/// The path of the example binary `name` of the package whose test is running
+/// (`target/<profile>/examples/<name>`, next to the test's `deps` folder). Examples
+/// are built by `cargo test --all-targets` or `cargo build --examples`.
+///
+/// # Panics
+/// If it has not been built (the message says how to build it).
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let profile = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps");
+    let bin = profile.join("examples").join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p brook --example {name}` (cargo test --all-targets does)",
+        bin.display()
+    );
+    bin
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,15 +26,35 @@ impl BrokerProcess {
     /// # Panics
     /// If the broker exits or writes no address in time (a test failure).
     pub fn start(binary: &Path, data_dir: &Path, extra: &[&str]) -> BrokerProcess {
+        Self::start_on(binary, data_dir, "127.0.0.1:0", extra, None)
+    }
+
+    /// As [`BrokerProcess::start`], listening on `listen`, with the broker's stderr
+    /// (its log) written to `log` when given (else inherited).
+    ///
+    /// # Panics
+    /// As [`BrokerProcess::start`], or if `log` cannot be created.
+    pub fn start_on(
+        binary: &Path,
+        data_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        log: Option<&Path>,
+    ) -> BrokerProcess {
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("create the broker log")),
+            None => Stdio::inherit(),
+        };
         // A broker SIGKILLed before leaves its address behind: waiting for the file
         // would find the dead broker's address, not this one's.
         let _ = std::fs::remove_file(brook_broker::address_file(data_dir));
         let child = Command::new(binary)
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--fsync", "always", "broker", "--listen", "127.0.0.1:0"])
+            .args(["--fsync", "always", "broker", "--listen", listen])
             .args(extra)
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start brook broker");
         let mut child = KillOnDrop(child);
@@ -92,4 +112,14 @@ pub fn kcat(manifest_dir: &Path) -> PathBuf {
         output.status
     );
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// `python3 <script>` with kafka-python on its `PYTHONPATH` (installed by
+/// [`kafka_python`] into `target_tmpdir`); `script` is relative to `manifest_dir`.
+pub fn kafka_python_command(target_tmpdir: &Path, manifest_dir: &Path, script: &str) -> Command {
+    let python_path = kafka_python(target_tmpdir, manifest_dir);
+    let mut cmd = Command::new("python3");
+    cmd.arg(manifest_dir.join(script))
+        .env("PYTHONPATH", python_path);
+    cmd
 }

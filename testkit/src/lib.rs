@@ -4,6 +4,7 @@
 pub mod binary;
 #[cfg(feature = "broker")]
 pub mod broker;
+pub mod child_lines;
 pub mod files;
 #[cfg(feature = "kafka")]
 pub mod kafka;
