@@ -731,6 +731,54 @@ fn a_read_command_on_a_missing_data_directory_fails_and_creates_nothing() {
     assert!(!missing.exists(), "nothing was created");
 }
 
+/// `topic alter` takes compaction's configs by Kafka's names: a topic altered to
+/// `cleanup.policy=compact` shows them in `describe` and refuses keyless records from
+/// then on (the open topic's config changed); a bad ratio is refused naming it.
+#[test]
+fn topic_alter_takes_the_compaction_configs() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "classes", "--partitions", "1"], "");
+    b.ok(&["produce", "classes"], "keyless is fine here\n");
+    let out = b.ok(
+        &[
+            "topic",
+            "alter",
+            "classes",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "delete.retention.ms=1h",
+            "--config",
+            "min.compaction.lag.ms=5000",
+            "--config",
+            "min.cleanable.dirty.ratio=0.1",
+        ],
+        "",
+    );
+    assert!(out.contains("set cleanup.policy=compact"), "{out}");
+    let described = b.ok(&["topic", "describe", "classes"], "");
+    assert!(described.contains("cleanup.policy compact"), "{described}");
+    assert!(
+        described.contains(
+            "delete.retention.ms 3600000  min.compaction.lag.ms 5000  min.cleanable.dirty.ratio 0.1"
+        ),
+        "{described}"
+    );
+    let err = b.fail(&["produce", "classes"], "no key\n");
+    assert!(err.contains("needs a key"), "{err}");
+    let err = b.fail(
+        &[
+            "topic",
+            "alter",
+            "classes",
+            "--config",
+            "min.cleanable.dirty.ratio=2",
+        ],
+        "",
+    );
+    assert!(err.contains("min.cleanable.dirty.ratio"), "{err}");
+}
+
 /// A compacted topic from `topic create --config` (Kafka's names); `produce
 /// --key-separator` with `--null-marker` sends tombstones, which `consume` prints
 /// as a null value (an empty value stays ""); keyless lines are refused, naming why.
