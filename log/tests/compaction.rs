@@ -224,6 +224,42 @@ fn the_active_segment_and_young_records_are_not_compacted() {
     assert_eq!(read_all(&p), expected(&model));
 }
 
+/// The cleaner reads the topic's current configuration: a `delete` topic altered to
+/// `compact` (with a lag) is compacted from the next pass on, by the altered lag.
+#[test]
+fn an_altered_topic_is_compacted_by_its_new_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = Log::open(dir.path(), options(&clock)).unwrap();
+    let config = TopicConfig {
+        cleanup_policy: CleanupPolicy::Delete,
+        segment_bytes: 1 << 20,
+        ..compacted()
+    };
+    let p = log
+        .create_topic("t", 1, config.clone())
+        .unwrap()
+        .partition(0)
+        .unwrap();
+    let model = fill(&p, 4, 3, &[]);
+    p.roll().unwrap();
+    assert_eq!(
+        p.compact().unwrap(),
+        None,
+        "a delete topic is not compacted"
+    );
+    let mut altered = config;
+    altered.set("cleanup.policy", "compact").unwrap();
+    altered.set("min.compaction.lag.ms", "60000").unwrap();
+    log.alter_topic("t", altered).unwrap();
+    assert_eq!(p.compact().unwrap(), None, "younger than the altered lag");
+    clock.advance(60_000);
+    p.compact()
+        .unwrap()
+        .expect("compacted by the altered config");
+    assert_eq!(read_all(&p), expected(&model));
+}
+
 #[test]
 fn keyless_records_are_refused_by_compacted_topics() {
     let dir = tempfile::tempdir().unwrap();
