@@ -418,6 +418,177 @@ fn kafka_python_creates_produces_and_reads_everything_back() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("90 records produced and read back"));
 }
 
+/// A null value (a tombstone, as Kafka clients send a delete for a compacted topic)
+/// is stored as null and read back as null, distinct from an empty value; a compacted
+/// topic (created with `cleanup.policy=compact`) refuses a keyless record with
+/// INVALID_RECORD, as Kafka.
+#[test]
+fn null_values_round_trip_and_compacted_topics_refuse_keyless_records() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> = config(&b).create().expect("admin client");
+    let topic =
+        NewTopic::new("classes", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
+    for r in futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("CreateTopics")
+    {
+        r.expect("compacted topic created");
+    }
+    let producer: FutureProducer = config(&b).set("acks", "all").create().expect("producer");
+    let send = |record: FutureRecord<'_, str, str>| {
+        futures::executor::block_on(producer.send_result(record).expect("queued"))
+            .expect("delivery")
+            .map_err(|(e, _)| e)
+    };
+    send(FutureRecord::to("classes").key("mia").payload("3a")).expect("acked");
+    send(FutureRecord::to("classes").key("leo").payload("")).expect("acked");
+    // No payload: a null value.
+    send(FutureRecord::to("classes").key("mia")).expect("acked");
+    let e = send(FutureRecord::to("classes").payload("no key")).expect_err("refused");
+    assert!(
+        matches!(
+            e,
+            rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::InvalidRecord
+            )
+        ),
+        "{e:?}"
+    );
+
+    let consumer: BaseConsumer = config(&b)
+        .set("group.id", "brook-broker-test")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("classes", 0, Offset::Beginning)
+        .expect("assign partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut got: Vec<(i64, String, Option<Vec<u8>>)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while got.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read {got:?} within 30 s"
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("a record");
+            let key = String::from_utf8(m.key().expect("key").to_vec()).expect("utf-8");
+            got.push((m.offset(), key, m.payload().map(<[u8]>::to_vec)));
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            (0, "mia".to_string(), Some(b"3a".to_vec())),
+            (1, "leo".to_string(), Some(Vec::new())),
+            (2, "mia".to_string(), None),
+        ]
+    );
+}
+
+/// A compacted topic served to librdkafka: while the broker's maintenance compacts
+/// closed segments, a consumer reading from the beginning gets each key's latest
+/// record at the offset it was acknowledged with (older versions gone, the gaps
+/// passed over) and a tombstone as a null value, and its position reaches the end.
+#[test]
+fn rdkafka_reads_a_compacted_topic_with_gaps() {
+    let broker = Broker::start();
+    let b = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> = config(&b).create().expect("admin client");
+    let topic = NewTopic::new("accounts", 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("segment.bytes", "1024")
+        .set("min.cleanable.dirty.ratio", "0.01");
+    for r in futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("CreateTopics")
+    {
+        r.expect("compacted topic created");
+    }
+    let producer: FutureProducer = config(&b).set("acks", "all").create().expect("producer");
+    // key -> (offset, value) of its latest record, as acknowledged.
+    let mut latest = std::collections::BTreeMap::new();
+    let total = 200;
+    for i in 0..total {
+        let key = format!("k{}", i % 10);
+        let value = (i + 1 < total).then(|| format!("{key} version {i} {}", "x".repeat(30)));
+        let mut record = FutureRecord::<str, str>::to("accounts").key(&key);
+        if let Some(v) = &value {
+            record = record.payload(v);
+        }
+        let offset = futures::executor::block_on(producer.send_result(record).expect("queued"))
+            .expect("delivery")
+            .expect("acked")
+            .offset;
+        latest.insert(key, (offset, value.map(String::into_bytes)));
+    }
+    let end = total as i64;
+
+    // Read from the beginning until compaction has visibly run (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction within 30 s"
+        );
+        let consumer: BaseConsumer = config(&b)
+            .set("group.id", "brook-broker-test")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("accounts", 0, Offset::Beginning)
+            .expect("assign partition");
+        consumer.assign(&tpl).expect("assign");
+        let mut got: Vec<(i64, String, Option<Vec<u8>>)> = Vec::new();
+        let read_deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while got.last().is_none_or(|(o, _, _)| *o + 1 < end) {
+            assert!(
+                std::time::Instant::now() < read_deadline,
+                "read {} records",
+                got.len()
+            );
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                let m = m.expect("a record");
+                let key = String::from_utf8(m.key().expect("key").to_vec()).expect("utf-8");
+                got.push((m.offset(), key, m.payload().map(<[u8]>::to_vec)));
+            }
+        }
+        let position = consumer.position().expect("position");
+        assert_eq!(
+            position.find_partition("accounts", 0).map(|e| e.offset()),
+            Some(Offset::Offset(end)),
+            "the position reaches the end"
+        );
+        if got.len() < total {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Offsets only grow, every key's latest record is there at its offset, and older
+    // versions are gone from the compacted part.
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{got:?}");
+    for (key, (offset, value)) in &latest {
+        assert!(
+            got.contains(&(*offset, key.clone(), value.clone())),
+            "{key} latest at {offset} missing"
+        );
+    }
+    assert_eq!(
+        got.iter().rfind(|r| r.1 == "k9").map(|r| r.2.clone()),
+        Some(None),
+        "the tombstone reads back as a null value"
+    );
+}
+
 /// `transaction.timeout.ms` (semantics.md §1, §1a): a transaction a writer left open
 /// in the data directory holds back read_committed Kafka consumers only until its
 /// timeout; the broker's log maintenance then aborts it, and librdkafka reads the

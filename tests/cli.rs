@@ -731,6 +731,126 @@ fn a_read_command_on_a_missing_data_directory_fails_and_creates_nothing() {
     assert!(!missing.exists(), "nothing was created");
 }
 
+/// `topic alter` takes compaction's configs by Kafka's names: a topic altered to
+/// `cleanup.policy=compact` shows them in `describe` and refuses keyless records from
+/// then on (the open topic's config changed); a bad ratio is refused naming it.
+#[test]
+fn topic_alter_takes_the_compaction_configs() {
+    let b = Brook::new();
+    b.ok(&["topic", "create", "classes", "--partitions", "1"], "");
+    b.ok(&["produce", "classes"], "keyless is fine here\n");
+    let out = b.ok(
+        &[
+            "topic",
+            "alter",
+            "classes",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "delete.retention.ms=1h",
+            "--config",
+            "min.compaction.lag.ms=5000",
+            "--config",
+            "min.cleanable.dirty.ratio=0.1",
+        ],
+        "",
+    );
+    assert!(out.contains("set cleanup.policy=compact"), "{out}");
+    let described = b.ok(&["topic", "describe", "classes"], "");
+    assert!(described.contains("cleanup.policy compact"), "{described}");
+    assert!(
+        described.contains(
+            "delete.retention.ms 3600000  min.compaction.lag.ms 5000  min.cleanable.dirty.ratio 0.1"
+        ),
+        "{described}"
+    );
+    let err = b.fail(&["produce", "classes"], "no key\n");
+    assert!(err.contains("needs a key"), "{err}");
+    let err = b.fail(
+        &[
+            "topic",
+            "alter",
+            "classes",
+            "--config",
+            "min.cleanable.dirty.ratio=2",
+        ],
+        "",
+    );
+    assert!(err.contains("min.cleanable.dirty.ratio"), "{err}");
+}
+
+/// A compacted topic from `topic create --config` (Kafka's names); `produce
+/// --key-separator` with `--null-marker` sends tombstones, which `consume` prints
+/// as a null value (an empty value stays ""); keyless lines are refused, naming why.
+#[test]
+fn a_compacted_topic_takes_keyed_records_and_tombstones() {
+    let b = Brook::new();
+    b.ok(
+        &[
+            "topic",
+            "create",
+            "classes",
+            "--partitions",
+            "1",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "delete.retention.ms=1000",
+        ],
+        "",
+    );
+    let described = b.ok(&["topic", "describe", "classes"], "");
+    assert!(described.contains("cleanup.policy compact"), "{described}");
+    assert!(
+        described.contains("delete.retention.ms 1000"),
+        "{described}"
+    );
+    b.ok(
+        &[
+            "produce",
+            "classes",
+            "--key-separator",
+            "\t",
+            "--null-marker",
+            "<null>",
+        ],
+        "mia\t3a\nleo\t\nmia\t<null>\n",
+    );
+    let recs = b.consume_all("classes");
+    let got: Vec<(String, Value)> = recs
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap().to_string(), r["value"].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("mia".to_string(), json!("3a")),
+            ("leo".to_string(), json!("")),
+            ("mia".to_string(), Value::Null),
+        ]
+    );
+    let err = b.fail(&["produce", "classes"], "no key\n");
+    assert!(err.contains("needs a key"), "{err}");
+    let err = b.fail(
+        &["produce", "classes", "--key-separator", ":"],
+        "no separator\n",
+    );
+    assert!(err.contains("line 1: no key separator"), "{err}");
+    let err = b.fail(
+        &[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "1",
+            "--config",
+            "cleanup.policy=shred",
+        ],
+        "",
+    );
+    assert!(err.contains("cleanup.policy"), "{err}");
+}
+
 /// Keyless records use the sticky partitioner with a random start per producer
 /// (Kafka's default since 2.4, KIP-480): 20 one-line `brook produce` processes into 4
 /// partitions do not all land on one partition, as they all did on partition 0 before.

@@ -178,6 +178,63 @@ fn topic_produce_consume_and_group_go_through_a_running_broker() {
     drop(broker);
 }
 
+/// Compaction through a running broker: `topic create --config cleanup.policy=compact`
+/// reaches CreateTopics, `topic describe` shows the compaction configs DescribeConfigs
+/// reports, `produce --null-marker` sends a null value through librdkafka (a tombstone,
+/// not an empty value) and `consume` prints it as null.
+#[test]
+fn tombstones_and_compaction_configs_go_through_a_running_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _broker = start(d);
+    ok(
+        d,
+        &[
+            "topic",
+            "create",
+            "classes",
+            "--partitions",
+            "1",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "delete.retention.ms=1000",
+        ],
+    );
+    let described = ok(d, &["topic", "describe", "classes"]);
+    assert!(described.contains("cleanup.policy compact"), "{described}");
+    assert!(
+        described.contains("delete.retention.ms 1000"),
+        "{described}"
+    );
+    let (_, err) = ok_with_input(
+        d,
+        &[
+            "produce",
+            "classes",
+            "--key-separator",
+            ":",
+            "--null-marker",
+            "<null>",
+        ],
+        "mia:3a\nleo:\nmia:<null>\n",
+    );
+    assert!(err.contains("produced 3 record(s)"), "{err}");
+    let recs = json_lines(&ok(d, &["consume", "classes", "--from-beginning"]));
+    let got: Vec<(&str, &Value)> = recs
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), &r["value"]))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("mia", &Value::from("3a")),
+            ("leo", &Value::from("")),
+            ("mia", &Value::Null),
+        ]
+    );
+}
+
 /// Keys whose records land on each of `partitions` partitions, `per` of each.
 fn balanced_input(partitions: u32, per: usize) -> String {
     let mut counts = vec![0; partitions as usize];

@@ -4,7 +4,9 @@
 //! broker's default") is INVALID_REPLICATION_FACTOR, explicit replica assignments are
 //! INVALID_REPLICA_ASSIGNMENT. Configs are Kafka's names for what the log has
 //! (`retention.ms`, `retention.bytes`, `segment.bytes`, `segment.ms`,
-//! `max.message.bytes`, `index.interval.bytes`); any other is INVALID_CONFIG naming it.
+//! `max.message.bytes`, `index.interval.bytes`, and compaction's `cleanup.policy`,
+//! `delete.retention.ms`, `min.compaction.lag.ms`, `min.cleanable.dirty.ratio`); any
+//! other, or a value out of range, is INVALID_CONFIG naming it.
 
 use brook_log::{Log, LogError, TopicConfig};
 use kafka_protocol::error::ResponseError;
@@ -114,10 +116,19 @@ pub fn topic_config(configs: &[CreatableTopicConfig]) -> Result<TopicConfig, Str
             "segment.ms" => config.segment_ms = Some(int(value)?),
             "max.message.bytes" => config.max_record_bytes = non_negative(value)?,
             "index.interval.bytes" => config.index_interval_bytes = non_negative(value)?,
+            // Compaction (the log's own parser, as `brook topic create --config`).
+            "cleanup.policy"
+            | "delete.retention.ms"
+            | "min.compaction.lag.ms"
+            | "min.cleanable.dirty.ratio" => config
+                .set(name, value)
+                .map_err(|e| format!("config {name}: {e}"))?,
             other => {
                 return Err(format!(
                     "config {other}: not supported (supported: retention.ms, retention.bytes, \
-                     segment.bytes, segment.ms, max.message.bytes, index.interval.bytes)"
+                     segment.bytes, segment.ms, max.message.bytes, index.interval.bytes, \
+                     cleanup.policy, delete.retention.ms, min.compaction.lag.ms, \
+                     min.cleanable.dirty.ratio)"
                 ))
             }
         }
@@ -153,8 +164,12 @@ mod tests {
             topic("snacks", 3).with_configs(vec![config("retention.ms", "60000")]),
             topic("defaulted", -1),
             topic("bad name!", 1),
-            topic("odd", 1).with_configs(vec![config("cleanup.policy", "compact")]),
+            topic("odd", 1).with_configs(vec![config("cleanup.policy", "shred")]),
             topic("copies", 1).with_replication_factor(3),
+            topic("classes", 1).with_configs(vec![
+                config("cleanup.policy", "compact"),
+                config("delete.retention.ms", "1000"),
+            ]),
         ]);
         let r = handle(&request, &log, 2);
         let codes: Vec<i16> = r.topics.iter().map(|t| t.error_code).collect();
@@ -166,8 +181,12 @@ mod tests {
                 ResponseError::InvalidTopicException.code(),
                 ResponseError::InvalidConfig.code(),
                 ResponseError::InvalidReplicationFactor.code(),
+                0,
             ]
         );
+        let classes = log.topic("classes").expect("classes");
+        assert!(classes.config().cleanup_policy.compacts());
+        assert_eq!(classes.config().delete_retention_ms, 1000);
         let snacks = log.topic("snacks").expect("snacks");
         assert_eq!(snacks.partition_count(), 3);
         assert_eq!(snacks.config().retention_ms, Some(60_000));

@@ -47,6 +47,10 @@ pub enum ConfigType {
     Int = 3,
     /// LONG (5).
     Long = 5,
+    /// DOUBLE (6).
+    Double = 6,
+    /// LIST (7).
+    List = 7,
 }
 
 /// One config as DescribeConfigs reports it.
@@ -85,6 +89,20 @@ pub fn topic_entries(config: &TopicConfig) -> Vec<ConfigEntry> {
     let or_minus_one = |v: Option<i64>| v.unwrap_or(-1).to_string();
     vec![
         entry(
+            "cleanup.policy",
+            config.cleanup_policy.as_str().to_string(),
+            config.cleanup_policy == default.cleanup_policy,
+            ConfigType::List,
+            "delete (retention by time and size), compact (the latest record per key) or both.",
+        ),
+        entry(
+            "delete.retention.ms",
+            config.delete_retention_ms.to_string(),
+            config.delete_retention_ms == default.delete_retention_ms,
+            ConfigType::Long,
+            "How long a tombstone stays readable after compaction first reached it (ms).",
+        ),
+        entry(
             "index.interval.bytes",
             config.index_interval_bytes.to_string(),
             config.index_interval_bytes == default.index_interval_bytes,
@@ -97,6 +115,20 @@ pub fn topic_entries(config: &TopicConfig) -> Vec<ConfigEntry> {
             config.max_record_bytes == default.max_record_bytes,
             ConfigType::Int,
             "The largest record batch size allowed (bytes).",
+        ),
+        entry(
+            "min.cleanable.dirty.ratio",
+            config.min_cleanable_dirty_ratio.0.to_string(),
+            config.min_cleanable_dirty_ratio == default.min_cleanable_dirty_ratio,
+            ConfigType::Double,
+            "The share of not yet compacted bytes at which a partition is compacted.",
+        ),
+        entry(
+            "min.compaction.lag.ms",
+            config.min_compaction_lag_ms.to_string(),
+            config.min_compaction_lag_ms == default.min_compaction_lag_ms,
+            ConfigType::Long,
+            "The age a record must reach before it is compacted (ms).",
         ),
         entry(
             "retention.bytes",
@@ -252,6 +284,34 @@ mod tests {
         DescribeConfigsResource::default()
             .with_resource_type(kind)
             .with_resource_name(StrBytes::from_string(name.to_owned()))
+    }
+
+    #[test]
+    fn a_topic_reports_its_compaction_configs() {
+        let mut config = TopicConfig::default();
+        config.set("cleanup.policy", "compact").expect("policy");
+        let entries = topic_entries(&config);
+        let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "Kafka's alphabetical order");
+        let get = |name| entries.iter().find(|e| e.name == name).expect(name);
+        let policy = get("cleanup.policy");
+        assert_eq!(
+            (policy.value.as_str(), policy.source, policy.config_type),
+            ("compact", SOURCE_TOPIC, ConfigType::List)
+        );
+        let ratio = get("min.cleanable.dirty.ratio");
+        assert_eq!(
+            (ratio.value.as_str(), ratio.source, ratio.config_type),
+            ("0.5", SOURCE_DEFAULT, ConfigType::Double)
+        );
+        assert_eq!(get("delete.retention.ms").value, "86400000");
+        assert_eq!(get("min.compaction.lag.ms").value, "0");
+        // Every name `brook topic alter` takes is reported, and nothing else.
+        let mut settable = TopicConfig::NAMES.to_vec();
+        settable.sort_unstable();
+        assert_eq!(sorted, settable);
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub fn error_code(e: &LogError) -> i16 {
         LogError::InvalidName(_) => ResponseError::InvalidTopicException,
         LogError::InvalidConfig { .. } => ResponseError::InvalidConfig,
         LogError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
+        // A keyless record for a compacted topic, as Kafka's INVALID_RECORD.
+        LogError::InvalidRecord { .. } => ResponseError::InvalidRecord,
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::Corrupt { .. } => ResponseError::CorruptMessage,
         LogError::ProducerFenced { .. } => ResponseError::ProducerFenced,

@@ -187,7 +187,8 @@ fn to_kafka(r: &Record, base: u64) -> KafkaRecord {
         sequence: (r.offset - base) as i32 - 1,
         timestamp: r.timestamp,
         key: r.key.clone(),
-        value: Some(r.value.clone()),
+        // A tombstone goes back to the client as the null value it was produced as.
+        value: r.value_opt().cloned(),
         headers: r
             .headers
             .iter()

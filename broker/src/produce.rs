@@ -279,7 +279,8 @@ pub fn decode(bytes: Option<&Bytes>) -> Result<Batch, (i16, String)> {
             }
             batch.records.push(ProducerRecord {
                 key: r.key,
-                // The log has no null value (tombstone) yet: it is stored empty.
+                // A null value is a tombstone, kept distinct from an empty value.
+                tombstone: r.value.is_none(),
                 value: r.value.unwrap_or_default(),
                 timestamp: Some(r.timestamp),
                 headers: r

@@ -871,6 +871,7 @@ fn to_records<T: Serialize>(
             value: Bytes::from(value),
             timestamp: r.timestamp,
             headers: Vec::new(),
+            tombstone: false,
         });
     }
     Ok(records)

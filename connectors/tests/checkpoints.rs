@@ -114,6 +114,7 @@ fn log_with_numbers(dir: &Path, partitions: u32, n: u64) -> Log {
                 value: bytes::Bytes::from(i.to_string()),
                 timestamp: Some(*i as i64),
                 headers: Vec::new(),
+                tombstone: false,
             })
             .collect();
         topic.append(records).unwrap();
@@ -148,6 +149,7 @@ fn log_restore_below_the_log_start_fails_naming_the_offsets() {
                 value: bytes::Bytes::from(i.to_string()),
                 timestamp: Some(i),
                 headers: Vec::new(),
+                tombstone: false,
             }])
             .unwrap();
     }

@@ -67,6 +67,17 @@ pub enum LogError {
         /// The limit.
         max: usize,
     },
+    /// A record the topic cannot take, such as a keyless record for a compacted topic
+    /// (as Kafka's `InvalidRecordException`, INVALID_RECORD).
+    #[error("record at batch position {index} refused by topic {topic:?}: {reason}")]
+    InvalidRecord {
+        /// The topic.
+        topic: String,
+        /// Position of the record in the appended batch (0-based).
+        index: usize,
+        /// Why.
+        reason: String,
+    },
     /// A read below the log start offset (data deleted by retention), as Kafka's
     /// `OffsetOutOfRange`.
     #[error("offset {requested} is out of range for {topic}-{partition}: the log starts at {log_start} and ends at {log_end}")]

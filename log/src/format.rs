@@ -21,7 +21,7 @@
 //!      timestamp       i64   ms since the Unix epoch
 //!      key_len         i32   -1 for no key
 //!      key             [u8]
-//!      value_len       u32
+//!      value_len       u32   0xFFFF_FFFF (-1) for a null value (a tombstone)
 //!      value           [u8]
 //!      header_count    u16
 //!      headers         (key_len u16, key utf-8, value_len i32 (-1 = none), value)*
@@ -33,6 +33,10 @@
 //! A control batch holds one record whose key is a version `u16` (0) and a type `u16`
 //! (0 = abort, 1 = commit), with an empty value, as Kafka's control records; readers
 //! never see it, but it occupies an offset.
+//!
+//! A null value (Kafka's tombstone: "delete this key" in a compacted topic) is stored
+//! with length `-1`, as Kafka's record format v2 stores it, so it stays distinct from
+//! an empty value. No value can be that long (records are below 2 GiB).
 //!
 //! The CRC covers everything after itself, so a torn or flipped byte anywhere in a
 //! batch (other than in its first 12 bytes, which are checked for plausibility) is
@@ -62,6 +66,8 @@ pub const MIN_BATCH_LEN: usize = BATCH_HEADER_LEN + RECORD_OVERHEAD;
 const CRC_START: usize = 16;
 /// Fixed bytes per record besides key, value and headers.
 const RECORD_OVERHEAD: usize = 8 + 4 + 4 + 2;
+/// The stored value length of a null value (a tombstone): `-1` as a `u32`.
+const NULL_VALUE_LEN: u32 = u32::MAX;
 
 /// What is wrong with bytes that should be a batch.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -193,7 +199,7 @@ impl BatchHeader {
 pub fn record_len(r: &ProducerRecord) -> usize {
     RECORD_OVERHEAD
         + r.key.as_ref().map_or(0, |k| k.len())
-        + r.value.len()
+        + if r.tombstone { 0 } else { r.value.len() }
         + r.headers
             .iter()
             .map(|h| 2 + h.key.len() + 4 + h.value.as_ref().map_or(0, |v| v.len()))
@@ -257,6 +263,7 @@ pub fn encode_control_batch(
         value: Bytes::new(),
         timestamp: Some(now_ms),
         headers: Vec::new(),
+        tombstone: false,
     };
     encode(
         buf,
@@ -301,8 +308,12 @@ fn encode(
             }
             None => buf.extend_from_slice(&(-1i32).to_le_bytes()),
         }
-        buf.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&r.value);
+        if r.tombstone {
+            buf.extend_from_slice(&NULL_VALUE_LEN.to_le_bytes());
+        } else {
+            buf.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&r.value);
+        }
         buf.extend_from_slice(&(r.headers.len() as u16).to_le_bytes());
         for h in &r.headers {
             buf.extend_from_slice(&(h.key.len() as u16).to_le_bytes());
@@ -503,8 +514,10 @@ pub struct RecordRef<'a> {
     pub timestamp: i64,
     /// Its key.
     pub key: Option<&'a [u8]>,
-    /// Its value.
+    /// Its value (empty for a tombstone).
     pub value: &'a [u8],
+    /// Whether the value is null (Kafka's tombstone), not just empty.
+    pub tombstone: bool,
     /// Its headers, decoded when iterated.
     pub headers: HeadersRef<'a>,
 }
@@ -517,6 +530,7 @@ impl RecordRef<'_> {
             timestamp: self.timestamp,
             key: self.key.map(Bytes::copy_from_slice),
             value: Bytes::copy_from_slice(self.value),
+            tombstone: self.tombstone,
             headers: self
                 .headers
                 .iter()
@@ -547,6 +561,7 @@ impl RecordRef<'_> {
             timestamp: self.timestamp,
             key: self.key.map(|k| buf.slice_ref(k)),
             value: buf.slice_ref(self.value),
+            tombstone: self.tombstone,
             headers,
         }
     }
@@ -679,8 +694,10 @@ pub fn for_each_record<'a>(
         let at = fl.take(8)?;
         let timestamp = u64_at(batch, at) as i64;
         let key = fl.opt_range()?;
-        let vlen = fl.u32()? as usize;
-        let vat = fl.take(vlen)?;
+        let (vat, vlen, tombstone) = match fl.u32()? {
+            NULL_VALUE_LEN => (fl.pos, 0, true),
+            n => (fl.take(n as usize)?, n as usize, false),
+        };
         let hcount = fl.u16()?;
         let hstart = fl.pos;
         if hcount > 0 {
@@ -699,6 +716,7 @@ pub fn for_each_record<'a>(
                 timestamp,
                 key: key.map(|(at, n)| &batch[at..at + n]),
                 value: &batch[vat..vat + vlen],
+                tombstone,
                 headers: HeadersRef {
                     buf: &batch[hstart..fl.pos],
                     count: hcount,
@@ -737,7 +755,7 @@ mod tests {
     fn arb_record() -> impl Strategy<Value = ProducerRecord> {
         (
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
-            proptest::collection::vec(any::<u8>(), 0..200),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200)),
             proptest::option::of(any::<i64>()),
             proptest::collection::vec(
                 (
@@ -749,7 +767,8 @@ mod tests {
         )
             .prop_map(|(k, v, ts, hs)| ProducerRecord {
                 key: k.map(Bytes::from),
-                value: Bytes::from(v),
+                tombstone: v.is_none(),
+                value: Bytes::from(v.unwrap_or_default()),
                 timestamp: ts,
                 headers: hs
                     .into_iter()
@@ -780,6 +799,7 @@ mod tests {
                 prop_assert_eq!(o.timestamp, r.timestamp.unwrap_or(now));
                 prop_assert_eq!(&o.key, &r.key);
                 prop_assert_eq!(&o.value, &r.value);
+                prop_assert_eq!(o.tombstone, r.tombstone);
                 prop_assert_eq!(&o.headers, &r.headers);
             }
             prop_assert_eq!(h.max_timestamp, out.iter().map(|r| r.timestamp).max().unwrap());

@@ -13,7 +13,10 @@
 //!   corruption elsewhere is reported, never skipped;
 //! - reads by offset with a [`ReadLimit`], or by timestamp; below the log start offset
 //!   they fail with [`LogError::OffsetOutOfRange`];
-//! - retention by time and size deletes whole closed segments;
+//! - retention by time and size deletes whole closed segments; compaction
+//!   (`cleanup.policy=compact`, [`Partition::compact`]) keeps the latest record per
+//!   key instead, removing tombstones ([`ProducerRecord::tombstone`], null values)
+//!   after `delete.retention.ms`, with offsets unchanged;
 //! - consumer groups ([`group`]) assign partitions to members, fence stale commits by
 //!   generation and keep committed offsets durably ([`offsets`]);
 //! - transactions ([`txn`]) as Kafka's: a [`TransactionalProducer`] per transactional
@@ -41,7 +44,9 @@
 //! # Ok(()) }
 //! ```
 
+mod cleaner;
 mod client;
+mod compaction;
 mod error;
 pub mod format;
 pub mod group;
@@ -57,6 +62,7 @@ mod topic;
 pub mod txn;
 mod txn_timeout;
 
+pub use crate::cleaner::{CleanerFault, CompactionStats};
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
 pub use crate::format::{ControlType, HeaderRef, HeadersRef, RecordRef, TxnMark};
@@ -64,7 +70,9 @@ pub use crate::group::{
     AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition,
 };
 pub use crate::log::{Log, PartitionLag};
-pub use crate::options::{FsyncPolicy, LogOptions, TopicConfig, MAX_SEGMENT_BYTES};
+pub use crate::options::{
+    CleanupPolicy, FsyncPolicy, LogOptions, Ratio, TopicConfig, MAX_SEGMENT_BYTES,
+};
 pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };

@@ -394,8 +394,9 @@ impl Log {
     }
 
     /// Applies retention to every partition, flushes partitions whose `interval` fsync
-    /// is due, evicts group members past their session timeout and aborts
-    /// transactions past their `transaction.timeout.ms`
+    /// is due, compacts partitions of compacted topics when a pass is due
+    /// ([`crate::Partition::compact`]), evicts group members past their session
+    /// timeout and aborts transactions past their `transaction.timeout.ms`
     /// ([`Log::expire_transactions`]), all at the clock's current time. The
     /// background thread calls this periodically.
     ///
@@ -414,6 +415,7 @@ impl Log {
                 match p
                     .apply_retention(now)
                     .and_then(|n| p.flush_if_due(now).map(|()| n))
+                    .and_then(|n| p.compact().map(|_| n))
                 {
                     Ok(n) => deleted += n,
                     Err(LogError::Closed) => {}

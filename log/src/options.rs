@@ -79,6 +79,86 @@ impl Default for LogOptions {
     }
 }
 
+/// What happens to old segments of a topic (Kafka's `cleanup.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CleanupPolicy {
+    /// Time and size retention delete whole closed segments (`delete`, the default).
+    #[default]
+    #[serde(rename = "delete")]
+    Delete,
+    /// Compaction keeps the latest record of each key (`compact`); nothing is deleted
+    /// by age or size.
+    #[serde(rename = "compact")]
+    Compact,
+    /// Both: compaction, and retention deletes segments by age or size
+    /// (`compact,delete`).
+    #[serde(rename = "compact,delete")]
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Whether compaction runs.
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+
+    /// Whether time and size retention delete segments.
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+
+    /// Kafka's spelling: `delete`, `compact` or `compact,delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = LogError;
+    /// Parses `delete`, `compact`, `compact,delete` or `delete,compact` (as Kafka, a
+    /// list in any order).
+    fn from_str(s: &str) -> Result<Self> {
+        let mut compact = false;
+        let mut delete = false;
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "compact" => compact = true,
+                "delete" => delete = true,
+                _ => {
+                    return Err(LogError::InvalidConfig {
+                        field: "cleanup.policy",
+                        reason: format!("{s:?} is not one of delete, compact, compact,delete"),
+                    })
+                }
+            }
+        }
+        Ok(match (compact, delete) {
+            (true, true) => CleanupPolicy::CompactDelete,
+            (true, false) => CleanupPolicy::Compact,
+            _ => CleanupPolicy::Delete,
+        })
+    }
+}
+
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A ratio in `[0, 1]` (Kafka's `min.cleanable.dirty.ratio`). Always finite, so it
+/// compares as a number with equality.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Ratio(pub f64);
+
+// `validate` refuses NaN, so equality is reflexive for every accepted value.
+impl Eq for Ratio {}
+
 /// A topic's configuration as its partitions share it: replaced as a whole when the
 /// topic is altered ([`crate::Log::alter_topic`]), read once per append or
 /// maintenance pass (never per record).
@@ -125,6 +205,31 @@ pub struct TopicConfig {
     pub max_record_bytes: u64,
     /// Bytes of data between two index entries. Default 4096.
     pub index_interval_bytes: u64,
+    /// `delete` (retention by time and size), `compact` (keep the latest record per
+    /// key) or both (Kafka's `cleanup.policy`). Default `delete`.
+    #[serde(default)]
+    pub cleanup_policy: CleanupPolicy,
+    /// How long (ms) a tombstone stays readable after compaction first reached it, so
+    /// a consumer reading from the start sees the delete (Kafka's
+    /// `delete.retention.ms`). Default 1 day.
+    #[serde(default = "default_delete_retention_ms")]
+    pub delete_retention_ms: i64,
+    /// A record is not compacted before it is this old (ms; by the segment's newest
+    /// timestamp, as Kafka's `min.compaction.lag.ms`). Default 0.
+    #[serde(default)]
+    pub min_compaction_lag_ms: i64,
+    /// Compaction runs on a partition once the not yet compacted part is at least this
+    /// share of the compactable bytes (Kafka's `min.cleanable.dirty.ratio`). Default 0.5.
+    #[serde(default = "default_dirty_ratio")]
+    pub min_cleanable_dirty_ratio: Ratio,
+}
+
+fn default_delete_retention_ms() -> i64 {
+    86_400_000
+}
+
+fn default_dirty_ratio() -> Ratio {
+    Ratio(0.5)
 }
 
 impl Default for TopicConfig {
@@ -136,25 +241,35 @@ impl Default for TopicConfig {
             segment_ms: Some(7 * 24 * 3_600_000),
             max_record_bytes: 1 << 20,
             index_interval_bytes: 4096,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: default_delete_retention_ms(),
+            min_compaction_lag_ms: 0,
+            min_cleanable_dirty_ratio: default_dirty_ratio(),
         }
     }
 }
 
 impl TopicConfig {
     /// The topic configs a user can set, by Kafka's names.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 10] = [
         "retention.ms",
         "retention.bytes",
         "segment.bytes",
         "segment.ms",
         "max.message.bytes",
         "index.interval.bytes",
+        "cleanup.policy",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+        "min.cleanable.dirty.ratio",
     ];
 
     /// Sets the config `name` (Kafka's name, one of [`TopicConfig::NAMES`]) from
     /// `value`, as `kafka-configs --alter --add-config name=value` does. Durations take
     /// ms (`604800000`) or units (`7d`), sizes bytes or units (`1GiB`); `-1` or `none`
     /// means no limit for `retention.ms`, `retention.bytes` and `segment.ms`.
+    /// `cleanup.policy` takes `delete`, `compact` or both (`compact,delete`, any
+    /// order), `min.cleanable.dirty.ratio` a number in `[0, 1]`.
     ///
     /// # Errors
     /// [`LogError::InvalidConfig`] naming the config for an unknown name or a value
@@ -187,7 +302,21 @@ impl TopicConfig {
             "segment.ms" => next.segment_ms = if unlimited { None } else { Some(duration()?) },
             "segment.bytes" => next.segment_bytes = size()?,
             "max.message.bytes" => next.max_record_bytes = size()?,
-            _ => next.index_interval_bytes = size()?,
+            "index.interval.bytes" => next.index_interval_bytes = size()?,
+            "cleanup.policy" => next.cleanup_policy = value.parse()?,
+            "delete.retention.ms" => next.delete_retention_ms = duration()?,
+            "min.compaction.lag.ms" => next.min_compaction_lag_ms = duration()?,
+            _ => {
+                // "min.cleanable.dirty.ratio", the last of `NAMES`. NaN parses as f64
+                // but is no ratio (`Ratio` relies on its absence for `Eq`).
+                let ratio: f64 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|r: &f64| !r.is_nan())
+                    .ok_or_else(|| bad("a number between 0 and 1"))?;
+                next.min_cleanable_dirty_ratio = Ratio(ratio);
+            }
         }
         next.validate().map_err(|e| match e {
             LogError::InvalidConfig { reason, .. } => LogError::InvalidConfig { field, reason },
@@ -236,6 +365,25 @@ impl TopicConfig {
         }
         if self.index_interval_bytes == 0 {
             return bad("index-interval-bytes", "must be positive".into());
+        }
+        if self.delete_retention_ms < 0 {
+            return bad(
+                "delete.retention.ms",
+                format!("{} ms must not be negative", self.delete_retention_ms),
+            );
+        }
+        if self.min_compaction_lag_ms < 0 {
+            return bad(
+                "min.compaction.lag.ms",
+                format!("{} ms must not be negative", self.min_compaction_lag_ms),
+            );
+        }
+        let ratio = self.min_cleanable_dirty_ratio.0;
+        if !(0.0..=1.0).contains(&ratio) {
+            return bad(
+                "min.cleanable.dirty.ratio",
+                format!("{ratio} must be between 0 and 1"),
+            );
         }
         Ok(())
     }
@@ -313,5 +461,55 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("retention"));
         TopicConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn compaction_configs_set_by_kafka_names() {
+        let mut c = TopicConfig::default();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        c.set("cleanup.policy", "delete,compact").unwrap();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::CompactDelete);
+        c.set("cleanup.policy", "compact").unwrap();
+        c.set("delete.retention.ms", "1000").unwrap();
+        c.set("min.compaction.lag.ms", "5").unwrap();
+        c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (
+                c.cleanup_policy,
+                c.delete_retention_ms,
+                c.min_compaction_lag_ms
+            ),
+            (CleanupPolicy::Compact, 1000, 5)
+        );
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.25));
+        let e = c.set("cleanup.policy", "shred").unwrap_err().to_string();
+        assert!(e.contains("cleanup.policy"), "{e}");
+        let e = c
+            .set("delete.retention.ms", "soon")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("delete.retention.ms"), "{e}");
+        let e = c
+            .set("min.cleanable.dirty.ratio", "1.5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("min.cleanable.dirty.ratio"), "{e}");
+        let e = c
+            .set("min.cleanable.dirty.ratio", "NaN")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("min.cleanable.dirty.ratio"), "{e}");
+        assert_eq!(
+            c.min_cleanable_dirty_ratio,
+            Ratio(0.25),
+            "refused: unchanged"
+        );
+        // A topic stored before these configs existed loads with Kafka's defaults.
+        let old = r#"{"retention_ms":1,"retention_bytes":null,"segment_bytes":1024,"segment_ms":null,"max_record_bytes":100,"index_interval_bytes":10}"#;
+        let c: TopicConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        assert_eq!(c.min_cleanable_dirty_ratio, Ratio(0.5));
     }
 }

@@ -11,9 +11,10 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
-use crate::options::{ConfigCell, FsyncPolicy};
+use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
 
@@ -155,7 +156,7 @@ pub(crate) struct AbortedTxn {
 }
 
 impl AbortedTxn {
-    fn covers(&self, mark: &TxnMark, offset: u64) -> bool {
+    pub(crate) fn covers(&self, mark: &TxnMark, offset: u64) -> bool {
         self.producer_id == mark.producer_id
             && self.sequence == mark.sequence
             && (self.first_offset..=self.last_offset).contains(&offset)
@@ -313,9 +314,19 @@ impl Partition {
                 if let Ok(base) = stem.parse::<u64>() {
                     bases.push(base);
                 }
+            } else if name.ends_with(crate::segment::CLEANED_SUFFIX) {
+                // A compacted copy whose swap a crash interrupted: the original is
+                // still in place (the swap is one rename), so the copy is dropped.
+                let path = entry.path();
+                warn!(path = %path.display(), "removing an unfinished compacted segment");
+                fs::remove_file(&path).ctx("remove", &path)?;
             }
         }
         bases.sort_unstable();
+        // Whether compaction may have left gaps between segments: the topic compacts,
+        // or it did once (the cleaner's state is kept).
+        let compacted = config.get().cleanup_policy.compacts()
+            || dir.join(crate::cleaner::CLEANER_STATE).exists();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
@@ -327,8 +338,14 @@ impl Partition {
                 is_last,
                 now,
             )?;
-            if let Some(prev) = segments.last() {
-                let prev: &Segment = prev;
+            if let Some(prev) = segments.last_mut() {
+                let prev: &mut Segment = prev;
+                // Compaction may have removed a closed segment's last records; when its
+                // index (which keeps its next offset) was lost, the gap ends where the
+                // next segment starts.
+                if prev.next_offset < seg.base_offset && compacted {
+                    prev.next_offset = seg.base_offset;
+                }
                 if prev.next_offset != seg.base_offset {
                     return Err(LogError::Corrupt {
                         path: dir.join(crate::segment::segment_stem(base) + ".log"),
@@ -427,9 +444,23 @@ impl Partition {
     /// Checks the sizes of `records` (at least one) in a batch whose header has
     /// `header_len` bytes; returns the batch's encoded size.
     fn check_sizes(&self, records: &[ProducerRecord], header_len: usize) -> Result<usize> {
-        let max = self.config.get().max_record_bytes as usize;
+        let config = self.config.get();
+        let max = config.max_record_bytes as usize;
         let mut total = header_len;
+        let compacted = config.cleanup_policy.compacts();
         for (index, r) in records.iter().enumerate() {
+            if compacted && r.key.is_none() {
+                // Compaction keeps the latest record per key: a keyless one has no
+                // place in it (Kafka refuses it with INVALID_RECORD).
+                return Err(LogError::InvalidRecord {
+                    topic: self.topic.to_string(),
+                    index,
+                    reason: format!(
+                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
+                        config.cleanup_policy
+                    ),
+                });
+            }
             let size = format::record_len(r);
             if size > max
                 || r.headers.len() > usize::from(u16::MAX)
@@ -471,7 +502,15 @@ impl Partition {
                 .max()
                 .unwrap_or(now),
         };
-        self.maybe_roll(st, total as u64, records.len() as u64, now, batch_max_ts)?;
+        // A marker never rolls a segment by time: it carries the writer's clock, not the
+        // records' time, and records stamped long ago (event time) followed by a marker
+        // stamped now would roll at every transaction, and the rolled segments, old by
+        // their records' time, would fall to time retention at once.
+        let roll_ts = match kind {
+            Batch::Control(..) => None,
+            _ => Some(batch_max_ts),
+        };
+        self.maybe_roll(st, total as u64, records.len() as u64, now, roll_ts)?;
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
@@ -687,7 +726,7 @@ impl Partition {
         batch_bytes: u64,
         batch_records: u64,
         now: i64,
-        batch_max_ts: i64,
+        batch_max_ts: Option<i64>,
     ) -> Result<()> {
         let Some(active) = st.segments.last() else {
             return Ok(());
@@ -700,9 +739,10 @@ impl Partition {
         // Kafka's `segment.ms` rule (`LogSegment.shouldRoll`): the new batch's time is
         // more than `segment.ms` after the segment's first batch. Record time, not the
         // life of this process, so appends by short-lived processes roll too.
-        let too_old = config
-            .segment_ms
-            .is_some_and(|ms| active.time_waited_for_roll(now, batch_max_ts) > ms);
+        let too_old = match (config.segment_ms, batch_max_ts) {
+            (Some(ms), Some(ts)) => active.time_waited_for_roll(now, ts) > ms,
+            _ => false,
+        };
         let too_many =
             active.next_offset - active.base_offset + batch_records > u64::from(u32::MAX);
         if too_big || too_old || too_many {
@@ -990,6 +1030,13 @@ impl Partition {
             )? {
                 break;
             }
+            // Read to its end, every record of every batch taken (a record limit can
+            // stop inside the last batch): the offsets compaction removed at the
+            // segment's end are passed too, so a reader's position moves on densely
+            // (as over a Kafka batch whose last records were cleaned away).
+            if progress.records < limit.max_records {
+                progress.next_offset = progress.next_offset.max(v.next_offset.min(until));
+            }
         }
         Ok(ReadSummary {
             records: progress.records,
@@ -1067,7 +1114,8 @@ impl Partition {
         Ok(None)
     }
 
-    /// Applies retention at time `now` (ms): deletes closed segments, oldest first,
+    /// Applies retention at time `now` (ms), unless the topic's `cleanup.policy` is
+    /// `compact` alone: deletes closed segments, oldest first,
     /// while the oldest one's newest record is older than `retention_ms` or the
     /// partition is bigger than `retention_bytes` without it. Never deletes the active
     /// segment. Returns how many segments were deleted.
@@ -1081,6 +1129,11 @@ impl Partition {
     /// I/O errors, [`LogError::Closed`].
     pub fn apply_retention(&self, now: i64) -> Result<usize> {
         let config = self.config.get();
+        // A `compact` topic keeps its segments however old or big (Kafka's
+        // cleanup.policy: only `delete` and `compact,delete` delete by retention).
+        if !config.cleanup_policy.deletes() {
+            return Ok(0);
+        }
         let mut st = self.lock()?;
         let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
         let mut deleted = 0;
@@ -1135,6 +1188,91 @@ impl Partition {
         Ok(deleted)
     }
 
+    // ---- compaction (the cleaner's edges; see crate::cleaner) -------------------
+
+    /// What the cleaner may compact at `now` with `min_compaction_lag_ms` (the pass's
+    /// configuration): the cleanable closed segments
+    /// ([`compaction::cleanable_count`]) and the aborted transactions.
+    pub(crate) fn cleanable(&self, now: i64, min_compaction_lag_ms: i64) -> Result<Cleanable> {
+        let st = self.lock()?;
+        let stable = st.txns.stable_offset(st.end_offset());
+        let closed = &st.segments[..st.segments.len().saturating_sub(1)];
+        let facts: Vec<SegmentFacts> = closed
+            .iter()
+            .map(|s| SegmentFacts {
+                next_offset: s.next_offset,
+                max_timestamp: s.max_timestamp,
+            })
+            .collect();
+        let n = compaction::cleanable_count(&facts, stable, now, min_compaction_lag_ms);
+        Ok(Cleanable {
+            segments: closed[..n]
+                .iter()
+                .map(|s| CleanableSegment {
+                    base_offset: s.base_offset,
+                    next_offset: s.next_offset,
+                    size: s.size,
+                    view: s.view(0),
+                })
+                .collect(),
+            aborted: st.txns.aborted.clone(),
+        })
+    }
+
+    /// Replaces the closed segment at `new.base_offset` by its compacted copy `new`
+    /// (opened by [`Segment::open_cleaned`]), if that segment is still there with
+    /// `size` bytes (retention may have deleted it meanwhile); otherwise drops the
+    /// copy. The swap is one rename over the original, so a crash leaves either the
+    /// original or the copy, never a mix; the old index files go first, so they can
+    /// never describe the copy. `interrupt` stops right after the rename (a test's
+    /// simulated crash). Returns whether the copy is in place.
+    pub(crate) fn swap_cleaned(
+        &self,
+        mut new: Segment,
+        size: u64,
+        interrupt: bool,
+    ) -> Result<bool> {
+        let cleaned = crate::segment::cleaned_path(&self.dir, new.base_offset);
+        let mut st = self.lock()?;
+        let last = st.segments.len().saturating_sub(1);
+        let Some(i) = st.segments[..last]
+            .iter()
+            .position(|s| s.base_offset == new.base_offset && s.size == size)
+        else {
+            drop(st);
+            fs::remove_file(&cleaned).ctx("remove", &cleaned)?;
+            return Ok(false);
+        };
+        new.keep_last_write(
+            st.segments[i].last_write_ms,
+            st.segments[i].future_hold_reported,
+        );
+        st.segments[i].remove_index_files();
+        let path = self
+            .dir
+            .join(crate::segment::segment_stem(new.base_offset) + ".log");
+        fs::rename(&cleaned, &path).ctx("rename", &cleaned)?;
+        sync_dir(&self.dir)?;
+        if interrupt {
+            return Err(LogError::Internal(
+                "compaction interrupted after the swap (injected)".into(),
+            ));
+        }
+        new.write_indexes(true)?;
+        st.segments[i] = new;
+        Ok(true)
+    }
+
+    /// The topic's current configuration (as last altered).
+    pub(crate) fn config(&self) -> Arc<TopicConfig> {
+        self.config.get()
+    }
+
+    /// The clock.
+    pub(crate) fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     /// Flushes and writes the active segment's indexes; no use is possible after.
     pub(crate) fn close(&self) -> Result<()> {
         let Ok(mut st) = self.state.lock() else {
@@ -1155,6 +1293,23 @@ impl Partition {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// The closed segments the cleaner may compact, oldest first, and the partition's
+/// aborted transactions (whose records it removes).
+#[derive(Debug)]
+pub(crate) struct Cleanable {
+    pub(crate) segments: Vec<CleanableSegment>,
+    pub(crate) aborted: Vec<AbortedTxn>,
+}
+
+/// One cleanable segment, as seen when the pass started.
+#[derive(Debug)]
+pub(crate) struct CleanableSegment {
+    pub(crate) base_offset: u64,
+    pub(crate) next_offset: u64,
+    pub(crate) size: u64,
+    pub(crate) view: SegmentView,
 }
 
 /// What kind of batch [`Partition::append_locked`] writes.

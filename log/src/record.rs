@@ -21,12 +21,16 @@ pub struct Header {
 pub struct ProducerRecord {
     /// The key; decides the partition (murmur2, as Kafka) when one is not given.
     pub key: Option<Bytes>,
-    /// The value.
+    /// The value (ignored for a tombstone).
     pub value: Bytes,
     /// Event time in ms since the Unix epoch; `None` means "now".
     pub timestamp: Option<i64>,
     /// Headers, in order.
     pub headers: Vec<Header>,
+    /// The value is null: a tombstone, which in a compacted topic deletes the key
+    /// (Kafka's null value; distinct from an empty value). See
+    /// [`ProducerRecord::tombstone`].
+    pub tombstone: bool,
 }
 
 impl ProducerRecord {
@@ -43,6 +47,17 @@ impl ProducerRecord {
         ProducerRecord {
             key: Some(key.into()),
             value: value.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A tombstone for `key`: a record with a null value, which in a compacted topic
+    /// deletes the key once compaction has run (`docs/semantics.md` §1, after Kafka's
+    /// log compaction).
+    pub fn tombstone(key: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            key: Some(key.into()),
+            tombstone: true,
             ..Default::default()
         }
     }
@@ -75,10 +90,24 @@ pub struct Record {
     pub timestamp: i64,
     /// Its key.
     pub key: Option<Bytes>,
-    /// Its value.
+    /// Its value (empty for a tombstone).
     pub value: Bytes,
+    /// Whether the value is null (a tombstone), not just empty.
+    pub tombstone: bool,
     /// Its headers.
     pub headers: Vec<Header>,
+}
+
+impl Record {
+    /// Whether the value is null (Kafka's tombstone), not just empty.
+    pub fn is_tombstone(&self) -> bool {
+        self.tombstone
+    }
+
+    /// The value, `None` for a tombstone (as a Kafka client's null value).
+    pub fn value_opt(&self) -> Option<&Bytes> {
+        (!self.tombstone).then_some(&self.value)
+    }
 }
 
 /// A record together with where it came from, as a consumer returns it.

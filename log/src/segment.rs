@@ -10,6 +10,10 @@
 //!   whose timestamp is `< t`. The last entry (the footer) sits at the end of the data,
 //!   so it carries the segment's largest timestamp and next offset.
 //!
+//! After compaction ([`crate::cleaner`]) a closed segment has gaps: its batches' base
+//! offsets may jump forward, and its next offset (kept in the time index's footer, or
+//! else the next segment's base offset) may lie past its last record.
+//!
 //! Index files are derived data: they are kept in memory while the segment is active and
 //! written when it is closed (rolled, or the log shut down cleanly). After an unclean
 //! shutdown, or when they do not match the data file, they are rebuilt by a scan that
@@ -105,6 +109,14 @@ pub(crate) fn segment_stem(base_offset: u64) -> String {
     format!("{base_offset:020}")
 }
 
+/// Suffix of a compacted segment written aside, before it replaces the original.
+pub(crate) const CLEANED_SUFFIX: &str = ".log.cleaned";
+
+/// Where the cleaner writes the compacted copy of the segment at `base_offset`.
+pub(crate) fn cleaned_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{}{CLEANED_SUFFIX}", segment_stem(base_offset)))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct IndexEntry {
     rel: u32,
@@ -160,6 +172,9 @@ pub(crate) struct SegmentView {
     /// Reading up to here is enough for the records asked for (a batch start or the
     /// end): the first chunk read stops there rather than fetching a whole chunk.
     pub(crate) enough_at: u64,
+    /// The segment's next offset: a reader that read to `end` has passed every offset
+    /// below it (records, or gaps left by compaction).
+    pub(crate) next_offset: u64,
 }
 
 impl Segment {
@@ -214,7 +229,8 @@ impl Segment {
     /// With `recover`, the data is scanned and checked batch by batch; if `is_last`, a
     /// torn or corrupt final batch is truncated away (with a warning), otherwise any bad
     /// batch is [`LogError::Corrupt`]. Without `recover`, the index files are trusted if
-    /// they match the data file, else the segment is scanned as well.
+    /// they match the data file, else the segment is scanned as well. A closed segment
+    /// (not `is_last`) may have gaps left by compaction; the active one never has.
     pub(crate) fn open(
         dir: &Path,
         base_offset: u64,
@@ -261,6 +277,66 @@ impl Segment {
             seg.first_batch_timestamp = seg.read_first_batch_timestamp();
         }
         Ok(seg)
+    }
+
+    /// Opens `<base>.log.cleaned`, a compacted copy of a closed segment written aside by
+    /// the cleaner, scanning it to build its indexes; the segment's files are named as
+    /// the final `<base>.log` (the caller renames the data file over the original and
+    /// then writes the indexes). `next_offset` is the original segment's: the offsets
+    /// it covered stay covered, gaps included.
+    pub(crate) fn open_cleaned(
+        dir: &Path,
+        base_offset: u64,
+        index_interval: u64,
+        next_offset: u64,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let cleaned = cleaned_path(dir, base_offset);
+        let (path, index_path, time_index_path) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&cleaned)
+            .ctx("open", &cleaned)?;
+        let size = file.metadata().ctx("stat", &cleaned)?.len();
+        let mut seg = Segment {
+            base_offset,
+            next_offset: base_offset,
+            size,
+            max_timestamp: i64::MIN,
+            created_ms: now_ms,
+            // Closed segments roll no more; the swap carries the original's last
+            // write over ([`Segment::keep_last_write`]).
+            first_batch_timestamp: None,
+            last_write_ms: now_ms,
+            future_hold_reported: false,
+            file: Arc::new(file),
+            path: cleaned,
+            index_path,
+            time_index_path,
+            index: Vec::new(),
+            time_index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval,
+        };
+        seg.scan(false)?;
+        seg.path = path;
+        seg.next_offset = seg.next_offset.max(next_offset);
+        Ok(seg)
+    }
+
+    /// Takes over the last write time (ms) of the segment this compacted copy replaces,
+    /// in memory and as the data file's modification time (read back on open), as
+    /// Kafka's cleaner keeps a cleaned segment's `lastModified`: compaction is no
+    /// write of new records, so it does not restart the future-timestamp hold.
+    pub(crate) fn keep_last_write(&mut self, last_write_ms: i64, reported: bool) {
+        self.last_write_ms = last_write_ms;
+        self.future_hold_reported = reported;
+        if let Ok(ms) = u64::try_from(last_write_ms) {
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+            // Best effort: a failure only makes a reopen see the copy's own time.
+            let _ = self.file.set_modified(time);
+        }
     }
 
     /// Loads the index files; `Ok(false)` if they are missing or do not fit the data.
@@ -343,7 +419,11 @@ impl Segment {
         while pos < file_len {
             let remaining = file_len - pos;
             let bad = match self.check_batch_at(pos, remaining, &mut buf) {
-                Ok(h) if h.base_offset == self.next_offset => {
+                // Compaction leaves gaps in closed segments, never in the active one.
+                Ok(h)
+                    if h.base_offset == self.next_offset
+                        || (!is_last && h.base_offset > self.next_offset) =>
+                {
                     self.note_batch(pos, &h);
                     pos += h.total_len() as u64;
                     continue;
@@ -618,6 +698,7 @@ impl Segment {
             start,
             end: self.size,
             enough_at,
+            next_offset: self.next_offset,
         }
     }
 }

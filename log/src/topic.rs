@@ -194,14 +194,17 @@ impl Topic {
     /// spread the same way everywhere.
     ///
     /// # Errors
-    /// [`LogError::RecordTooLarge`] for a record over `max_record_bytes` (nothing is
-    /// written then).
+    /// [`LogError::RecordTooLarge`] for a record over `max_record_bytes`,
+    /// [`LogError::InvalidRecord`] for a keyless record on a compacted topic (nothing
+    /// is written then).
     pub(crate) fn split_batch(
         &self,
         records: Vec<ProducerRecord>,
     ) -> Result<BTreeMap<u32, Vec<ProducerRecord>>> {
         let mut by_partition: BTreeMap<u32, Vec<ProducerRecord>> = BTreeMap::new();
-        let max = self.config.get().max_record_bytes as usize;
+        let config = self.config.get();
+        let max = config.max_record_bytes as usize;
+        let compacted = config.cleanup_policy.compacts();
         let n = self.partition_count();
         let keyless = self.sticky.partition(n);
         let mut any_keyless = false;
@@ -209,6 +212,18 @@ impl Topic {
             let size = crate::format::record_len(&r);
             if size > max {
                 return Err(LogError::RecordTooLarge { index, size, max });
+            }
+            if r.key.is_none() && compacted {
+                // Checked here too so that nothing of the request is written (the
+                // partition checks its own batch again).
+                return Err(LogError::InvalidRecord {
+                    topic: self.name.to_string(),
+                    index,
+                    reason: format!(
+                        "the topic is compacted (cleanup.policy={}), so every record needs a key",
+                        config.cleanup_policy
+                    ),
+                });
             }
             let p = match r.key.as_deref() {
                 Some(k) => partition_for_key(k, n),

@@ -366,6 +366,7 @@ fn producer_record(r: &Rec, now: i64) -> ProducerRecord {
                 value: v.clone().map(Bytes::from),
             })
             .collect(),
+        tombstone: false,
     }
 }
 
@@ -598,6 +599,7 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
         segment_ms: setup.segment_ms,
         index_interval_bytes: setup.index_interval_bytes,
         max_record_bytes: MAX_RECORD as u64,
+        ..Default::default()
     };
     w.topic = Some(log.create_topic(TOPIC, setup.partitions, config).unwrap());
     w.log = Some(log);

@@ -209,3 +209,30 @@ fn altered_configs_apply_to_open_partitions_and_are_stored() {
     let log = open(dir.path(), &clock);
     assert_eq!(*log.topic("t").unwrap().config(), c);
 }
+
+/// Records stamped long ago (event time far behind the clock) written in transactions:
+/// each commit marker carries the clock's time, far more than `segment.ms` after the
+/// records'. Markers do not roll segments by time (semantics §1 *Segments*), so the
+/// records stay in the active segment and time retention does not delete them.
+#[test]
+fn transaction_markers_do_not_roll_segments_of_old_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(dir.path(), &clock);
+    log.create_topic("t", 1, config()).unwrap();
+    let mut writer = log.init_transactions("w").unwrap();
+    for i in 0..3 {
+        writer.begin().unwrap();
+        writer
+            .send(
+                "t",
+                vec![ProducerRecord::new(format!("r{i}")).with_timestamp(1_000_000 + i)],
+            )
+            .unwrap();
+        writer.commit_transaction().unwrap();
+    }
+    let p = log.topic("t").unwrap().partition(0).unwrap();
+    assert_eq!(p.info().segments, 1, "a marker rolled the segment");
+    assert_eq!(log.run_maintenance().unwrap(), 0);
+    assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 6));
+}

@@ -19,20 +19,40 @@ use serde_json::{Map, Value};
 
 use crate::row::{row_key, Row};
 
+/// One change to a lookup table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableUpdate {
+    /// A row: it replaces the row with the same `table_key` fields.
+    Upsert(Row),
+    /// A deletion by record key (a tombstone, the null value of a compacted log
+    /// topic, as a Kafka Streams `GlobalKTable` deletes a key): removes the row whose
+    /// `table_key` fields equal the key. With one key field the key is that field's
+    /// value as text (a string) or as JSON (a number, ...); with several, a JSON array
+    /// of their values. These are the keys `brook produce --key-field` writes.
+    Delete(Vec<u8>),
+}
+
+impl From<Row> for TableUpdate {
+    fn from(row: Row) -> Self {
+        TableUpdate::Upsert(row)
+    }
+}
+
 /// Rows of a lookup table: the initial contents and the updates that follow.
 pub trait TableSource: Send {
-    /// The table's rows now (later rows of a key replace earlier ones).
+    /// The table's contents now, as updates in order (later rows of a key replace
+    /// earlier ones, a deletion removes its key).
     ///
     /// # Errors
     /// When the table cannot be read (a missing file, a bad row): the job fails to
     /// start.
-    fn load(&mut self) -> OpResult<Vec<Row>>;
-    /// Rows added since the last `load` or `poll_updates`; none for a static table.
+    fn load(&mut self) -> OpResult<Vec<TableUpdate>>;
+    /// Updates since the last `load` or `poll_updates`; none for a static table.
     /// Called before every batch: must be cheap when nothing changed.
     ///
     /// # Errors
     /// When the updates cannot be read.
-    fn poll_updates(&mut self) -> OpResult<Vec<Row>> {
+    fn poll_updates(&mut self) -> OpResult<Vec<TableUpdate>> {
         Ok(Vec::new())
     }
 }
@@ -127,8 +147,18 @@ impl LookupEnrich {
         Ok(())
     }
 
-    fn apply_updates(&mut self, rows: Vec<Row>) -> OpResult {
-        rows.into_iter().try_for_each(|r| self.upsert(r))
+    fn apply_updates(&mut self, updates: Vec<TableUpdate>) -> OpResult {
+        for u in updates {
+            match u {
+                TableUpdate::Upsert(row) => self.upsert(row)?,
+                TableUpdate::Delete(key) => {
+                    for k in table_keys(&key, self.table_key.len()) {
+                        self.table.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -183,13 +213,34 @@ impl Operator for LookupEnrich {
     }
 }
 
+/// The table keys (see [`row_key`]) a record key can stand for (see
+/// [`TableUpdate::Delete`]): a JSON array of `fields` values as it is; with one field,
+/// the key's text as a string and, when it is JSON (a number, say), as that value.
+fn table_keys(key: &[u8], fields: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(key);
+    let json = serde_json::from_str::<Value>(&text).ok();
+    if let Some(Value::Array(values)) = &json {
+        if values.len() == fields && fields != 1 {
+            return vec![Value::Array(values.clone()).to_string()];
+        }
+    }
+    if fields != 1 {
+        return Vec::new();
+    }
+    let mut keys = vec![Value::Array(vec![Value::String(text.to_string())]).to_string()];
+    if let Some(v) = json.filter(|v| !v.is_string()) {
+        keys.push(Value::Array(vec![v]).to_string());
+    }
+    keys
+}
+
 /// A table that never changes: these rows.
 #[derive(Debug, Clone)]
 pub struct StaticTable(pub Vec<Row>);
 
 impl TableSource for StaticTable {
-    fn load(&mut self) -> OpResult<Vec<Row>> {
-        Ok(self.0.clone())
+    fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
+        Ok(self.0.iter().cloned().map(TableUpdate::Upsert).collect())
     }
 }
 
@@ -203,13 +254,13 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     /// A table whose updates the test pushes.
-    struct Pushed(Arc<Mutex<Vec<Row>>>);
+    struct Pushed(Arc<Mutex<Vec<TableUpdate>>>);
 
     impl TableSource for Pushed {
-        fn load(&mut self) -> OpResult<Vec<Row>> {
-            Ok(vec![json!({"student": "mia", "class": "3a"})])
+        fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
+            Ok(vec![json!({"student": "mia", "class": "3a"}).into()])
         }
-        fn poll_updates(&mut self) -> OpResult<Vec<Row>> {
+        fn poll_updates(&mut self) -> OpResult<Vec<TableUpdate>> {
             Ok(std::mem::take(&mut *self.0.lock().unwrap()))
         }
     }
@@ -252,11 +303,11 @@ mod tests {
         pushed
             .lock()
             .unwrap()
-            .push(json!({"student": "mia", "class": "4b"}));
+            .push(json!({"student": "mia", "class": "4b"}).into());
         pushed
             .lock()
             .unwrap()
-            .push(json!({"student": "leo", "class": "2c"}));
+            .push(json!({"student": "leo", "class": "2c"}).into());
         let after = run(
             &mut op,
             vec![json!({"student": "mia"}), json!({"student": "leo"})],
@@ -269,6 +320,33 @@ mod tests {
             ]
         );
         assert_eq!(op.operator().len(), 2);
+        // A tombstone for mia deletes her row: later rows miss it.
+        pushed
+            .lock()
+            .unwrap()
+            .push(TableUpdate::Delete(b"mia".to_vec()));
+        let deleted = run(
+            &mut op,
+            vec![json!({"student": "mia"}), json!({"student": "leo"})],
+        );
+        assert_eq!(
+            deleted,
+            vec![
+                json!({"student": "mia", "class": null}),
+                json!({"student": "leo", "class": "2c"})
+            ]
+        );
+        assert_eq!(op.operator().len(), 1);
+    }
+
+    #[test]
+    fn a_deleted_key_is_the_key_produce_writes() {
+        // One field: its text, as a string or as JSON.
+        assert_eq!(table_keys(b"mia", 1), vec![r#"["mia"]"#]);
+        assert_eq!(table_keys(b"42", 1), vec![r#"["42"]"#, "[42]"]);
+        // Several: a JSON array of their values.
+        assert_eq!(table_keys(br#"["mia",3]"#, 2), vec![r#"["mia",3]"#]);
+        assert!(table_keys(b"mia", 2).is_empty());
     }
 
     #[test]

@@ -368,7 +368,11 @@ impl RecordWriter {
                 }
                 Ok(())
             }
-            RecordWriter::Remote(w) => w.send(line_no, record.key.as_deref(), &record.value),
+            RecordWriter::Remote(w) => {
+                // A tombstone goes out as a null value (no payload), not an empty one.
+                let value = (!record.tombstone).then_some(&record.value[..]);
+                w.send(line_no, record.key.as_deref(), value)
+            }
         }
     }
 

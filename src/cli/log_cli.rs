@@ -35,6 +35,13 @@ pub(crate) enum TopicCommand {
         /// Largest record accepted.
         #[arg(long, default_value = "1MiB")]
         max_record_bytes: String,
+        /// A topic config by its Kafka name, NAME=VALUE (repeatable), applied after
+        /// the options above: cleanup.policy=compact (or compact,delete),
+        /// delete.retention.ms, min.compaction.lag.ms, min.cleanable.dirty.ratio,
+        /// retention.ms, retention.bytes, segment.bytes, segment.ms, max.message.bytes,
+        /// index.interval.bytes.
+        #[arg(long, value_name = "NAME=VALUE")]
+        config: Vec<String>,
     },
     /// List topics.
     List,
@@ -50,12 +57,14 @@ pub(crate) enum TopicCommand {
     },
     /// Change a topic's configs (as kafka-configs --alter --add-config), by Kafka's
     /// names: retention.ms, retention.bytes, segment.bytes, segment.ms,
-    /// max.message.bytes, index.interval.bytes.
+    /// max.message.bytes, index.interval.bytes, cleanup.policy, delete.retention.ms,
+    /// min.compaction.lag.ms, min.cleanable.dirty.ratio.
     Alter {
         /// Topic name.
         name: String,
         /// NAME=VALUE (repeatable); durations in ms or with units (7d), sizes in bytes
-        /// or with units (1GiB), -1 or none for no limit.
+        /// or with units (1GiB), -1 or none for no limit; cleanup.policy=compact,
+        /// min.cleanable.dirty.ratio=0.5.
         #[arg(long = "config", value_name = "NAME=VALUE", required = true)]
         configs: Vec<String>,
     },
@@ -81,6 +90,15 @@ pub(crate) struct ProduceArgs {
     /// Records per append (one batch per partition per append).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     batch: u32,
+    /// Read each line as KEY, this separator, VALUE (as Kafka's console producer's
+    /// `parse.key=true` with `key.separator`); a line without it is an error.
+    #[arg(long, conflicts_with_all = ["key", "key_field"])]
+    key_separator: Option<String>,
+    /// A value equal to this text is produced as a null value, a tombstone (as Kafka's
+    /// console producer's `null.marker`): with --key-separator, `mia<TAB><MARKER>`
+    /// deletes key mia from a compacted topic.
+    #[arg(long)]
+    null_marker: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -213,8 +231,9 @@ pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
             segment_bytes,
             segment_ms,
             max_record_bytes,
+            config: settings,
         } => {
-            let config = TopicConfig {
+            let mut config = TopicConfig {
                 retention_ms: optional(&retention)
                     .map(parse_duration_ms)
                     .transpose()
@@ -232,6 +251,16 @@ pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
                     .context("--max-record-bytes")?,
                 ..TopicConfig::default()
             };
+            for setting in &settings {
+                let (key, value) = setting.split_once('=').with_context(|| {
+                    format!(
+                        "--config {setting:?}: expected NAME=VALUE, such as cleanup.policy=compact"
+                    )
+                })?;
+                config
+                    .set(key.trim(), value)
+                    .with_context(|| format!("--config {setting:?}"))?;
+            }
             log.create_topic(&name, partitions, config)?;
             outln!("created topic {name} with {partitions} partition(s)");
         }
@@ -258,10 +287,21 @@ pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
                     None => (dash(), dash(), dash(), dash(), dash()),
                 };
             outln!(
-                "topic {}  partitions {}  retention {retention}  retention-bytes {retention_bytes}  segment-bytes {segment_bytes}  segment-ms {segment_ms}  max-record-bytes {max_record_bytes}",
+                "topic {}  partitions {}  retention {retention}  retention-bytes {retention_bytes}  segment-bytes {segment_bytes}  segment-ms {segment_ms}  max-record-bytes {max_record_bytes}  cleanup.policy {}",
                 info.name,
                 info.partitions.len(),
+                info.config
+                    .as_ref()
+                    .map_or_else(dash, |c| c.cleanup_policy.to_string()),
             );
+            if let Some(c) = info.config.as_ref().filter(|c| c.cleanup_policy.compacts()) {
+                outln!(
+                    "compaction: delete.retention.ms {}  min.compaction.lag.ms {}  min.cleanable.dirty.ratio {}",
+                    c.delete_retention_ms,
+                    c.min_compaction_lag_ms,
+                    c.min_cleanable_dirty_ratio.0,
+                );
+            }
             // FUTURE-HELD: closed segments time retention keeps only because they
             // hold a record stamped in the future (a warning names each).
             outln!(
@@ -351,20 +391,35 @@ pub(crate) fn produce(log: &LogAccess, args: ProduceArgs) -> Result<()> {
         if line.trim().is_empty() {
             continue;
         }
-        let key = match (&args.key_field, &args.key) {
-            (Some(f), _) => match key_of(line_no, &line, f) {
-                Ok(k) => k,
+        let (key, value) = match (&args.key_separator, &args.key_field, &args.key) {
+            (Some(sep), _, _) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k.as_bytes().to_vec()), v.to_string()),
+                None => {
+                    result = Err(anyhow::anyhow!(
+                        "line {line_no}: no key separator {sep:?} (needed for --key-separator)"
+                    ));
+                    break;
+                }
+            },
+            (None, Some(f), _) => match key_of(line_no, &line, f) {
+                Ok(k) => (k, line),
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             },
-            (None, Some(k)) => Some(k.clone().into_bytes()),
-            (None, None) => None,
+            (None, None, Some(k)) => (Some(k.clone().into_bytes()), line),
+            (None, None, None) => (None, line),
         };
+        let tombstone = args.null_marker.as_deref() == Some(value.as_str());
         let record = ProducerRecord {
             key: key.map(Into::into),
-            value: line.into_bytes().into(),
+            value: if tombstone {
+                Default::default()
+            } else {
+                value.into_bytes().into()
+            },
+            tombstone,
             ..Default::default()
         };
         if let Err(e) = writer.send(line_no, record) {
@@ -396,9 +451,14 @@ fn record_json(partition: u32, r: &Record) -> Value {
         .key
         .as_ref()
         .map(|k| Value::String(String::from_utf8_lossy(k).into_owned()));
-    // A JSON value is printed as JSON; anything else as a string.
-    let value = serde_json::from_slice::<Value>(&r.value)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()));
+    // A JSON value is printed as JSON; anything else as a string; a tombstone (null
+    // value) as null, as Kafka's console consumer prints it.
+    let value = if r.is_tombstone() {
+        Value::Null
+    } else {
+        serde_json::from_slice::<Value>(&r.value)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.value).into_owned()))
+    };
     serde_json::json!({
         "partition": partition,
         "offset": r.offset,

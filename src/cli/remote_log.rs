@@ -193,12 +193,19 @@ impl RemoteLog {
         // No `segment.ms` limit is Kafka's largest value.
         let segment_ms = c.segment_ms.unwrap_or(i64::MAX).to_string();
         let max_bytes = c.max_record_bytes.to_string();
+        let delete_retention_ms = c.delete_retention_ms.to_string();
+        let min_compaction_lag_ms = c.min_compaction_lag_ms.to_string();
+        let dirty_ratio = c.min_cleanable_dirty_ratio.0.to_string();
         let topic = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(1))
             .set("retention.ms", &retention_ms)
             .set("retention.bytes", &retention_bytes)
             .set("segment.bytes", &segment_bytes)
             .set("segment.ms", &segment_ms)
-            .set("max.message.bytes", &max_bytes);
+            .set("max.message.bytes", &max_bytes)
+            .set("cleanup.policy", c.cleanup_policy.as_str())
+            .set("delete.retention.ms", &delete_retention_ms)
+            .set("min.compaction.lag.ms", &min_compaction_lag_ms)
+            .set("min.cleanable.dirty.ratio", &dirty_ratio);
         let res =
             futures::executor::block_on(self.admin.create_topics([&topic], &Self::admin_options()));
         match res {
@@ -248,14 +255,27 @@ impl RemoteLog {
         let resource = res.into_iter().next()?.ok()?;
         let int = |key: &str| -> Option<i64> { resource.get(key)?.value.as_deref()?.parse().ok() };
         let limit = |v: i64| (v >= 0).then_some(v);
-        Some(TopicConfig {
+        let mut config = TopicConfig {
             retention_ms: limit(int("retention.ms")?),
             retention_bytes: limit(int("retention.bytes")?).map(|b| b as u64),
             segment_bytes: int("segment.bytes")? as u64,
             segment_ms: Some(int("segment.ms")?).filter(|ms| *ms != i64::MAX),
             max_record_bytes: int("max.message.bytes")? as u64,
             ..TopicConfig::default()
-        })
+        };
+        // The compaction configs, where the broker reports them (a broker without
+        // them leaves the defaults, as its topics have no other).
+        for name in [
+            "cleanup.policy",
+            "delete.retention.ms",
+            "min.compaction.lag.ms",
+            "min.cleanable.dirty.ratio",
+        ] {
+            if let Some(value) = resource.get(name).and_then(|e| e.value.as_deref()) {
+                config.set(name, value).ok()?;
+            }
+        }
+        Some(config)
     }
 
     /// (log start, log end, last stable offset) of a partition: ListOffsets as a

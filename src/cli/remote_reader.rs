@@ -317,6 +317,8 @@ impl RemoteReader {
                                 timestamp: m.timestamp().to_millis().unwrap_or(-1),
                                 key: m.key().map(Bytes::copy_from_slice),
                                 value: Bytes::copy_from_slice(m.payload().unwrap_or_default()),
+                                // Kafka's null value, as the broker serves a tombstone.
+                                tombstone: m.payload().is_none(),
                                 headers: Vec::new(),
                             },
                         });

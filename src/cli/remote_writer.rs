@@ -79,10 +79,19 @@ impl RemoteWriter {
         self.max_record_bytes
     }
 
-    /// Queues one record (line `line_no` of the input).
-    pub(crate) fn send(&self, line_no: usize, key: Option<&[u8]>, value: &[u8]) -> Result<()> {
+    /// Queues one record (line `line_no` of the input); a `None` value is sent as
+    /// Kafka's null value (a tombstone).
+    pub(crate) fn send(
+        &self,
+        line_no: usize,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<()> {
         let mut rec: BaseRecord<'_, [u8], [u8], Box<usize>> =
-            BaseRecord::with_opaque_to(&self.topic, Box::new(line_no)).payload(value);
+            BaseRecord::with_opaque_to(&self.topic, Box::new(line_no));
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
         if let Some(k) = key {
             rec = rec.key(k);
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use brook_connectors::csv_row_to_json;
 use brook_core::operator::{OpResult, OperatorError};
 use brook_log::{IsolationLevel, Partition, ReadLimit};
-use brook_operators::enrich::TableSource;
+use brook_operators::enrich::{TableSource, TableUpdate};
 use brook_operators::row::Row;
 
 use super::FileFormat;
@@ -21,7 +21,13 @@ pub(crate) struct FileTable {
 }
 
 impl TableSource for FileTable {
-    fn load(&mut self) -> OpResult<Vec<Row>> {
+    fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
+        Ok(self.rows()?.into_iter().map(TableUpdate::Upsert).collect())
+    }
+}
+
+impl FileTable {
+    fn rows(&self) -> OpResult<Vec<Row>> {
         let bad = |what: String| {
             OperatorError::failed(format!("lookup table {}: {what}", self.path.display()))
         };
@@ -62,7 +68,10 @@ impl TableSource for FileTable {
 }
 
 /// A log topic as a table: every committed record's value is a JSON row; later rows
-/// of a key replace earlier ones.
+/// of a key replace earlier ones, and a tombstone (a null value) deletes the row of
+/// its record key ([`TableUpdate::Delete`]). Such topics are best compacted
+/// (`cleanup.policy=compact`), keyed by the table key, so they keep only the latest
+/// row per key.
 #[derive(Debug, Clone)]
 pub(crate) struct LogTable {
     pub(crate) topic: String,
@@ -72,7 +81,7 @@ pub(crate) struct LogTable {
 }
 
 impl LogTable {
-    fn read_new(&mut self) -> OpResult<Vec<Row>> {
+    fn read_new(&mut self) -> OpResult<Vec<TableUpdate>> {
         let mut rows = Vec::new();
         for (p, next) in self.partitions.iter().zip(self.next.iter_mut()) {
             // Cheap when nothing is new: the end offset is an atomic read.
@@ -87,8 +96,20 @@ impl LogTable {
                             if failed.is_some() {
                                 return;
                             }
+                            if r.tombstone {
+                                match r.key {
+                                    Some(k) => rows.push(TableUpdate::Delete(k.to_vec())),
+                                    None => {
+                                        failed = Some(format!(
+                                            "offset {}: a tombstone without a key",
+                                            r.offset
+                                        ))
+                                    }
+                                }
+                                return;
+                            }
                             match serde_json::from_slice::<Row>(r.value) {
-                                Ok(row) => rows.push(row),
+                                Ok(row) => rows.push(TableUpdate::Upsert(row)),
                                 Err(e) => failed = Some(format!("offset {}: {e}", r.offset)),
                             }
                         },
@@ -114,12 +135,62 @@ impl LogTable {
 }
 
 impl TableSource for LogTable {
-    fn load(&mut self) -> OpResult<Vec<Row>> {
-        self.next = vec![0; self.partitions.len()];
+    fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
+        // From each partition's start: retention or compaction may have removed the
+        // first offsets.
+        self.next = self
+            .partitions
+            .iter()
+            .map(|p| p.log_start_offset())
+            .collect();
         self.read_new()
     }
 
-    fn poll_updates(&mut self) -> OpResult<Vec<Row>> {
+    fn poll_updates(&mut self) -> OpResult<Vec<TableUpdate>> {
         self.read_new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    use serde_json::json;
+
+    use super::*;
+
+    /// A tombstone in a log-topic table is a deletion of its key, in order with the
+    /// rows around it.
+    #[test]
+    fn a_tombstone_in_a_log_table_deletes_its_key() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = Log::open(dir.path(), LogOptions::default()).expect("open");
+        let topic = log
+            .create_topic("classes", 1, TopicConfig::default())
+            .expect("topic");
+        topic
+            .append(vec![
+                ProducerRecord::keyed("mia", r#"{"student":"mia","class":"3a"}"#),
+                ProducerRecord::tombstone("mia"),
+            ])
+            .expect("append");
+        let mut table = LogTable {
+            topic: "classes".into(),
+            partitions: topic.partitions(),
+            next: Vec::new(),
+        };
+        assert_eq!(
+            table.load().expect("load"),
+            vec![
+                TableUpdate::Upsert(json!({"student": "mia", "class": "3a"})),
+                TableUpdate::Delete(b"mia".to_vec()),
+            ]
+        );
+        topic
+            .append(vec![ProducerRecord::tombstone("leo")])
+            .expect("append");
+        assert_eq!(
+            table.poll_updates().expect("poll"),
+            vec![TableUpdate::Delete(b"leo".to_vec())]
+        );
     }
 }
