@@ -14,13 +14,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook_testkit::broker::BrokerProcess;
+use brook_testkit::broker::{client_config as config, create_topic, BrokerProcess};
 use brook_testkit::process::wait_bounded;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// A `brook broker` child process (testkit's, killed when dropped) on a fresh data
 /// directory, removed after it.
@@ -43,29 +43,6 @@ impl Broker {
 
     fn bootstrap(&self) -> String {
         self.process.bootstrap()
-    }
-}
-
-fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        // Fail fast instead of retrying for minutes when something is wrong.
-        .set("socket.timeout.ms", "10000")
-        .set("message.timeout.ms", "10000");
-    c
-}
-
-fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        config(bootstrap).create().expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let results = futures::executor::block_on(admin.create_topics(
-        [&topic],
-        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-    ))
-    .expect("CreateTopics");
-    for r in results {
-        r.expect("topic created");
     }
 }
 

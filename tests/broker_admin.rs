@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook_testkit::broker::{kafka_python, kcat, BrokerProcess};
+use brook_testkit::broker::{client_config as config, kafka_python, kcat, BrokerProcess};
 use brook_testkit::process::wait_bounded;
 use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
@@ -17,7 +17,6 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
 
 fn start(dir: &Path) -> BrokerProcess {
     BrokerProcess::start(
@@ -25,14 +24,6 @@ fn start(dir: &Path) -> BrokerProcess {
         dir,
         &["--group-min-session-timeout-ms", "500"],
     )
-}
-
-fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("socket.timeout.ms", "10000")
-        .set("message.timeout.ms", "10000");
-    c
 }
 
 /// Partition counts of every topic, from a fresh Metadata request.

@@ -17,13 +17,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brook_testkit::binary::run_brook_ok;
-use brook_testkit::broker::{kafka_python, BrokerProcess};
+use brook_testkit::broker::{client_config as config, create_topic, kafka_python, BrokerProcess};
 use brook_testkit::process::{wait_bounded, KillOnDrop};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 const PARTITIONS: i32 = 4;
 
@@ -33,28 +31,6 @@ fn start(dir: &Path) -> BrokerProcess {
         dir,
         &["--group-min-session-timeout-ms", "500"],
     )
-}
-
-fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("socket.timeout.ms", "10000")
-        .set("message.timeout.ms", "10000");
-    c
-}
-
-fn create_topic(bootstrap: &str, name: &str) {
-    let admin: AdminClient<DefaultClientContext> =
-        config(bootstrap).create().expect("admin client");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
-    let results = rt
-        .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
-        .expect("create topics");
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
 
 /// Produces `n` records numbered from `first`, spread over the partitions.
@@ -159,7 +135,7 @@ fn members_split_and_rebalance(strategy: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    create_topic(&bootstrap, "sales");
+    create_topic(&bootstrap, "sales", PARTITIONS);
     let mut seen = BTreeMap::new();
     let member = |name: &str| member_with(&bootstrap, "billing", name, "sales", strategy);
 
@@ -264,7 +240,7 @@ fn kafka_python_commits_and_a_second_run_resumes_from_the_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    create_topic(&bootstrap, "py-groups");
+    create_topic(&bootstrap, "py-groups", PARTITIONS);
     produce(&bootstrap, "py-groups", 0, 40);
     let first = run_ok(&mut python(
         "kafka_python_group.py",
@@ -286,7 +262,7 @@ fn a_sigkilled_members_partitions_move_once_its_session_times_out() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    create_topic(&bootstrap, "crash");
+    create_topic(&bootstrap, "crash", PARTITIONS);
     let a = member(&bootstrap, "billing", "a", "crash");
     let mut seen = BTreeMap::new();
     poll_until(&[&a], &mut seen, 0, |s| s[0].len() == PARTITIONS as usize);
@@ -382,7 +358,7 @@ fn a_restarted_static_member_gets_its_partitions_back_without_a_rebalance() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    create_topic(&bootstrap, "sales");
+    create_topic(&bootstrap, "sales", PARTITIONS);
     let (count_a, count_b) = (CountRebalances::default(), CountRebalances::default());
     let a = static_member(&bootstrap, "a-instance", &count_a);
     let b = static_member(&bootstrap, "b-instance", &count_b);

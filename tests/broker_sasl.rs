@@ -89,10 +89,7 @@ impl DataDir {
 
 /// Client settings; `sasl`: `(mechanism, password)`, or plaintext.
 fn config(bootstrap: &str, sasl: Option<(&str, &str)>) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("socket.timeout.ms", "10000")
-        .set("message.timeout.ms", "10000");
+    let mut c = brook_testkit::broker::client_config(bootstrap);
     if let Some((mechanism, password)) = sasl {
         c.set("security.protocol", "SASL_PLAINTEXT")
             .set("sasl.mechanisms", mechanism)

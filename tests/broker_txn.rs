@@ -14,14 +14,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brook_testkit::broker::{kafka_python, BrokerProcess};
+use brook_testkit::broker::{client_config as config, create_topic, kafka_python, BrokerProcess};
 use brook_testkit::process::wait_bounded;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, FutureProducer, FutureRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,28 +41,6 @@ impl Broker {
 
     fn bootstrap(&self) -> String {
         self.process.bootstrap()
-    }
-}
-
-fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("socket.timeout.ms", "10000")
-        .set("message.timeout.ms", "10000");
-    c
-}
-
-fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        config(bootstrap).create().expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let results = futures::executor::block_on(admin.create_topics(
-        [&topic],
-        &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
-    ))
-    .expect("CreateTopics");
-    for r in results {
-        r.expect("topic created");
     }
 }
 

@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use brook_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use brook_kafka::rdkafka::client::DefaultClientContext;
+use brook_kafka::rdkafka::ClientConfig;
+
 use crate::process::KillOnDrop;
 
 /// A `brook broker --listen 127.0.0.1:0` child on a data directory, killed (SIGKILL)
@@ -122,4 +126,32 @@ pub fn kafka_python_command(target_tmpdir: &Path, manifest_dir: &Path, script: &
     cmd.arg(manifest_dir.join(script))
         .env("PYTHONPATH", python_path);
     cmd
+}
+
+/// librdkafka settings for a client of a test broker at `bootstrap` (`host:port`): it
+/// fails within 10 s instead of retrying for minutes when something is wrong.
+pub fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("socket.timeout.ms", "10000")
+        .set("message.timeout.ms", "10000");
+    c
+}
+
+/// Creates `name` with `partitions` partitions with librdkafka's AdminClient.
+///
+/// # Panics
+/// If the request fails or the topic is not created within 10 s (a test failure).
+pub fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(bootstrap).create().expect("admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let results = futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("CreateTopics");
+    for r in results {
+        r.expect("topic created");
+    }
 }
