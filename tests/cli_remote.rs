@@ -20,7 +20,9 @@ use brook_testkit::binary::{
 };
 use brook_testkit::broker::{client_config, BrokerProcess};
 use brook_testkit::process::{wait_for, KillOnDrop};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 fn brook(dir: &Path, args: &[&str]) -> Command {
@@ -557,6 +559,26 @@ fn group_reset_offsets_goes_through_a_running_broker_only_while_the_group_is_emp
     assert_eq!(committed(d), "3");
     let err = run_brook_err(&mut brook(d, &["group", "delete", "billing"]));
     assert!(err.contains("still has 1 member(s)"), "{err}");
+    // The broker refuses a commit without member id and generation by itself (what
+    // the CLI sends, should a member join after its check), as Kafka's coordinator.
+    let outsider: BaseConsumer = client_config(&broker.bootstrap())
+        .set("group.id", "billing")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut at_zero = TopicPartitionList::new();
+    at_zero
+        .add_partition_offset("orders", 0, Offset::Offset(0))
+        .unwrap();
+    let refused = outsider
+        .commit(&at_zero, CommitMode::Sync)
+        .expect_err("a commit without member while the group has one");
+    assert_eq!(
+        refused.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownMemberId),
+        "{refused}"
+    );
+    drop(outsider);
     // Closing leaves the group (LeaveGroup): it is empty once the broker has it.
     drop(member);
     let plan = wait_for("the group to be empty", Duration::from_secs(20), || {
