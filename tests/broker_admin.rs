@@ -2,17 +2,22 @@
 //! client (the `rdkafka` crate) deletes topics, adds partitions and describes topic
 //! and broker configs, kcat (Debian's, on librdkafka) sees and uses the added
 //! partitions, and kafka-python's KafkaAdminClient does the same and deletes a
-//! group's committed offsets (OffsetDelete). The broker is the real binary.
+//! group's committed offsets (OffsetDelete). Both alter topic configs
+//! (AlterConfigs, and kafka-python IncrementalAlterConfigs), and the log applies an
+//! altered retention. The broker is the real binary.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use brook_testkit::broker::{client_config as config, kafka_python, kcat, BrokerProcess};
-use brook_testkit::process::wait_bounded;
+use brook::kafka::alter_configs::{incremental_alter_topic_configs, AlterConfigsError, AlterOp};
+use brook_testkit::broker::{
+    client_config as config, kafka_python, kafka_python_command, kcat, BrokerProcess,
+};
+use brook_testkit::process::{wait_bounded, wait_for};
 use rdkafka::admin::{
-    AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
-    TopicReplication,
+    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic,
+    OwnedResourceSpecifier, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -212,5 +217,171 @@ fn kafka_python_admin_describes_configs_adds_partitions_and_deletes() {
         "kafka-python admin failed:\n{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// rdkafka's AdminClient `alter_configs` (the legacy AlterConfigs: the whole set) on a
+/// topic whose segments hold records of ten minutes ago: DescribeConfigs shows the
+/// new retention, the log applies it (the closed segments go, the log start moves),
+/// and librdkafka's IncrementalAlterConfigs changes one config (the others stay) or
+/// is refused (an unknown config, naming it; an unknown topic).
+#[test]
+fn rdkafka_admin_alters_configs_and_the_log_applies_the_retention() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let bootstrap = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> =
+        config(&bootstrap).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let topic =
+        NewTopic::new("expiring", 1, TopicReplication::Fixed(1)).set("segment.bytes", "1024");
+    let created = rt
+        .block_on(admin.create_topics([&topic], &options))
+        .expect("create topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let ten_minutes_ago = {
+        use brook::core::time::{Clock, SystemClock};
+        SystemClock.now_ms() - 600_000
+    };
+    // Four batches of ten 100-byte records: one segment each (segment.bytes 1024).
+    for batch in 0..4 {
+        let records = (0..10).map(|i| {
+            let value = format!("{:0>100}", batch * 10 + i);
+            (0, None, value, Some(ten_minutes_ago))
+        });
+        brook::kafka::admin::produce(&bootstrap, "expiring", records).expect("produce");
+    }
+    let consumer: BaseConsumer = config(&bootstrap).create().expect("consumer");
+    let watermarks = || {
+        consumer
+            .fetch_watermarks("expiring", 0, Duration::from_secs(10))
+            .expect("watermarks")
+    };
+    // The default retention (7 days) keeps them.
+    assert_eq!(watermarks(), (0, 40));
+
+    let retention = AlterConfig::new(ResourceSpecifier::Topic("expiring"))
+        .set("retention.ms", "60000")
+        .set("segment.bytes", "1024");
+    let altered = rt
+        .block_on(admin.alter_configs([&retention], &options))
+        .expect("alter configs");
+    assert_eq!(
+        altered,
+        vec![Ok(OwnedResourceSpecifier::Topic("expiring".into()))]
+    );
+    let described = rt
+        .block_on(admin.describe_configs([&ResourceSpecifier::Topic("expiring")], &options))
+        .expect("describe configs");
+    let configs = described[0].as_ref().expect("topic configs");
+    let value = |name| configs.get(name).and_then(|e| e.value.clone());
+    assert_eq!(value("retention.ms").as_deref(), Some("60000"));
+    assert_eq!(
+        configs.get("retention.ms").map(|e| &e.source),
+        Some(&ConfigSource::DynamicTopic)
+    );
+    assert_eq!(value("segment.bytes").as_deref(), Some("1024"));
+    // The broker's next retention pass deletes the closed segments (the active one
+    // stays, as Kafka's): the log start moves, the end stays.
+    let after = wait_for(
+        "retention to delete segments",
+        Duration::from_secs(20),
+        || Some(watermarks()).filter(|(start, _)| *start > 0),
+    );
+    assert_eq!(after, (30, 40));
+
+    // Refusals: the rdkafka crate's alter_configs reports every resource as altered
+    // (it drops the per-resource errors), so they are read through librdkafka's
+    // IncrementalAlterConfigs (brook_kafka::alter_configs, as `brook topic alter`).
+    let incremental = |topic, config, value| {
+        incremental_alter_topic_configs(
+            admin.inner(),
+            topic,
+            &[(config, AlterOp::Set(value))],
+            false,
+            Duration::from_secs(10),
+        )
+    };
+    match incremental("expiring", "compression.type", "zstd") {
+        Err(AlterConfigsError::Refused { code, message }) => {
+            assert_eq!(code, RDKafkaErrorCode::InvalidConfig);
+            assert!(message.contains("compression.type"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match incremental("nothing", "retention.ms", "1000") {
+        Err(AlterConfigsError::Refused { code, .. }) => {
+            assert_eq!(code, RDKafkaErrorCode::UnknownTopicOrPartition);
+        }
+        other => panic!("{other:?}"),
+    }
+    incremental("expiring", "segment.ms", "3600000").expect("alter segment.ms");
+    let described = rt
+        .block_on(admin.describe_configs([&ResourceSpecifier::Topic("expiring")], &options))
+        .expect("describe configs");
+    let configs = described[0].as_ref().expect("topic configs");
+    let value = |name| configs.get(name).and_then(|e| e.value.as_deref());
+    assert_eq!(value("retention.ms"), Some("60000"));
+    assert_eq!(value("segment.ms"), Some("3600000"));
+    assert_eq!(value("segment.bytes"), Some("1024"));
+}
+
+#[test]
+fn kafka_python_admin_alters_topic_configs_incrementally_and_as_a_whole() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let child = kafka_python_command(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        "tests/broker/kafka_python_configs.py",
+    )
+    .arg(broker.bootstrap())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("start python3");
+    let (ok, output) = match wait_bounded(child, Duration::from_secs(60)) {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    assert!(
+        ok,
+        "kafka-python alter configs failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `brook_kafka::admin::produce` reports a record the broker refuses (over the
+/// topic's max.message.bytes) instead of returning as if it was written.
+#[test]
+fn admin_produce_returns_the_first_failed_delivery() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = start(dir.path());
+    let bootstrap = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> =
+        config(&bootstrap).create().expect("admin client");
+    let topic =
+        NewTopic::new("small", 1, TopicReplication::Fixed(1)).set("max.message.bytes", "1024");
+    let created = futures::executor::block_on(admin.create_topics(
+        [&topic],
+        &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("create topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let records = vec![
+        (0, None, "fits".to_owned(), None),
+        (0, None, "x".repeat(4000), None),
+    ];
+    let err = brook::kafka::admin::produce(&bootstrap, "small", records)
+        .expect_err("a record over max.message.bytes is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("delivery to \"small\" failed"),
+        "{message}"
     );
 }

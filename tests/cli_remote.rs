@@ -1,8 +1,10 @@
 //! `brook topic`, `produce`, `consume` and `group` on a data directory that a running
 //! `brook broker` holds: they go through the broker (Kafka protocol, librdkafka)
 //! instead of failing with "in use"; two `brook consume --group` processes split the
-//! partitions; `brook group describe` shows the members; and a `broker.addr` left by a
-//! SIGKILLed broker is not trusted (the commands open the log in-process).
+//! partitions; `brook group describe` shows the members; `brook topic alter`
+//! (IncrementalAlterConfigs) and `brook group reset-offsets` (refused while the group
+//! has a member, as Kafka's tool) work through the broker too; and a `broker.addr`
+//! left by a SIGKILLed broker is not trusted (the commands open the log in-process).
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,9 +15,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use brook::log::partitioner::partition_for_key;
-use brook_testkit::binary::{command_line, expect_success, run_brook_ok, run_brook_with_input};
-use brook_testkit::broker::BrokerProcess;
+use brook_testkit::binary::{
+    command_line, expect_success, run_brook, run_brook_err, run_brook_ok, run_brook_with_input,
+};
+use brook_testkit::broker::{client_config, BrokerProcess};
 use brook_testkit::process::{wait_for, KillOnDrop};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 fn brook(dir: &Path, args: &[&str]) -> Command {
@@ -409,4 +416,244 @@ fn a_stale_broker_addr_after_a_sigkill_is_not_trusted() {
     let recs = json_lines(&ok(d, &["consume", "sales", "--from-beginning"]));
     let values: Vec<i64> = recs.iter().map(|r| r["value"].as_i64().unwrap()).collect();
     assert_eq!(values, [1, 2, 3]);
+}
+
+/// `brook topic alter` through a running broker: IncrementalAlterConfigs SETs only
+/// the configs given (a config set at creation stays), checked with the in-process
+/// messages.
+#[test]
+fn topic_alter_goes_through_a_running_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _broker = start(d);
+    ok(
+        d,
+        &[
+            "topic",
+            "create",
+            "ledger",
+            "--partitions",
+            "1",
+            "--config",
+            "segment.bytes=4096",
+        ],
+    );
+    let out = ok(
+        d,
+        &[
+            "topic",
+            "alter",
+            "ledger",
+            "--config",
+            "retention.ms=60000",
+            "--config",
+            "cleanup.policy=compact,delete",
+        ],
+    );
+    assert_eq!(
+        out,
+        "topic ledger: set retention.ms=60000\ntopic ledger: set cleanup.policy=compact,delete\n"
+    );
+    let described = ok(d, &["topic", "describe", "ledger"]);
+    let first = described.lines().next().unwrap();
+    assert!(first.contains("retention 60000ms"), "{described}");
+    assert!(first.contains("segment-bytes 4096"), "{described}");
+    assert!(
+        first.contains("cleanup.policy compact,delete"),
+        "{described}"
+    );
+
+    let err = run_brook_err(&mut brook(
+        d,
+        &["topic", "alter", "ledger", "--config", "retention.ms=soon"],
+    ));
+    assert!(err.contains("--config retention.ms=soon"), "{err}");
+    let err = run_brook_err(&mut brook(
+        d,
+        &[
+            "topic",
+            "alter",
+            "ledger",
+            "--config",
+            "compression.type=zstd",
+        ],
+    ));
+    assert!(err.contains("compression.type"), "{err}");
+    let err = run_brook_err(&mut brook(
+        d,
+        &["topic", "alter", "nothing", "--config", "retention.ms=1000"],
+    ));
+    assert!(err.contains("\"nothing\""), "{err}");
+    assert!(ok(d, &["topic", "describe", "ledger"]).contains("retention 60000ms"));
+}
+
+/// The rows of `brook group reset-offsets`: (partition, current, new offset).
+fn plan_rows(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(&f[..2], ["billing", "orders"], "{text}");
+            (f[2].to_owned(), f[3].to_owned(), f[4].to_owned())
+        })
+        .collect()
+}
+
+fn row(p: &str, current: &str, new: &str) -> (String, String, String) {
+    (p.to_owned(), current.to_owned(), new.to_owned())
+}
+
+/// The group's committed offset of orders/0, from `brook group describe`.
+fn committed(d: &Path) -> String {
+    let described = ok(d, &["group", "describe", "billing"]);
+    lag_rows(&described)[&("orders".to_owned(), 0)][0].clone()
+}
+
+/// `brook group reset-offsets` through a running broker, as kafka-consumer-groups:
+/// refused while a consumer (librdkafka, not brook's) is a member of the group;
+/// once it left, `--dry-run` prints the plan and commits nothing, `--to-datetime`
+/// finds offsets by time (ListOffsets), and the reset is an OffsetCommit without
+/// member: the group's next consumer starts at the new offset. The output is the
+/// same as in-process. `brook group delete` (DeleteGroups) is refused as long as the
+/// member is there, and deletes the group once it is empty.
+#[test]
+fn group_reset_offsets_goes_through_a_running_broker_only_while_the_group_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = start(d);
+    ok(d, &["topic", "create", "orders", "--partitions", "1"]);
+    let input: String = (0..10).map(|i| format!("{i}\n")).collect();
+    ok_with_input(d, &["produce", "orders"], &input);
+    let read = json_lines(&ok(
+        d,
+        &[
+            "consume",
+            "orders",
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max",
+            "3",
+        ],
+    ));
+    assert_eq!(read.len(), 3);
+    assert_eq!(committed(d), "3");
+    let reset = |extra: &[&str]| {
+        let mut args = vec!["group", "reset-offsets", "billing", "--topic", "orders"];
+        args.extend_from_slice(extra);
+        brook(d, &args)
+    };
+
+    let member: BaseConsumer = client_config(&broker.bootstrap())
+        .set("group.id", "billing")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    member.subscribe(&["orders"]).unwrap();
+    wait_for("the member's assignment", Duration::from_secs(20), || {
+        member.poll(Duration::from_millis(100));
+        (member.assignment().ok()?.count() > 0).then_some(())
+    });
+    let err = run_brook_err(&mut reset(&["--to-earliest"]));
+    assert!(err.contains("has 1 active member"), "{err}");
+    assert_eq!(committed(d), "3");
+    let err = run_brook_err(&mut brook(d, &["group", "delete", "billing"]));
+    assert!(err.contains("still has 1 member(s)"), "{err}");
+    // The broker refuses a commit without member id and generation by itself (what
+    // the CLI sends, should a member join after its check), as Kafka's coordinator.
+    let outsider: BaseConsumer = client_config(&broker.bootstrap())
+        .set("group.id", "billing")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut at_zero = TopicPartitionList::new();
+    at_zero
+        .add_partition_offset("orders", 0, Offset::Offset(0))
+        .unwrap();
+    let refused = outsider
+        .commit(&at_zero, CommitMode::Sync)
+        .expect_err("a commit without member while the group has one");
+    assert_eq!(
+        refused.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownMemberId),
+        "{refused}"
+    );
+    drop(outsider);
+    // Closing leaves the group (LeaveGroup): it is empty once the broker has it.
+    drop(member);
+    let plan = wait_for("the group to be empty", Duration::from_secs(20), || {
+        let out = run_brook(&mut reset(&["--to-offset", "7", "--dry-run"]));
+        out.status
+            .success()
+            .then(|| String::from_utf8(out.stdout).unwrap())
+    });
+    assert_eq!(plan_rows(&plan), vec![row("0", "3", "7")]);
+    assert_eq!(committed(d), "3", "a dry run commits nothing");
+    // Every record is stamped now: the first at or after 2000 is 0, none after 2100.
+    let by_time = |t: &str| {
+        plan_rows(&ok(
+            d,
+            &[
+                "group",
+                "reset-offsets",
+                "billing",
+                "--topic",
+                "orders",
+                "--to-datetime",
+                t,
+                "--dry-run",
+            ],
+        ))
+    };
+    assert_eq!(by_time("2000-01-01T00:00:00Z"), vec![row("0", "3", "0")]);
+    assert_eq!(by_time("2100-01-01T00:00:00Z"), vec![row("0", "3", "10")]);
+
+    let done = String::from_utf8(run_brook_ok(&mut reset(&["--to-offset", "7"])).stdout).unwrap();
+    assert_eq!(done, plan, "the same output as the dry run");
+    assert_eq!(committed(d), "7");
+    let rest = json_lines(&ok(d, &["consume", "orders", "--group", "billing"]));
+    assert_eq!(positions(&rest), vec![(0, 7), (0, 8), (0, 9)]);
+
+    // The same command in-process (the broker gone) prints the same.
+    let served =
+        String::from_utf8(run_brook_ok(&mut reset(&["--to-earliest", "--dry-run"])).stdout)
+            .unwrap();
+    drop(broker);
+    let local = String::from_utf8(run_brook_ok(&mut reset(&["--to-earliest", "--dry-run"])).stdout)
+        .unwrap();
+    assert_eq!(served, local);
+    assert_eq!(plan_rows(&local), vec![row("0", "10", "0")]);
+
+    // `group delete` in-process, then through a broker again (DeleteGroups): the
+    // group and its offsets go.
+    assert_eq!(
+        ok(d, &["group", "delete", "billing"]),
+        "deleted group billing\n"
+    );
+    assert!(!ok(d, &["group", "list"]).lines().any(|g| g == "billing"));
+    let _broker = start(d);
+    let read = json_lines(&ok(
+        d,
+        &[
+            "consume",
+            "orders",
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max",
+            "2",
+        ],
+    ));
+    assert_eq!(read.len(), 2);
+    assert_eq!(committed(d), "2");
+    assert_eq!(
+        ok(d, &["group", "delete", "billing"]),
+        "deleted group billing\n"
+    );
+    assert!(!ok(d, &["group", "list"]).lines().any(|g| g == "billing"));
+    let err = run_brook_err(&mut brook(d, &["group", "delete", "billing"]));
+    assert!(
+        err.contains("has no committed offsets and no members"),
+        "{err}"
+    );
 }

@@ -31,6 +31,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    // librdkafka 2.x asks for v0-1, kafka-python up to v2.
+    (ApiKey::DeleteGroups, 0, 2),
     // Admin: librdkafka 2.x asks for DeleteTopics v0-1, CreatePartitions v0,
     // DescribeConfigs v0-1, OffsetDelete v0; kafka-python up to DeleteTopics v3,
     // DescribeConfigs v2, CreatePartitions v1. The codec starts DeleteTopics and
@@ -40,6 +42,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::OffsetDelete, 0, 0),
+    // Topic configs (crate::incremental_alter_configs, crate::alter_configs):
+    // librdkafka 2.x asks for IncrementalAlterConfigs v0-1 and AlterConfigs v0-2,
+    // kafka-python the same; the codec's whole ranges.
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     // Idempotent and transactional producers (crate::transactions). Each stops
     // before KIP-890's versions (a new epoch per transaction, server-side partition
     // verification); AddPartitionsToTxn v4+ is the brokers' batched form.
@@ -101,8 +108,8 @@ mod tests {
         assert_eq!(
             keys,
             vec![
-                0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 37, 32, 47, 22, 24, 25,
-                28, 26, 17, 36
+                0, 1, 2, 3, 18, 19, 8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 20, 37, 32, 47, 33, 44,
+                22, 24, 25, 28, 26, 17, 36
             ]
         );
         // Not served: DescribeAcls.

@@ -6,9 +6,9 @@
 //! (set at creation), DEFAULT_CONFIG (5) otherwise; a broker setting is
 //! STATIC_BROKER_CONFIG (4) when given at start, DEFAULT_CONFIG otherwise. The log
 //! keeps values, not whether they were given, so a value given equal to the default
-//! reads as the default. Topic configs are not read-only (Kafka's rule; altering them
-//! through the broker is not served yet), broker settings are (they are fixed at
-//! start). Synonyms are always empty (one level of configuration per value); the type
+//! reads as the default. Topic configs are not read-only (Kafka's rule; they are
+//! altered by IncrementalAlterConfigs and AlterConfigs), broker settings are (they
+//! are fixed at start). Synonyms are always empty (one level of configuration per value); the type
 //! and documentation (v3+) are Kafka's. Kafka's answers for bad resources: an unknown
 //! topic is UNKNOWN_TOPIC_OR_PARTITION, a broker other than node 0 or another resource type INVALID_REQUEST. No
 //! configuration keys (null or an empty list) asks for every config.

@@ -11,13 +11,14 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
-    TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterConfigsRequest, ApiKey,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
@@ -99,12 +100,18 @@ pub enum Request {
     DescribeGroups(DescribeGroupsRequest),
     /// DeleteTopics.
     DeleteTopics(DeleteTopicsRequest),
+    /// DeleteGroups.
+    DeleteGroups(DeleteGroupsRequest),
     /// CreatePartitions.
     CreatePartitions(CreatePartitionsRequest),
     /// DescribeConfigs.
     DescribeConfigs(DescribeConfigsRequest),
     /// OffsetDelete.
     OffsetDelete(OffsetDeleteRequest),
+    /// AlterConfigs (the legacy whole-set form).
+    AlterConfigs(AlterConfigsRequest),
+    /// IncrementalAlterConfigs.
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     /// InitProducerId.
     InitProducerId(InitProducerIdRequest),
     /// AddPartitionsToTxn.
@@ -229,6 +236,9 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         ApiKey::DeleteTopics => {
             Request::DeleteTopics(decode(&mut frame, version).map_err(malformed)?)
         }
+        ApiKey::DeleteGroups => {
+            Request::DeleteGroups(decode(&mut frame, version).map_err(malformed)?)
+        }
         ApiKey::CreatePartitions => {
             Request::CreatePartitions(decode(&mut frame, version).map_err(malformed)?)
         }
@@ -237,6 +247,12 @@ pub fn parse(mut frame: Bytes) -> Result<Decoded, FrameError> {
         }
         ApiKey::OffsetDelete => {
             Request::OffsetDelete(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::AlterConfigs => {
+            Request::AlterConfigs(decode(&mut frame, version).map_err(malformed)?)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            Request::IncrementalAlterConfigs(decode(&mut frame, version).map_err(malformed)?)
         }
         ApiKey::InitProducerId => {
             Request::InitProducerId(decode(&mut frame, version).map_err(malformed)?)

@@ -6,7 +6,8 @@
 //! log ([`brook_log`]):
 //!
 //! - one module per API ([`api_versions`], [`metadata`], [`create_topics`],
-//!   [`delete_topics`], [`create_partitions`], [`describe_configs`], [`produce`],
+//!   [`delete_topics`], [`create_partitions`], [`describe_configs`],
+//!   [`incremental_alter_configs`], [`alter_configs`], [`produce`],
 //!   [`fetch`], [`list_offsets`]), each a function from a decoded request
 //!   and the [`Log`](brook_log::Log) to the response, tested without sockets;
 //! - [`frame`] checks a request frame and decides what to do with it (answer, or
@@ -27,6 +28,7 @@
 //! "The log as a Kafka broker" lists the rules.
 
 pub mod address;
+pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
@@ -37,6 +39,7 @@ pub mod fetch;
 pub mod frame;
 pub mod group;
 pub mod idempotence;
+pub mod incremental_alter_configs;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;

@@ -28,14 +28,16 @@ use tracing::{debug, error, info, warn};
 
 use crate::describe_configs::ConfigEntry;
 use crate::frame::{self, Decoded, Request};
-use crate::group::{coordinator, membership, offset_delete, offsets, Coordinator, Limits};
+use crate::group::{
+    coordinator, delete_groups, membership, offset_delete, offsets, Coordinator, Limits,
+};
 use crate::metadata::Advertised;
 use crate::producers::Producers;
 use crate::sasl::{Authenticator, Users};
 use crate::transactions::Transactions;
 use crate::{
-    api_versions, create_partitions, create_topics, delete_topics, describe_configs, fetch,
-    list_offsets, metadata, produce,
+    alter_configs, api_versions, create_partitions, create_topics, delete_topics, describe_configs,
+    fetch, incremental_alter_configs, list_offsets, metadata, produce,
 };
 
 /// How `brook broker` serves.
@@ -414,6 +416,14 @@ async fn connection(
                             blocking(move || offsets::offset_commit(&groups, &r, &log)).await?;
                         encode(id, api, version, &resp)
                     }
+                    Request::DeleteGroups(r) => {
+                        // Deleting offsets removes files (fsync of the directory).
+                        let (log, groups) = (log.clone(), Arc::clone(&groups));
+                        let resp =
+                            blocking(move || delete_groups::delete_groups(&groups, &r, &log))
+                                .await?;
+                        encode(id, api, version, &resp)
+                    }
                     Request::DeleteTopics(r) => {
                         let log = log.clone();
                         let resp = blocking(move || delete_topics::handle(&r, &log)).await?;
@@ -426,6 +436,19 @@ async fn connection(
                     }
                     Request::DescribeConfigs(r) => {
                         let resp = describe_configs::handle(&r, &log, &settings);
+                        encode(id, api, version, &resp)
+                    }
+                    // An alter writes the topic's config file (fsync).
+                    Request::IncrementalAlterConfigs(r) => {
+                        let (log, s) = (log.clone(), Arc::clone(&settings));
+                        let resp =
+                            blocking(move || incremental_alter_configs::handle(&r, &log, &s))
+                                .await?;
+                        encode(id, api, version, &resp)
+                    }
+                    Request::AlterConfigs(r) => {
+                        let (log, s) = (log.clone(), Arc::clone(&settings));
+                        let resp = blocking(move || alter_configs::handle(&r, &log, &s)).await?;
                         encode(id, api, version, &resp)
                     }
                     Request::OffsetDelete(r) => {

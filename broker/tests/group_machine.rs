@@ -1,5 +1,6 @@
 //! The classic group protocol's state machine, event by event (no sockets, no clock):
-//! joins, syncs, heartbeats, leaves, session and rebalance timeouts, commit fencing.
+//! joins, syncs, heartbeats, leaves, session and rebalance timeouts, commit fencing,
+//! group deletion.
 
 use brook_broker::group::machine::{
     ClassicGroups, Join, JoinReply, Limits, Reply, State, SyncReply, Ticket,
@@ -372,6 +373,21 @@ fn commits_are_fenced_by_member_and_generation() {
     assert_eq!(g.leave("billing", &a, None, 2).0, Ok(()));
     g.tick(3);
     assert_eq!(g.validate_commit("billing", -1, "", None, 4).0, Ok(()));
+}
+
+#[test]
+fn only_a_group_without_members_is_deleted() {
+    let mut g = groups();
+    assert_eq!(g.delete("billing", 0).0, Ok(false));
+    let (a, _) = stable_one(&mut g, "a", 0);
+    assert_eq!(g.delete("billing", 1).0, Err(ResponseError::NonEmptyGroup));
+    assert_eq!(g.describe("billing").map(|d| d.members.len()), Some(1));
+    assert_eq!(g.leave("billing", &a, None, 2).0, Ok(()));
+    assert_eq!(g.delete("billing", 3).0, Ok(true));
+    assert!(g.describe("billing").is_none());
+    // A member past its session counts as gone.
+    stable_one(&mut g, "b", 10);
+    assert_eq!(g.delete("billing", 10 + SESSION + 1).0, Ok(true));
 }
 
 #[test]

@@ -5,26 +5,32 @@
 
 use brook_broker::api_versions::SUPPORTED;
 use brook_broker::frame::{self, Decoded, Request};
-use brook_broker::group::{membership, offset_delete, offsets, Coordinator, Limits};
+use brook_broker::group::{delete_groups, membership, offset_delete, offsets, Coordinator, Limits};
 use brook_broker::metadata::Advertised;
 use brook_broker::producers::Producers;
 use brook_broker::sasl::{Authenticator, Mechanism, ScramCredential, Users};
 use brook_broker::transactions::Transactions;
 use brook_broker::{
-    create_partitions, create_topics, delete_topics, describe_configs, fetch, list_offsets,
-    metadata, produce,
+    alter_configs, create_partitions, create_topics, delete_topics, describe_configs, fetch,
+    incremental_alter_configs, list_offsets, metadata, produce,
 };
 use brook_core::time::ManualClock;
-use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+use brook_log::{CommitIdentity, Log, LogOptions, ProducerRecord, TopicConfig, TopicPartition};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::alter_configs_request::{
+    AlterConfigsResource, AlterableConfig as LegacyConfig,
+};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource as IncrementalResource, AlterableConfig,
+};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -41,10 +47,11 @@ use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterConfigsRequest, ApiKey,
+    ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, EndTxnRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName, TransactionalId,
@@ -215,6 +222,28 @@ fn frame_of(api: ApiKey, version: i16, n: usize) -> Bytes {
                 .with_resource_name(StrBytes::from_static_str("snacks"))
                 .with_configuration_keys(None)])
             .with_include_documentation(version >= 3)
+            .encode(&mut buf, version),
+        // A topic of its own, so the other APIs' data keeps its configs.
+        ApiKey::AlterConfigs => AlterConfigsRequest::default()
+            .with_resources(vec![AlterConfigsResource::default()
+                .with_resource_type(describe_configs::RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_static_str("configs"))
+                .with_configs(vec![LegacyConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_value(Some(StrBytes::from_static_str("60000")))])])
+            .encode(&mut buf, version),
+        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::default()
+            .with_resources(vec![IncrementalResource::default()
+                .with_resource_type(describe_configs::RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_static_str("configs"))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("segment.bytes"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("1048576")))])])
+            .encode(&mut buf, version),
+        // A group of its own each time (its offsets committed by the handler's arm).
+        ApiKey::DeleteGroups => DeleteGroupsRequest::default()
+            .with_groups_names(vec![group(&format!("gone{n}"))])
             .encode(&mut buf, version),
         ApiKey::OffsetDelete => OffsetDeleteRequest::default()
             .with_group_id(group("solo"))
@@ -445,6 +474,34 @@ fn every_advertised_version_parses_handles_and_encodes() {
                     let result = &resp.results[0];
                     assert_eq!(result.error_code, 0, "DescribeConfigs v{version}");
                     assert!(!result.configs.is_empty(), "DescribeConfigs v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::AlterConfigs(r) => {
+                    let _ = log.create_topic("configs", 1, TopicConfig::default());
+                    let resp = alter_configs::handle(&r, &log, &[]);
+                    assert_eq!(resp.responses[0].error_code, 0, "AlterConfigs v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::IncrementalAlterConfigs(r) => {
+                    let _ = log.create_topic("configs", 1, TopicConfig::default());
+                    let resp = incremental_alter_configs::handle(&r, &log, &[]);
+                    let result = &resp.responses[0];
+                    assert_eq!(result.error_code, 0, "IncrementalAlterConfigs v{version}");
+                    frame::encode_response(5, api, version, &resp)
+                }
+                Request::DeleteGroups(r) => {
+                    let gone = format!("gone{n}");
+                    log.commit_offsets(
+                        &gone,
+                        &CommitIdentity::Standalone,
+                        &[(TopicPartition::new("snacks", 0), 1)],
+                    )
+                    .expect("an offset to delete");
+                    let resp = delete_groups::delete_groups(&groups, &r, &log);
+                    assert_eq!(resp.results[0].error_code, 0, "DeleteGroups v{version}");
+                    assert!(log
+                        .committed_offset(&gone, &TopicPartition::new("snacks", 0))
+                        .is_none());
                     frame::encode_response(5, api, version, &resp)
                 }
                 Request::OffsetDelete(r) => {

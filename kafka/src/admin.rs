@@ -12,6 +12,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::sink::Deliveries;
 use crate::KafkaConnectorError;
 
 /// How long an admin call may take.
@@ -75,17 +76,19 @@ pub fn create_topic(
 /// waits until all are acknowledged.
 ///
 /// # Errors
-/// The broker cannot be reached, a record was not delivered.
+/// The broker cannot be reached, a record was not delivered (the first delivery
+/// error, such as the broker refusing a record over the topic's
+/// `max.message.bytes`: the records after it may have been written).
 pub fn produce(
     bootstrap: &str,
     topic: &str,
     records: impl IntoIterator<Item = (i32, Option<String>, String, Option<i64>)>,
 ) -> Result<(), KafkaConnectorError> {
-    let p: BaseProducer = ClientConfig::new()
+    let p: BaseProducer<Deliveries> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
-        .create()
+        .create_with_context(Deliveries::default())
         .map_err(err(format!("producer for {topic:?}")))?;
     for (partition, key, value, ts) in records {
         let mut rec: BaseRecord<'_, String, String> =
@@ -110,7 +113,20 @@ pub fn produce(
     }
     p.flush(TIMEOUT)
         .map_err(err(format!("flush to {topic:?}")))?;
-    Ok(())
+    // Every delivery report has been served by flush: a failed one is here now.
+    let failed = p
+        .context()
+        .error
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    match failed {
+        Some(e) => Err(KafkaConnectorError::Config {
+            field: "send".into(),
+            message: format!("delivery to {topic:?} failed: {e}"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// One record read by [`read_to_end`].

@@ -82,6 +82,7 @@ use rdkafka::error::KafkaError;
 use thiserror::Error;
 
 pub mod admin;
+pub mod alter_configs;
 pub mod connect;
 pub mod group;
 mod sink;

@@ -19,10 +19,12 @@ use serde::{Deserialize, Serialize};
 use crate::connect;
 use crate::{Conn, KafkaConnectorError, TIMEOUT};
 
-/// Delivery errors of a producer, kept until the writer checks them.
+/// Delivery errors of a producer, kept until the writer checks them (the sink's
+/// writers, [`crate::admin::produce`]).
 #[derive(Default)]
-struct Deliveries {
-    error: Mutex<Option<String>>,
+pub(crate) struct Deliveries {
+    /// The first delivery error not yet taken.
+    pub(crate) error: Mutex<Option<String>>,
 }
 
 impl ClientContext for Deliveries {}

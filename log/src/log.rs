@@ -542,6 +542,26 @@ impl Log {
         Ok(())
     }
 
+    /// Deletes a group (Kafka's DeleteGroups): its committed offsets, durably, and its
+    /// state in this process's coordinator; returns whether it had any. Refused while
+    /// it has live members in this process ([`GroupError::NonEmptyGroup`]); whether a
+    /// broker's groups have members is the broker's rule.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidName`], `GroupError::NonEmptyGroup`, I/O errors.
+    pub fn delete_group(&self, group: &str) -> Result<bool> {
+        self.check_open()?;
+        validate_name("group", group)?;
+        // Under the group lock, so no member joins between the check and the delete.
+        let mut groups = lock_or_recover(&self.inner.groups);
+        let had_state = groups.delete_group(group)?;
+        let had_offsets = lock_or_recover(&self.inner.offsets).delete_group(group)?;
+        if had_offsets {
+            info!(group, "deleted group");
+        }
+        Ok(had_state || had_offsets)
+    }
+
     /// A group's committed offset for one partition.
     pub fn committed_offset(&self, group: &str, tp: &TopicPartition) -> Option<u64> {
         lock_or_recover(&self.inner.offsets).committed(group, tp)

@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use brook::log::{
     format::record_len, AssignmentStrategy, Consumer, ConsumerConfig, ConsumerRecord, Log,
-    LogError, OffsetReset, PartitionLag, ProducerRecord, Topic, TopicConfig, TopicPartition,
+    LogError, OffsetReset, OffsetResetRow, PartitionLag, ProducerRecord, ResetTo, Topic,
+    TopicConfig, TopicPartition,
 };
 use std::sync::Arc;
 
@@ -107,21 +108,6 @@ impl LogAccess {
 
     /// Applies retention now (in-process: a short command would otherwise end before
     /// the background maintenance first runs; a broker runs its own).
-    /// The log itself, for the commands served in-process only (`what`, such as `brook
-    /// topic alter`, names the command in the error a broker-held directory gets).
-    ///
-    /// # Errors
-    /// Through a broker: the command is not served there yet.
-    pub(crate) fn local(&self, what: &str) -> Result<&Log> {
-        match self {
-            LogAccess::Local(log) => Ok(log),
-            LogAccess::Remote(r) => bail!(
-                "{what} works on a log opened in this process only; the data directory is served by the broker at {} (stop it, run {what}, start it again)",
-                r.addr
-            ),
-        }
-    }
-
     pub(crate) fn run_maintenance(&self) -> Result<()> {
         if let LogAccess::Local(log) = self {
             log.run_maintenance().context("applying retention")?;
@@ -186,6 +172,68 @@ impl LogAccess {
             LogAccess::Local(log) => Ok(log.delete_topic(name)?),
             LogAccess::Remote(r) => r.delete_topic(name),
         }
+    }
+
+    /// The topic's current configuration (through a broker: DescribeConfigs).
+    pub(crate) fn topic_config(&self, name: &str) -> Result<TopicConfig> {
+        match self {
+            LogAccess::Local(log) => Ok((*log.topic(name)?.config()).clone()),
+            LogAccess::Remote(r) => {
+                r.partition_count(name)?;
+                r.topic_config(name).ok_or_else(|| {
+                    anyhow!(
+                        "the brook broker at {} did not report the configs of topic {name:?}",
+                        r.addr
+                    )
+                })
+            }
+        }
+    }
+
+    /// Alters a topic's configs: `config` is the whole new configuration (applied
+    /// in-process), `changes` the `(name, value)` pairs that made it from
+    /// [`LogAccess::topic_config`], sent to a broker as IncrementalAlterConfigs SETs
+    /// (so a change made meanwhile to another config is kept, as Kafka's tool does).
+    pub(crate) fn alter_topic(
+        &self,
+        name: &str,
+        config: TopicConfig,
+        changes: &[(&str, &str)],
+    ) -> Result<()> {
+        match self {
+            LogAccess::Local(log) => Ok(log.alter_topic(name, config)?),
+            LogAccess::Remote(r) => r.alter_topic(name, changes),
+        }
+    }
+
+    /// Moves `group`'s committed offsets on every partition of `topic` (Kafka's
+    /// `kafka-consumer-groups --reset-offsets`), refused while the group has members;
+    /// with `dry_run` only the plan. Through a broker as Kafka's tool does it:
+    /// ListOffsets, OffsetFetch and an OffsetCommit without member or generation.
+    pub(crate) fn reset_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: ResetTo,
+        dry_run: bool,
+    ) -> Result<Vec<OffsetResetRow>> {
+        match self {
+            LogAccess::Local(log) => Ok(log.reset_offsets(group, topic, to, dry_run)?),
+            LogAccess::Remote(r) => r.reset_offsets(group, topic, to, dry_run),
+        }
+    }
+
+    /// Deletes a group and its committed offsets (through a broker: DeleteGroups);
+    /// refused while it has members; an unknown group is an error.
+    pub(crate) fn delete_group(&self, group: &str) -> Result<()> {
+        let existed = match self {
+            LogAccess::Local(log) => log.delete_group(group)?,
+            LogAccess::Remote(r) => r.delete_group(group)?,
+        };
+        if !existed {
+            bail!("group {group:?} has no committed offsets and no members");
+        }
+        Ok(())
     }
 
     /// Grows the topic to `total` partitions; the count before.

@@ -147,6 +147,12 @@ pub(crate) enum GroupCommand {
         /// Group name.
         group: String,
     },
+    /// Delete a group and its committed offsets (as kafka-consumer-groups --delete);
+    /// refused while the group has members.
+    Delete {
+        /// Group name.
+        group: String,
+    },
     /// Move a group's committed offsets on every partition of a topic (as
     /// kafka-consumer-groups --reset-offsets); refused while the group has members.
     /// Prints the plan; commits it unless --dry-run.
@@ -332,17 +338,19 @@ pub(crate) fn topic_command(log: &LogAccess, cmd: TopicCommand) -> Result<()> {
             outln!("deleted topic {name}");
         }
         TopicCommand::Alter { name, configs } => {
-            let log = log.local("brook topic alter")?;
-            let mut config = (*log.topic(&name)?.config()).clone();
+            let mut config = log.topic_config(&name)?;
+            let mut changes = Vec::with_capacity(configs.len());
             for kv in &configs {
                 let (k, v) = kv.split_once('=').with_context(|| {
                     format!("--config {kv:?}: expected NAME=VALUE, such as retention.ms=86400000")
                 })?;
+                // Checked here in both modes, so the messages are the same.
                 config
                     .set(k.trim(), v.trim())
                     .with_context(|| format!("--config {kv}"))?;
+                changes.push((k.trim(), v.trim()));
             }
-            log.alter_topic(&name, config)?;
+            log.alter_topic(&name, config, &changes)?;
             for kv in &configs {
                 outln!("topic {name}: set {kv}");
             }
@@ -545,6 +553,10 @@ pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
                 outln!("{g}");
             }
         }
+        GroupCommand::Delete { group } => {
+            log.delete_group(&group)?;
+            outln!("deleted group {group}");
+        }
         GroupCommand::ResetOffsets {
             group,
             topic,
@@ -552,7 +564,6 @@ pub(crate) fn group_command(log: &LogAccess, cmd: GroupCommand) -> Result<()> {
             dry_run,
         } => {
             let rows = log
-                .local("brook group reset-offsets")?
                 .reset_offsets(&group, &topic, to.resolve()?, dry_run)
                 .with_context(|| {
                     format!("resetting the offsets of group {group:?} (only possible while it has no members, as Kafka: stop its consumers first)")

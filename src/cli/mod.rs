@@ -11,6 +11,7 @@ pub(crate) mod log_cli;
 pub(crate) mod metrics_http;
 pub(crate) mod remote_log;
 pub(crate) mod remote_reader;
+pub(crate) mod remote_reset;
 pub(crate) mod remote_writer;
 pub(crate) mod run;
 pub(crate) mod runner_cli;

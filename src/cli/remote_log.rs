@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use brook::kafka::alter_configs::{incremental_alter_topic_configs, AlterConfigsError, AlterOp};
 use brook::kafka::rdkafka::admin::{
     AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
     TopicResult,
@@ -135,7 +136,12 @@ impl RemoteLog {
             .ok_or_else(|| LogError::UnknownTopic(topic.to_string()).into())
     }
 
-    fn admin_options() -> AdminOptions {
+    /// The admin client.
+    pub(super) fn admin(&self) -> &AdminClient<DefaultClientContext> {
+        &self.admin
+    }
+
+    pub(super) fn admin_options() -> AdminOptions {
         AdminOptions::new().request_timeout(Some(TIMEOUT))
     }
 
@@ -242,6 +248,24 @@ impl RemoteLog {
             res,
         )?;
         Ok(before)
+    }
+
+    /// IncrementalAlterConfigs: a SET of each `(name, value)` (Kafka's
+    /// `kafka-configs --alter --add-config`); the broker checks them as in-process.
+    pub(crate) fn alter_topic(&self, name: &str, changes: &[(&str, &str)]) -> Result<()> {
+        let ops: Vec<(&str, AlterOp<'_>)> = changes
+            .iter()
+            .map(|(config, value)| (*config, AlterOp::Set(value)))
+            .collect();
+        let what = format!("altering topic {name:?}");
+        incremental_alter_topic_configs(self.admin.inner(), name, &ops, false, TIMEOUT).map_err(
+            |e| match e {
+                AlterConfigsError::Refused { code, .. } if unsupported(code) => {
+                    self.admin_error("IncrementalAlterConfigs", what, code)
+                }
+                e => anyhow::Error::new(e).context(what),
+            },
+        )
     }
 
     /// The topic's configs from DescribeConfigs, or `None` when the broker does not

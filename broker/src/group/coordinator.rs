@@ -184,6 +184,25 @@ impl Coordinator {
         result.map(|()| write())
     }
 
+    /// DeleteGroups of one group: when it has no members, forgets it and runs
+    /// `delete` (the log's, of its committed offsets) under the same lock, so no
+    /// member joins in between. Returns whether the group existed here and
+    /// `delete`'s result.
+    ///
+    /// # Errors
+    /// NON_EMPTY_GROUP.
+    pub fn delete<T>(
+        &self,
+        group: &str,
+        delete: impl FnOnce() -> T,
+    ) -> Result<(bool, T), ResponseError> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let (result, replies) = inner.groups.delete(group, now);
+        inner.deliver(replies);
+        result.map(|existed| (existed, delete()))
+    }
+
     /// Expires sessions and rebalance timeouts; the server calls it every
     /// [`TICK_MS`].
     pub fn tick(&self) {

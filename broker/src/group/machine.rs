@@ -889,6 +889,30 @@ impl ClassicGroups {
         (result, replies)
     }
 
+    /// DeleteGroups of one group: removed if it has no members (after expiring the
+    /// ones past their session), so a group of that name starts again at generation
+    /// 0; NON_EMPTY_GROUP otherwise (Kafka's rule: only an Empty group is deleted).
+    /// Returns whether the group existed here.
+    pub fn delete(
+        &mut self,
+        group: &str,
+        now_ms: i64,
+    ) -> (Result<bool, ResponseError>, Vec<Reply>) {
+        let mut replies = Vec::new();
+        self.expire_group(group, now_ms, &mut replies);
+        let result = match self.groups.get(group) {
+            None => Ok(false),
+            Some(g) if g.state != State::Empty || !g.members.is_empty() => {
+                Err(ResponseError::NonEmptyGroup)
+            }
+            Some(_) => {
+                self.groups.remove(group);
+                Ok(true)
+            }
+        };
+        (result, replies)
+    }
+
     /// Time passing: removes members past their session timeout and ends join
     /// phases past their rebalance timeout.
     pub fn tick(&mut self, now_ms: i64) -> Vec<Reply> {

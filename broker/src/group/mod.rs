@@ -8,7 +8,8 @@
 //! - [`membership`]: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //!   ListGroups, DescribeGroups as request → response mappings;
 //! - [`offsets`]: OffsetCommit and OffsetFetch on the log's committed-offset store;
-//! - [`offset_delete`]: OffsetDelete, refused for topics the group is subscribed to.
+//! - [`offset_delete`]: OffsetDelete, refused for topics the group is subscribed to;
+//! - [`delete_groups`]: DeleteGroups, of groups without members.
 //!
 //! These groups are separate from the server-side-assigned groups of the log's own
 //! consumers (`brook_log::GroupCoordinator`, `brook consume --group`): Kafka's
@@ -16,6 +17,7 @@
 //! offsets.
 
 pub mod coordinator;
+pub mod delete_groups;
 pub mod machine;
 pub mod membership;
 pub mod offset_delete;
