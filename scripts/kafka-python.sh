@@ -7,6 +7,15 @@ dir="${1:?usage: scripts/kafka-python.sh DIR}"
 if [ -f "$dir/kafka/__init__.py" ]; then
   exit 0
 fi
+# Tests in one binary run in parallel and may all find it missing: one installs, the
+# others wait and then find it there (without the lock a second install replaced the
+# folder while a test's python was importing from it).
+mkdir -p "$(dirname "$dir")"
+exec 9>"${dir%/}.lock"
+flock 9
+if [ -f "$dir/kafka/__init__.py" ]; then
+  exit 0
+fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
   echo "kafka-python: installing python3-pip (apt-get)" >&2
   sudo_cmd=""
