@@ -404,8 +404,23 @@ pub(crate) fn run(
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();
+    // With the log in this process, its partitions' gauges too (through a broker, the
+    // broker's endpoint has them).
+    let held_log = match &log {
+        Some(LogAccess::Local(log)) => Some(log.clone()),
+        _ => None,
+    };
     let _server = match args.metrics_addr {
-        Some(addr) => Some(super::metrics_http::serve(addr, metrics.clone())?),
+        Some(addr) => {
+            let m = metrics.clone();
+            Some(super::metrics_http::serve(addr, move || {
+                let mut text = m.prometheus();
+                if let Some(log) = &held_log {
+                    text.push_str(&brook::log_metrics::log_prometheus(log));
+                }
+                text
+            })?)
+        }
         None => None,
     };
     let job = built.env.start_with_metrics(&name, metrics.clone())?;
