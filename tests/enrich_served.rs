@@ -83,7 +83,10 @@ fn enriched(served: bool) -> Vec<Value> {
     let data = dir.path().join("data");
     let broker = served.then(|| start_broker(&data));
     write_classes(&data);
-    run_brook_ok(&mut brook(&data, &["topic", "create", "sales"]));
+    run_brook_ok(&mut brook(
+        &data,
+        &["topic", "create", "sales", "--partitions", "1"],
+    ));
     produce(
         &data,
         &["sales"],
@@ -93,7 +96,8 @@ fn enriched(served: bool) -> Vec<Value> {
          {\"student\":\"zoe\",\"sale\":4}\n",
     );
     let job = enrich_job(dir.path(), "classes");
-    let out = run_brook_ok(&mut brook(&data, &["run", "--quiet"]).arg(&job));
+    // Not --quiet: the job says when it goes through a broker.
+    let out = run_brook_ok(brook(&data, &["run"]).arg(&job).stdin(Stdio::null()));
     if served {
         // The job did go through the broker.
         assert!(
@@ -134,7 +138,10 @@ fn an_unknown_table_topic_names_the_steps_field() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let _broker = served.then(|| start_broker(&data));
-        run_brook_ok(&mut brook(&data, &["topic", "create", "sales"]));
+        run_brook_ok(&mut brook(
+            &data,
+            &["topic", "create", "sales", "--partitions", "1"],
+        ));
         let job = enrich_job(dir.path(), "nope");
         run_brook_err(&mut brook(&data, &["run", "--quiet"]).arg(&job))
     };
@@ -154,7 +161,10 @@ fn a_log_table_through_the_broker_follows_its_topic() {
     let data = dir.path().join("data");
     let broker = start_broker(&data);
     for t in ["classes", "sales", "out"] {
-        run_brook_ok(&mut brook(&data, &["topic", "create", t]));
+        run_brook_ok(&mut brook(
+            &data,
+            &["topic", "create", t, "--partitions", "1"],
+        ));
     }
     let table = |class: &str| {
         produce(
