@@ -60,7 +60,7 @@ fn a_job_with_the_log_in_process_serves_the_logs_gauges_beside_its_own() {
     std::fs::write(
         &job,
         format!(
-            "name: follow\nsources:\n  - {{name: t, connector: log, topic: t, bounded: false}}\nsinks:\n  - {{name: o, connector: file, path: {}}}\n",
+            "name: follow\nsources:\n  - {{name: t, connector: log, topic: t, bounded: false, on_bad_record: skip}}\nsinks:\n  - {{name: o, connector: file, path: {}}}\n",
             dir.path().join("out.jsonl").display()
         ),
     )
