@@ -143,7 +143,7 @@ fn an_unknown_table_topic_names_the_steps_field() {
             &["topic", "create", "sales", "--partitions", "1"],
         ));
         let job = enrich_job(dir.path(), "nope");
-        run_brook_err(&mut brook(&data, &["run", "--quiet"]).arg(&job))
+        run_brook_err(brook(&data, &["run", "--quiet"]).arg(&job))
     };
     for (mode, err) in [("in-process", error(false)), ("served", error(true))] {
         assert!(
