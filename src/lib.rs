@@ -90,6 +90,7 @@ pub use brook_log as log;
 pub use brook_operators as operators;
 pub use brook_state as state;
 
+pub mod log_metrics;
 pub mod runner;
 pub mod spec;
 

@@ -886,39 +886,8 @@ fn keyless_records_of_separate_producers_use_more_than_one_partition() {
 /// FUTURE-HELD and the command warns, naming topic, partition and segment.
 #[test]
 fn a_segment_kept_by_a_future_timestamp_is_shown_and_warned_about() {
-    use brook::core::time::{Clock, SystemClock};
-    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
     let b = Brook::new();
-    let now_ms = SystemClock.now_ms();
-    {
-        let log = Log::open(b.data_dir(), LogOptions::default()).unwrap();
-        let config = TopicConfig {
-            retention_ms: Some(3_600_000),
-            ..TopicConfig::default()
-        };
-        let p = log
-            .create_topic("t", 1, config)
-            .unwrap()
-            .partition(0)
-            .unwrap();
-        let future = now_ms + 10 * 3_600_000;
-        p.append(&[ProducerRecord::new("ahead").with_timestamp(future)])
-            .unwrap();
-        p.roll().unwrap();
-        p.append(&[ProducerRecord::new("now")]).unwrap();
-        log.close().unwrap();
-    }
-    // Written two hours ago, as far as the file system can tell.
-    let seg = b.data_dir().join("topics/t/0/00000000000000000000.log");
-    std::fs::File::options()
-        .write(true)
-        .open(&seg)
-        .unwrap()
-        .set_modified(
-            std::time::UNIX_EPOCH
-                + std::time::Duration::from_millis((now_ms - 2 * 3_600_000) as u64),
-        )
-        .unwrap();
+    brook_testkit::future_segment::segment_held_by_a_future_timestamp(b.data_dir(), "t");
     let (out, err) = b.ok_with_stderr(&["topic", "describe", "t"], "");
     let row: Vec<u64> = out
         .lines()

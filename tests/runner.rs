@@ -901,3 +901,40 @@ fn a_failing_job_is_restarted_by_its_strategy_then_failed_with_its_cause() {
     );
     assert!(log.contains("cause=exit code 3"), "{log}");
 }
+
+/// A runner that serves the log (`--broker-listen`) puts the log's per-partition gauges
+/// into its `/metrics` (brook::log_metrics): a segment kept past time retention by a
+/// future timestamp shows as 1.
+#[test]
+fn metrics_of_a_runner_serving_the_log_count_segments_held_by_future_timestamps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    brook_testkit::future_segment::segment_held_by_a_future_timestamp(&data, "t");
+    let runner = Runner::start(&data, None);
+    let held = "brook_log_segments_held_by_future_timestamps{topic=\"t\",partition=\"0\"}";
+    let scrape = || {
+        rt().block_on(async {
+            reqwest::Client::new()
+                .get(format!("{}/metrics", runner.url))
+                .bearer_auth(&runner.token)
+                .send()
+                .await?
+                .text()
+                .await
+        })
+        .expect("GET /metrics")
+    };
+    // The log's retention pass runs every second.
+    let body = wait_for(
+        "the held segment in /metrics",
+        Duration::from_secs(20),
+        || {
+            let body = scrape();
+            (brook_testkit::metrics::metric(&body, held) == Some(1.0)).then_some(body)
+        },
+    );
+    assert!(
+        body.contains("brook_log_end_offset{topic=\"t\",partition=\"0\"} 2"),
+        "{body}"
+    );
+}

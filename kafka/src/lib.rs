@@ -35,6 +35,9 @@
 //! restricted to some [`partitions`](KafkaSource::partitions) and commit its offsets
 //! [through the group's member](KafkaSource::commit_offsets_through).
 //!
+//! A topic can also be read as a lookup table: [`KafkaTable`] reads every partition
+//! from its start to its end, then follows it (see [`KafkaTable::load`]).
+//!
 //! # Writing
 //!
 //! Each record's value is written as JSON; with [`KafkaSink::key_by`] it gets a key and
@@ -87,6 +90,7 @@ pub mod connect;
 pub mod group;
 mod sink;
 mod source;
+mod table;
 
 pub use connect::DEFAULT_CONNECT_TIMEOUT_MS;
 
@@ -97,6 +101,7 @@ pub use rdkafka;
 
 pub use sink::KafkaSink;
 pub use source::{KafkaReader, KafkaSource, KafkaSplit, KafkaStart};
+pub use table::{KafkaTable, TableFollower, TableRecord};
 
 /// How long metadata, offset and transaction calls may take.
 const TIMEOUT: Duration = Duration::from_secs(30);

@@ -412,7 +412,7 @@ struct Part {
 /// A reader's client context: a partition's end also comes as a client-wide error
 /// event, which librdkafka's default context logs as an error; the reader handles it
 /// from its poll, so only other errors are logged (as warnings).
-struct ReaderContext;
+pub(crate) struct ReaderContext;
 
 impl ClientContext for ReaderContext {
     fn error(&self, error: KafkaError, reason: &str) {

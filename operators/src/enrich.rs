@@ -32,6 +32,25 @@ pub enum TableUpdate {
     Delete(Vec<u8>),
 }
 
+impl TableUpdate {
+    /// The update a record of a table topic stands for, whichever way the topic is
+    /// read (the log in this process, or a broker): its value is a JSON row; a null
+    /// value (`None`, a tombstone) deletes the row of its key.
+    ///
+    /// # Errors
+    /// A value that is not JSON, a tombstone without a key: what is wrong, for the
+    /// caller to place (topic, partition, offset).
+    pub fn from_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Self, String> {
+        match (value, key) {
+            (Some(v), _) => serde_json::from_slice::<Row>(v)
+                .map(TableUpdate::Upsert)
+                .map_err(|e| e.to_string()),
+            (None, Some(k)) => Ok(TableUpdate::Delete(k.to_vec())),
+            (None, None) => Err("a tombstone without a key".to_string()),
+        }
+    }
+}
+
 impl From<Row> for TableUpdate {
     fn from(row: Row) -> Self {
         TableUpdate::Upsert(row)
@@ -337,6 +356,23 @@ mod tests {
             ]
         );
         assert_eq!(op.operator().len(), 1);
+    }
+
+    #[test]
+    fn a_record_is_a_row_a_deletion_or_an_error() {
+        assert_eq!(
+            TableUpdate::from_record(Some(b"mia"), Some(br#"{"student":"mia"}"#)),
+            Ok(TableUpdate::Upsert(json!({"student": "mia"})))
+        );
+        assert_eq!(
+            TableUpdate::from_record(Some(b"mia"), None),
+            Ok(TableUpdate::Delete(b"mia".to_vec()))
+        );
+        assert_eq!(
+            TableUpdate::from_record(None, None),
+            Err("a tombstone without a key".to_string())
+        );
+        assert!(TableUpdate::from_record(None, Some(b"{")).is_err());
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub(crate) struct BrokerArgs {
     /// Kafka's `group.min.session.timeout.ms`).
     #[arg(long, default_value_t = 6000)]
     group_min_session_timeout_ms: i64,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the broker runs: per
+    /// topic and partition the log end and start offsets, the size, and the segments
+    /// kept past time retention by a future timestamp (as `brook run --metrics-addr`:
+    /// no token; give a loopback address unless the network is trusted).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// `brook broker` subcommands.
@@ -106,6 +112,17 @@ pub(crate) fn broker(
     // A bad address is refused before the data directory is touched.
     config.validate().context("brook broker")?;
     let log = open_log()?;
+    let _metrics = match args.metrics_addr {
+        Some(addr) => {
+            let held = log.clone();
+            let server = super::metrics_http::serve(addr, move || {
+                brook::log_metrics::log_prometheus(&held)
+            })?;
+            eprintln!("brook broker metrics on http://{}/metrics", server.addr);
+            Some(server)
+        }
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

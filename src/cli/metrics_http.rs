@@ -1,20 +1,27 @@
-//! A Prometheus text endpoint for a running job (`--metrics-addr`).
+//! A Prometheus text endpoint (`--metrics-addr`): a running job's metrics (`brook
+//! run`), and the log's per-partition gauges where this process holds the log (`brook
+//! run` in-process, `brook broker`; brook::log_metrics).
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use axum::routing::get;
 use axum::Router;
-use brook::engine::metrics::JobMetrics;
 
 /// A running metrics server; it stops when dropped.
 #[derive(Debug)]
 pub(crate) struct MetricsServer {
+    /// Where it listens (with the port it got for port 0).
+    pub(crate) addr: SocketAddr,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
-/// Serves `GET /metrics` on `addr` from a background thread.
-pub(crate) fn serve(addr: SocketAddr, metrics: JobMetrics) -> Result<MetricsServer> {
+/// Serves `GET /metrics` on `addr` from a background thread, answering with what
+/// `text` returns at each request (Prometheus text format 0.0.4).
+pub(crate) fn serve(
+    addr: SocketAddr,
+    text: impl Fn() -> String + Clone + Send + Sync + 'static,
+) -> Result<MetricsServer> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -22,17 +29,15 @@ pub(crate) fn serve(addr: SocketAddr, metrics: JobMetrics) -> Result<MetricsServ
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(addr))
         .with_context(|| format!("binding --metrics-addr {addr}"))?;
+    let addr = listener
+        .local_addr()
+        .with_context(|| format!("binding --metrics-addr {addr}"))?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let app = Router::new().route(
         "/metrics",
         get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [("content-type", "text/plain; version=0.0.4")],
-                    m.prometheus(),
-                )
-            }
+            let text = text.clone();
+            async move { ([("content-type", "text/plain; version=0.0.4")], text()) }
         }),
     );
     std::thread::Builder::new()
@@ -48,5 +53,8 @@ pub(crate) fn serve(addr: SocketAddr, metrics: JobMetrics) -> Result<MetricsServ
             })
         })
         .context("starting the metrics server thread")?;
-    Ok(MetricsServer { _shutdown: tx })
+    Ok(MetricsServer {
+        addr,
+        _shutdown: tx,
+    })
 }

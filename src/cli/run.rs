@@ -278,8 +278,9 @@ fn uses_log(spec: &spec::JobSpec) -> bool {
         })
 }
 
-/// The topics of the job's `log` sources and sinks exist on the broker (in-process the
-/// build checks them; the Kafka connectors would only fail once the job runs).
+/// The topics of the job's `log` sources, sinks and lookup tables exist on the broker
+/// (in-process the build checks them, with the same messages; the Kafka connectors
+/// would only fail once the job runs).
 fn check_served_topics(spec: &spec::JobSpec, remote: &RemoteLog) -> Result<()> {
     let topics = remote.topics()?;
     let known = |t: &String| topics.contains(t);
@@ -295,7 +296,22 @@ fn check_served_topics(spec: &spec::JobSpec, remote: &RemoteLog) -> Result<()> {
         SinkSpec::Log { topic, .. } => Some((format!("sinks[{i}] ({})", s.name()), topic)),
         _ => None,
     });
-    for (field, topic) in sources.chain(sinks) {
+    // Named as the build names steps (`step-<n>` by default).
+    let tables = spec
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match &s.enrich {
+            Some(spec::EnrichSpec {
+                table: spec::TableSpec::Log { topic },
+                ..
+            }) => {
+                let name = s.name.clone().unwrap_or_else(|| format!("step-{}", i + 1));
+                Some((format!("{name}.enrich.table"), topic))
+            }
+            _ => None,
+        });
+    for (field, topic) in sources.chain(sinks).chain(tables) {
         if !known(topic) {
             anyhow::bail!("{field}.topic: {}", LogError::UnknownTopic(topic.clone()));
         }
@@ -388,8 +404,23 @@ pub(crate) fn run(
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
     let metrics = brook::engine::metrics::JobMetrics::default();
+    // With the log in this process, its partitions' gauges too (through a broker, the
+    // broker's endpoint has them).
+    let held_log = match &log {
+        Some(LogAccess::Local(log)) => Some(log.clone()),
+        _ => None,
+    };
     let _server = match args.metrics_addr {
-        Some(addr) => Some(super::metrics_http::serve(addr, metrics.clone())?),
+        Some(addr) => {
+            let m = metrics.clone();
+            Some(super::metrics_http::serve(addr, move || {
+                let mut text = m.prometheus();
+                if let Some(log) = &held_log {
+                    text.push_str(&brook::log_metrics::log_prometheus(log));
+                }
+                text
+            })?)
+        }
         None => None,
     };
     let job = built.env.start_with_metrics(&name, metrics.clone())?;

@@ -8,7 +8,7 @@
 //! | `GET /jobs/{id}` | | [`JobDetail`] |
 //! | `POST /jobs/{id}/cancel` | [`CancelRequest`] | [`JobDetail`] |
 //! | `POST /jobs/{id}/resume` | [`ResumeRequest`] | [`JobDetail`] |
-//! | `GET /metrics` | | Prometheus text, every series with a `job` label |
+//! | `GET /metrics` | | Prometheus text: the jobs' series (a `job` label); with `--broker-listen` the log's per-partition gauges (`topic`, `partition`: brook::log_metrics) |
 //!
 //! Every request carries `Authorization: Bearer <token>`; POST bodies are sent with
 //! `Content-Type: application/json` (an empty body is `{}`'s defaults for cancel and

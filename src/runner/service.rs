@@ -77,6 +77,9 @@ struct AppState {
     token: Arc<str>,
     /// The address the runner listens on (with the port it got), for the `Host` check.
     listen: SocketAddr,
+    /// The log when the runner serves it (`--broker-listen`): its partitions' gauges
+    /// go into `/metrics` (brook::log_metrics).
+    log: Option<Log>,
 }
 
 /// Lets a request through only if [`super::guard::admit`] does.
@@ -149,7 +152,8 @@ fn escape(label: &str) -> String {
 }
 
 /// Prometheus text: per job its state and attempts, and from its process's report
-/// the operators' and splits' metrics and checkpoint statistics, labelled `job`.
+/// the operators' and splits' metrics and checkpoint statistics, labelled `job`; when
+/// the runner serves the log, its partitions' gauges (labelled `topic`, `partition`).
 async fn metrics(State(app): State<AppState>) -> Response {
     let mut s = String::new();
     let jobs = app.supervisor.statuses();
@@ -303,6 +307,9 @@ async fn metrics(State(app): State<AppState>) -> Response {
             .collect();
         series(name, kind, help, rows);
     }
+    if let Some(log) = &app.log {
+        s.push_str(&crate::log_metrics::log_prometheus(log));
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s).into_response()
 }
 
@@ -371,6 +378,7 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         supervisor,
         token: Arc::from(token),
         listen: addr,
+        log: broker.as_ref().map(|(_, log)| log.clone()),
     };
     let router = Router::new()
         .route("/jobs", post(submit).get(list))

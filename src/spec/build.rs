@@ -26,7 +26,7 @@ use brook_operators::window::WindowResult;
 use serde_json::json;
 
 use super::http::HttpLookup;
-use super::lookup::{FileTable, LogTable};
+use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
 use super::{
     connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat, Isolation,
@@ -133,8 +133,7 @@ pub fn build(v: &ValidSpec, config: JobConfig, log: Option<&Log>) -> Result<Buil
 /// `brook-kafka` connectors over the Kafka protocol, with the same guarantees).
 ///
 /// # Errors
-/// As [`build`]; also an `enrich` step with a log table on a served log (not yet
-/// supported). Through a broker an unknown topic fails when the job starts.
+/// As [`build`]. Through a broker an unknown topic fails when the job starts.
 pub fn build_on(
     v: &ValidSpec,
     config: JobConfig,
@@ -201,17 +200,6 @@ fn build_with(
     };
     let need_log =
         |field: String| log.ok_or_else(|| SpecError::new(field, "the embedded log is not open"));
-    // The in-process log (what lookup tables still need).
-    let need_local = |field: String| match need_log(field.clone())? {
-        JobLog::Local(log) => Ok(log),
-        JobLog::Served(addr) => Err(SpecError::new(
-            field,
-            format!(
-                "a lookup table on a log topic needs the log in this process, and a broker serves \
-                 it ({addr}): stop the broker, or use a file table"
-            ),
-        )),
-    };
     let mut streams: HashMap<String, Stream> = HashMap::new();
 
     for (i, s) in spec.sources.iter().enumerate() {
@@ -507,16 +495,26 @@ fn build_with(
                     }
                     TableSpec::Log { topic } => {
                         let field = format!("{}.enrich.table", step.name);
-                        let log = need_local(field.clone())?;
-                        let t = log.topic(topic).map_err(|err| {
-                            SpecError::new(format!("{field}.topic"), err.to_string())
-                        })?;
-                        let t = LogTable {
-                            topic: topic.clone(),
-                            partitions: t.partitions(),
-                            next: Vec::new(),
-                        };
-                        Box::new(move || Box::new(t.clone()))
+                        match need_log(field.clone())? {
+                            JobLog::Local(log) => {
+                                let t = log.topic(topic).map_err(|err| {
+                                    SpecError::new(format!("{field}.topic"), err.to_string())
+                                })?;
+                                let t = LogTable {
+                                    topic: topic.clone(),
+                                    partitions: t.partitions(),
+                                    next: Vec::new(),
+                                };
+                                Box::new(move || Box::new(t.clone()))
+                            }
+                            // Each subtask reads the whole topic with a reader of its own,
+                            // as each reads the whole log in this process.
+                            JobLog::Served(addr) => {
+                                let t = served::log_table(addr, topic);
+                                let topic = topic.clone();
+                                Box::new(move || Box::new(ServedTable::new(t.clone(), &topic)))
+                            }
+                        }
                     }
                 };
                 let e = e.clone();

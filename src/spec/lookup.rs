@@ -1,12 +1,15 @@
 //! Lookup tables for `enrich` steps: a file (JSON lines or CSV, read when the step
 //! opens) or a log topic (read to its end when the step opens, then followed: rows
-//! appended while the job runs update the table).
+//! appended while the job runs update the table), in this process ([`LogTable`]) or
+//! through the broker that serves the log ([`ServedTable`]); what a record means to
+//! the table is [`TableUpdate::from_record`] in both.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use brook_connectors::csv_row_to_json;
 use brook_core::operator::{OpResult, OperatorError};
+use brook_kafka::{KafkaTable, TableFollower, TableRecord};
 use brook_log::{IsolationLevel, Partition, ReadLimit};
 use brook_operators::enrich::{TableSource, TableUpdate};
 use brook_operators::row::Row;
@@ -96,20 +99,9 @@ impl LogTable {
                             if failed.is_some() {
                                 return;
                             }
-                            if r.tombstone {
-                                match r.key {
-                                    Some(k) => rows.push(TableUpdate::Delete(k.to_vec())),
-                                    None => {
-                                        failed = Some(format!(
-                                            "offset {}: a tombstone without a key",
-                                            r.offset
-                                        ))
-                                    }
-                                }
-                                return;
-                            }
-                            match serde_json::from_slice::<Row>(r.value) {
-                                Ok(row) => rows.push(TableUpdate::Upsert(row)),
+                            let value = (!r.tombstone).then_some(r.value);
+                            match TableUpdate::from_record(r.key, value) {
+                                Ok(u) => rows.push(u),
                                 Err(e) => failed = Some(format!("offset {}: {e}", r.offset)),
                             }
                         },
@@ -148,6 +140,67 @@ impl TableSource for LogTable {
 
     fn poll_updates(&mut self) -> OpResult<Vec<TableUpdate>> {
         self.read_new()
+    }
+}
+
+/// A log topic as a table on a served log (`brook broker`, `brook runner`): read
+/// through the broker with the Kafka connector's [`KafkaTable`] (read_committed, every
+/// partition from its start to its end at load, then followed), with the same rows,
+/// tombstones and updates as [`LogTable`] in this process.
+#[derive(Debug)]
+pub(crate) struct ServedTable {
+    table: KafkaTable,
+    topic: String,
+    /// The reader once loaded.
+    follower: Option<TableFollower>,
+}
+
+impl ServedTable {
+    pub(crate) fn new(table: KafkaTable, topic: &str) -> Self {
+        ServedTable {
+            table,
+            topic: topic.to_string(),
+            follower: None,
+        }
+    }
+
+    fn failed(&self, e: OperatorError) -> OperatorError {
+        OperatorError::failed(format!("lookup table topic {}: {e}", self.topic))
+    }
+}
+
+/// Adds `r` to `rows` as [`LogTable`] does, naming the partition and offset when it
+/// is not a table record.
+fn push_record(r: TableRecord<'_>, rows: &mut Vec<TableUpdate>) -> OpResult {
+    let u = TableUpdate::from_record(r.key, r.value).map_err(|e| {
+        OperatorError::failed(format!(
+            "partition {}: offset {}: {e}",
+            r.partition, r.offset
+        ))
+    })?;
+    rows.push(u);
+    Ok(())
+}
+
+impl TableSource for ServedTable {
+    fn load(&mut self) -> OpResult<Vec<TableUpdate>> {
+        let mut rows = Vec::new();
+        let follower = self
+            .table
+            .load(|r| push_record(r, &mut rows))
+            .map_err(|e| self.failed(e))?;
+        self.follower = Some(follower);
+        Ok(rows)
+    }
+
+    fn poll_updates(&mut self) -> OpResult<Vec<TableUpdate>> {
+        let mut rows = Vec::new();
+        if let Some(f) = &mut self.follower {
+            if let Err(e) = f.poll(|r| push_record(r, &mut rows)) {
+                return Err(self.failed(e));
+            }
+        }
+        Ok(rows)
     }
 }
 

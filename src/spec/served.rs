@@ -6,11 +6,12 @@
 //! offsets in the checkpoint; the sink writes each checkpoint's records in one
 //! transaction committed when the checkpoint completes, marker offsets in the same
 //! transaction (the `KafkaSink`'s two-phase commit), under the transactional ids the
-//! log sink uses, `<job>.<sink>.<subtask>`.
+//! log sink uses, `<job>.<sink>.<subtask>`. An `enrich` step's log-topic table is read
+//! read_committed too, every partition from its start, then followed (as in-process).
 
 use std::net::SocketAddr;
 
-use brook_kafka::{KafkaSink, KafkaSource, KafkaStart};
+use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, KafkaTable};
 use brook_log::Log;
 use brook_operators::row::Row;
 
@@ -63,4 +64,10 @@ pub(crate) fn log_sink(addr: SocketAddr, topic: &str, job: &str) -> KafkaSink<Ro
     KafkaSink::<Row>::json(addr.to_string(), topic)
         .transactional_id_prefix(job)
         .connect_timeout(CONNECT_TIMEOUT_MS)
+}
+
+/// The reader of an `enrich` step's lookup table on topic `topic` of a served log
+/// (read_committed, as the in-process table).
+pub(crate) fn log_table(addr: SocketAddr, topic: &str) -> KafkaTable {
+    KafkaTable::new(addr.to_string(), topic).connect_timeout(CONNECT_TIMEOUT_MS)
 }

@@ -6,6 +6,8 @@ pub mod binary;
 pub mod broker;
 pub mod child_lines;
 pub mod files;
+#[cfg(feature = "log")]
+pub mod future_segment;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "log")]
