@@ -109,16 +109,31 @@ fn assert_exactly_once(data: &Path, records: i64) {
     );
 }
 
-/// Runs the job and SIGKILLs it once it has a complete checkpoint. `None` when the run
-/// ended before (too fast for these records): the caller starts over with more.
-fn kill_after_a_checkpoint(data: &Path, job: &Path) -> Option<()> {
+/// Whether the newest complete checkpoint in `checkpoints` holds `committable` (bytes
+/// of a sink committable, stored as they are in its task files).
+fn latest_checkpoint_holds(checkpoints: &Path, committable: &[u8]) -> bool {
+    let Some(id) = latest_checkpoint(checkpoints) else {
+        return false;
+    };
+    let files = std::fs::read_dir(checkpoints.join(format!("chk-{id}"))).unwrap();
+    files.flatten().any(|f| {
+        std::fs::read(f.path())
+            .is_ok_and(|b| b.windows(committable.len()).any(|w| w == committable))
+    })
+}
+
+/// Runs the job and SIGKILLs it once its newest complete checkpoint holds a
+/// committable of its log sink with `committable` in it (output pending: what the
+/// restore must commit). `None` when the run ended before (too fast for these
+/// records): the caller starts over with more.
+fn kill_after_a_checkpoint(data: &Path, job: &Path, committable: &[u8]) -> Option<()> {
     let mut child = KillOnDrop(run(data, job, false).spawn().unwrap());
     let checkpoints = data.join("checkpoints/copy");
     let ended = wait_for(
-        "a checkpoint of the first run",
+        "a checkpoint with the log sink's output pending",
         Duration::from_secs(60),
         || {
-            if latest_checkpoint(&checkpoints).is_some() {
+            if latest_checkpoint_holds(&checkpoints, committable) {
                 return Some(false);
             }
             child.try_wait().unwrap().map(|_| true)
@@ -130,11 +145,12 @@ fn kill_after_a_checkpoint(data: &Path, job: &Path) -> Option<()> {
 }
 
 /// Sets up a fresh data directory, calls `before_run` on it (what it returns, a
-/// broker, lives on), and SIGKILLs the job's first run after a checkpoint; then
-/// `kept` (given the data directory) says whether the attempt is one to restore.
-/// Doubles the records until a run is slow enough for that.
+/// broker, lives on), and SIGKILLs the job's first run after a checkpoint holding
+/// `committable`; then `kept` (given the data directory) says whether the attempt is
+/// one to restore. Doubles the records until a run is slow enough for that.
 fn killed_first_run<T>(
     dir: &Path,
+    committable: &[u8],
     mut before_run: impl FnMut(&Path) -> T,
     kept: impl Fn(&Path) -> bool,
 ) -> (PathBuf, PathBuf, i64, T) {
@@ -144,12 +160,12 @@ fn killed_first_run<T>(
         setup(&data, records);
         let job = copy_job(dir);
         let held = before_run(&data);
-        if kill_after_a_checkpoint(&data, &job).is_some() && kept(&data) {
+        if kill_after_a_checkpoint(&data, &job, committable).is_some() && kept(&data) {
             return (data, job, records, held);
         }
         records *= 2;
     }
-    panic!("the job ended before a kill after its first checkpoint in every attempt");
+    panic!("the job ended before a kill after a checkpoint with output in every attempt");
 }
 
 #[test]
@@ -158,7 +174,13 @@ fn a_checkpoint_taken_in_process_restores_through_a_broker() {
     // The kill must leave output pending: the open (or prepared) transactions of the
     // log sink, which the restore must commit or abort (else the run had ended).
     let (data, job, records, ()) =
-        killed_first_run(dir.path(), |_| (), |data| undecided_records(data) > 0);
+        // In-process the committable is a prepared log transaction of the sink.
+        killed_first_run(
+            dir.path(),
+            br#""transactional_id":"copy.out."#,
+            |_| (),
+            |data| undecided_records(data) > 0,
+        );
 
     let broker = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_brook")), &data, &[]);
     // Through the broker: the log sinks are the Kafka connector's.
@@ -171,8 +193,10 @@ fn a_checkpoint_taken_in_process_restores_through_a_broker() {
 fn a_checkpoint_taken_through_a_broker_restores_in_process() {
     let dir = tempfile::tempdir().unwrap();
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_brook"));
+    // Through a broker the committable is the Kafka sink's records of a checkpoint.
     let (data, job, records, broker) = killed_first_run(
         dir.path(),
+        br#""records":[["#,
         |data| BrokerProcess::start(&binary, data, &[]),
         |_| true,
     );
