@@ -173,14 +173,13 @@ fn a_checkpoint_taken_in_process_restores_through_a_broker() {
     let dir = tempfile::tempdir().unwrap();
     // The kill must leave output pending: the open (or prepared) transactions of the
     // log sink, which the restore must commit or abort (else the run had ended).
-    let (data, job, records, ()) =
-        // In-process the committable is a prepared log transaction of the sink.
-        killed_first_run(
-            dir.path(),
-            br#""transactional_id":"copy.out."#,
-            |_| (),
-            |data| undecided_records(data) > 0,
-        );
+    // In-process the committable is a prepared log transaction of the sink.
+    let (data, job, records, ()) = killed_first_run(
+        dir.path(),
+        br#""transactional_id":"copy.out."#,
+        |_| (),
+        |data| undecided_records(data) > 0,
+    );
 
     let broker = BrokerProcess::start(Path::new(env!("CARGO_BIN_EXE_brook")), &data, &[]);
     // Through the broker: the log sinks are the Kafka connector's.

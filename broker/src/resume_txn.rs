@@ -120,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prepared_transaction_is_committed_by_name_once_and_the_others_stay_prepared() {
+    fn a_prepared_transaction_is_committed_by_name_once_and_init_producer_id_aborts_the_others() {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
         let topic = log.create_topic("t", 1, TopicConfig::default()).unwrap();
