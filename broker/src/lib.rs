@@ -20,7 +20,8 @@
 //!
 //! This serves a single broker (node id 0) that leads every partition; plain,
 //! idempotent ([`idempotence`], [`producers`]) and transactional ([`transactions`])
-//! producers; consumers that assign partitions themselves or form consumer groups of
+//! producers (an EndTxn may resume a transaction a job prepared in-process,
+//! [`resume_txn`]); consumers that assign partitions themselves or form consumer groups of
 //! separate processes ([`group`]: Kafka's classic protocol); clients authenticated
 //! with SASL SCRAM ([`sasl`]) when users are configured. An API that is not served is
 //! left out of ApiVersions, so
@@ -44,6 +45,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producers;
+pub mod resume_txn;
 pub mod sasl;
 pub mod server;
 pub mod transactions;

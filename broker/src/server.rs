@@ -37,7 +37,7 @@ use crate::sasl::{Authenticator, Users};
 use crate::transactions::Transactions;
 use crate::{
     alter_configs, api_versions, create_partitions, create_topics, delete_topics, describe_configs,
-    fetch, incremental_alter_configs, list_offsets, metadata, produce,
+    fetch, incremental_alter_configs, list_offsets, metadata, produce, resume_txn,
 };
 
 /// How `brook broker` serves.
@@ -487,8 +487,13 @@ async fn connection(
                         encode(id, api, version, &resp)
                     }
                     Request::EndTxn(r) => {
-                        let p = Arc::clone(&producers);
-                        let resp = blocking(move || p.txns.end_txn(&r, version)).await?;
+                        let (log, p) = (log.clone(), Arc::clone(&producers));
+                        // One naming a prepared transaction of the log resumes it.
+                        let resp = blocking(move || {
+                            resume_txn::end_txn(&r, &log)
+                                .unwrap_or_else(|| p.txns.end_txn(&r, version))
+                        })
+                        .await?;
                         encode(id, api, version, &resp)
                     }
                     Request::OffsetFetch(r) => {

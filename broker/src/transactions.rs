@@ -6,7 +6,7 @@
 //! the log's transaction coordinator ([`brook_log::txn`]), which persists it. A
 //! session here is the id's current [`TransactionalProducer`] (InitProducerId starts
 //! it with `Log::init_transactions`: the producer id, the epoch bumped, older
-//! sessions fenced, the id's open transaction aborted) plus what Kafka's coordinator
+//! sessions fenced, the id's open and prepared transactions aborted) plus what Kafka's coordinator
 //! tracks for the open transaction: the partitions added (a transactional batch for
 //! any other partition gets INVALID_TXN_STATE) and whether one is open at all (the
 //! first AddPartitionsToTxn or AddOffsetsToTxn begins it, as Kafka's state goes from
@@ -118,6 +118,19 @@ fn check(session: Option<&Session>, producer_id: i64, epoch: i16) -> Result<(), 
     }
 }
 
+/// Aborts the prepared transactions of a new session's transactional id.
+fn abort_prepared(producer: &mut TransactionalProducer) -> Result<(), LogError> {
+    for h in producer.prepared()? {
+        warn!(
+            transactional_id = producer.transactional_id(),
+            sequence = h.sequence,
+            "aborting a prepared transaction left by an earlier session"
+        );
+        producer.abort(&h)?;
+    }
+    Ok(())
+}
+
 /// Opens a transaction in `s` if none is open (Kafka's Empty → Ongoing).
 fn ensure_open(s: &mut Session) -> Result<(), LogError> {
     if !s.open {
@@ -141,7 +154,7 @@ impl Transactions {
 
     /// InitProducerId: a fresh producer id for an idempotent producer; for a
     /// transactional id, a new session of it (its producer id with the epoch bumped,
-    /// older sessions fenced, its open transaction aborted).
+    /// older sessions fenced, its open and prepared transactions aborted).
     pub fn init_producer_id(
         &self,
         request: &InitProducerIdRequest,
@@ -173,7 +186,7 @@ impl Transactions {
         // transaction.timeout.ms is the session's: the log's transaction coordinator
         // aborts (and fences) a transaction undecided past it (semantics §1).
         let timeout_ms = u64::try_from(request.transaction_timeout_ms).unwrap_or(0);
-        let producer = match log.init_transactions_with_timeout(id, timeout_ms) {
+        let mut producer = match log.init_transactions_with_timeout(id, timeout_ms) {
             Ok(p) => p,
             Err(e) => {
                 warn!(transactional_id = id, "InitProducerId: {e}");
@@ -184,6 +197,15 @@ impl Transactions {
                 return answer.with_error_code(code);
             }
         };
+        // A new session aborts the id's prepared transactions too, as Kafka's
+        // InitProducerId without keepPreparedTxn (KIP-939): one the log sink left
+        // in-process that the restored checkpoint names was committed before, by an
+        // EndTxn resuming it (`resume_txn`); the others were written after that
+        // checkpoint and would hold the last stable offset back until their timeout.
+        if let Err(e) = abort_prepared(&mut producer) {
+            warn!(transactional_id = id, "InitProducerId: {e}");
+            return answer.with_error_code(error_code(&e));
+        }
         let (Ok(producer_id), Ok(epoch)) = (
             i64::try_from(producer.producer_id()),
             i16::try_from(producer.epoch()),

@@ -82,8 +82,14 @@
 //! elsewhere) cannot be taken back: its records appear again when the restored job
 //! writes them. Restore from the latest complete checkpoint to avoid this.
 //!
-//! Committable format: version byte 1, then the [`TransactionHandle`] as JSON
-//! (`transactional_id`, `producer_id`, `epoch`, `sequence`).
+//! Committable: a [`TxnCommittable::Prepared`] (version byte 1, then the
+//! [`TransactionHandle`] as JSON: `transactional_id`, `producer_id`, `epoch`,
+//! `sequence`). A checkpoint taken through a broker holds the Kafka sink's
+//! [`TxnCommittable::Records`] instead (semantics §1a): restored here, the records of
+//! each checkpoint above the transactional id's marker (the committed offset of group
+//! [`marker_group`] on partition 0 of the topic) are written in one transaction that
+//! moves the marker to that checkpoint, so a checkpoint restores exactly once in
+//! either mode. Bytes of neither kind fail the restore, naming the topic.
 //!
 //! # Example
 //! ```
@@ -125,9 +131,10 @@ use brook_core::source::{
     decode_offset_position, encode_offset_position, InputStatus, Source, SourceOptions,
     SourceReader, Split, SplitProgress, TopicPartitionSplit,
 };
+use brook_core::txn_committable::{marker_group, CheckpointRecords, PreparedTxn, TxnCommittable};
 use brook_log::{
     IsolationLevel, Log, LogError, Partition, ProducerRecord, ReadLimit, Record, Topic,
-    TransactionHandle, TransactionalProducer,
+    TopicPartition, TransactionHandle, TransactionalProducer,
 };
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -735,22 +742,43 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
                 format!("the log sink's transactional id cannot be made: {e}"),
             )
         })?;
+        // A checkpoint taken through a broker (semantics §1a) holds the Kafka sink's
+        // committables, the records of each checkpoint: they are written here, in
+        // the log's transactions, as the Kafka sink would have.
         let mut by_id: BTreeMap<String, Vec<TransactionHandle>> = BTreeMap::new();
+        let mut records_by_id: BTreeMap<String, Vec<CheckpointRecords>> = BTreeMap::new();
         for bytes in &committables {
-            let h = decode_committable(bytes).ok_or_else(|| {
-                OperatorError::failed(format!(
-                    "topic {:?}: a committable in the checkpoint is not one this sink wrote",
-                    self.topic
-                ))
-            })?;
-            by_id.entry(h.transactional_id.clone()).or_default().push(h);
+            match TxnCommittable::decode(bytes) {
+                Ok(TxnCommittable::Prepared(p)) => {
+                    by_id
+                        .entry(p.transactional_id.clone())
+                        .or_default()
+                        .push(handle_of(p));
+                }
+                Ok(TxnCommittable::Records(r)) => {
+                    records_by_id.entry(r.id.clone()).or_default().push(r);
+                }
+                Err(e) => {
+                    return Err(OperatorError::failed(format!(
+                        "topic {:?}: {e}",
+                        self.topic
+                    )));
+                }
+            }
         }
         let txn_err =
             |what: String, e: LogError| -> OperatorError { ConnectorError::log(what, e).into() };
         // Ids of former subtasks that now fall to this one: ids in the checkpoint, and
         // ids of this sink with an index `j >= parallelism` and `j % parallelism ==
         // index` (a run at a higher parallelism that left transactions behind).
-        let mut others: Vec<String> = by_id.keys().filter(|id| **id != own).cloned().collect();
+        let mut others: Vec<String> = by_id
+            .keys()
+            .chain(records_by_id.keys())
+            .filter(|id| **id != own)
+            .cloned()
+            .collect();
+        others.sort();
+        others.dedup();
         for id in self.log.transactional_ids() {
             let former = id
                 .strip_prefix(&base)
@@ -765,13 +793,25 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
                 .log
                 .init_transactions_with_timeout(&id, self.txn_timeout_ms)
                 .map_err(|e| txn_err(format!("start transactional id {id:?}"), e))?;
-            finish_restored(&mut session, by_id.get(&id).map_or(&[][..], |v| v))?;
+            finish_restored(
+                &self.log,
+                &mut session,
+                &self.topic,
+                by_id.get(&id).map_or(&[][..], |v| v),
+                records_by_id.get(&id).map_or(&[][..], |v| v),
+            )?;
         }
         let mut producer = self
             .log
             .init_transactions_with_timeout(&own, self.txn_timeout_ms)
             .map_err(|e| txn_err(format!("start transactional id {own:?}"), e))?;
-        finish_restored(&mut producer, by_id.get(&own).map_or(&[][..], |v| v))?;
+        finish_restored(
+            &self.log,
+            &mut producer,
+            &self.topic,
+            by_id.get(&own).map_or(&[][..], |v| v),
+            records_by_id.get(&own).map_or(&[][..], |v| v),
+        )?;
         Ok(TxnLogWriter {
             topic,
             key: self.key.clone(),
@@ -784,9 +824,17 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
 }
 
 /// Commits the restored checkpoint's transactions of one transactional id (again:
-/// committing twice is harmless) and aborts every other prepared one (written after
-/// the restored checkpoint). Open ones were aborted when the session started.
-fn finish_restored(session: &mut TransactionalProducer, handles: &[TransactionHandle]) -> OpResult {
+/// committing twice is harmless), writes the restored checkpoints' records that a
+/// Kafka sink had not committed yet (one transaction each, with its marker), and
+/// aborts every other prepared transaction (written after the restored checkpoint).
+/// Open ones were aborted when the session started.
+fn finish_restored(
+    log: &Log,
+    session: &mut TransactionalProducer,
+    topic: &str,
+    handles: &[TransactionHandle],
+    records: &[CheckpointRecords],
+) -> OpResult {
     let id = session.transactional_id().to_string();
     let fail = |what: &str, h: &TransactionHandle, e: LogError| -> OperatorError {
         ConnectorError::log(format!("{what} transaction {} of {id:?}", h.sequence), e).into()
@@ -798,6 +846,7 @@ fn finish_restored(session: &mut TransactionalProducer, handles: &[TransactionHa
             .commit(h)
             .map_err(|e| fail("commit restored", h, e))?;
     }
+    commit_checkpoint_records(log, session, topic, records)?;
     let leftovers = session
         .prepared()
         .map_err(|e| ConnectorError::log(format!("list transactions of {id:?}"), e))?;
@@ -807,20 +856,81 @@ fn finish_restored(session: &mut TransactionalProducer, handles: &[TransactionHa
     Ok(())
 }
 
-/// Version of a [`LogSink`] committable.
-const COMMITTABLE_V1: u8 = 1;
+/// A checkpoint taken through a broker, restored in-process: writes the records of
+/// each restored checkpoint above the id's marker (the last checkpoint the Kafka sink
+/// committed, an offset of [`marker_group`]) in one log transaction that moves the
+/// marker to that checkpoint, as the Kafka sink's restore does; so each is committed
+/// exactly once, also when this restore is interrupted and repeated.
+fn commit_checkpoint_records(
+    log: &Log,
+    session: &mut TransactionalProducer,
+    topic: &str,
+    restored: &[CheckpointRecords],
+) -> OpResult {
+    if restored.is_empty() {
+        return Ok(());
+    }
+    let id = session.transactional_id().to_string();
+    let group = marker_group(&id);
+    let marker = TopicPartition::new(topic, 0);
+    let fail = |what: String, e: LogError| -> OperatorError {
+        ConnectorError::log(format!("{what} (transactional id {id:?})"), e).into()
+    };
+    let done: CheckpointId = log.committed_offset(&group, &marker).unwrap_or(0);
+    let mut ordered: Vec<&CheckpointRecords> =
+        restored.iter().filter(|c| c.checkpoint > done).collect();
+    ordered.sort_by_key(|c| c.checkpoint);
+    for c in ordered {
+        let records: Vec<ProducerRecord> = c
+            .records
+            .iter()
+            .map(|r| ProducerRecord {
+                key: r.0.clone().map(Bytes::from),
+                value: Bytes::from(r.1.clone()),
+                timestamp: r.2,
+                headers: Vec::new(),
+                tombstone: false,
+            })
+            .collect();
+        let what = format!("write checkpoint {}'s records", c.checkpoint);
+        session.begin().map_err(|e| fail(what.clone(), e))?;
+        if !records.is_empty() {
+            session
+                .send(topic, records)
+                .map_err(|e| fail(what.clone(), e))?;
+        }
+        session
+            .send_offsets(&group, &[(marker.clone(), c.checkpoint)])
+            .and_then(|()| session.commit_transaction())
+            .map_err(|e| fail(what, e))?;
+    }
+    Ok(())
+}
 
-/// A committable: version 1, then the transaction handle as JSON.
-fn encode_committable(h: &TransactionHandle) -> OpResult<Vec<u8>> {
-    let mut b = vec![COMMITTABLE_V1];
-    serde_json::to_writer(&mut b, h)
-        .map_err(|e| OperatorError::failed(format!("encode a transaction handle: {e}")))?;
-    Ok(b)
+/// The log's name for a prepared transaction.
+fn handle_of(p: PreparedTxn) -> TransactionHandle {
+    TransactionHandle {
+        transactional_id: p.transactional_id,
+        producer_id: p.producer_id,
+        epoch: p.epoch,
+        sequence: p.sequence,
+    }
+}
+
+/// A committable: the prepared transaction, as a [`TxnCommittable::Prepared`].
+fn encode_committable(h: &TransactionHandle) -> Vec<u8> {
+    PreparedTxn {
+        transactional_id: h.transactional_id.clone(),
+        producer_id: h.producer_id,
+        epoch: h.epoch,
+        sequence: h.sequence,
+    }
+    .encode()
 }
 
 fn decode_committable(bytes: &[u8]) -> Option<TransactionHandle> {
-    match bytes {
-        [COMMITTABLE_V1, json @ ..] => serde_json::from_slice(json).ok(),
+    match TxnCommittable::decode(bytes) {
+        Ok(TxnCommittable::Prepared(p)) => Some(handle_of(p)),
         _ => None,
     }
 }
@@ -985,7 +1095,7 @@ impl<T: Serialize + Send + 'static> SinkWriter for TxnLogWriter<T> {
     /// recorded as prepared) and returns its handle; `None` when nothing was written.
     fn prepare_commit(&mut self, _checkpoint: CheckpointId) -> OpResult<Option<Vec<u8>>> {
         match self.prepare()? {
-            Some(h) => Ok(Some(encode_committable(&h)?)),
+            Some(h) => Ok(Some(encode_committable(&h))),
             None => Ok(None),
         }
     }

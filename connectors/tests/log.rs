@@ -433,3 +433,75 @@ fn the_source_reads_committed_records_by_default_and_all_on_request() {
     let (committed, _) = read(LogSource::json::<Ev>(&log, "events").bounded(true));
     assert_eq!(committed, vec![0, 2, 3, 4, 5]);
 }
+
+/// A checkpoint taken through a broker (the Kafka sink's committables: each
+/// checkpoint's records) restored in-process (semantics §1a): the records of the
+/// checkpoints above the transactional id's marker are written, one transaction each,
+/// and the marker moves with them, so restoring again writes nothing twice.
+#[test]
+fn the_kafka_sinks_committables_restore_in_process_above_the_marker_once() {
+    use brook_core::sink::Sink;
+    use brook_core::txn_committable::{marker_group, CheckpointRecords, PendingRecord};
+    use brook_log::{IsolationLevel, TopicPartition};
+
+    let (_dir, log) = open();
+    log.create_topic("out", 1, TopicConfig::default()).unwrap();
+    let sink = LogSink::<Ev>::json(&log, "out").transactional_id_prefix("copy");
+    let info = SubtaskInfo {
+        name: "out".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    let id = "copy.out.0";
+    let checkpoint = |n: u64| {
+        let r = |seq: u64| {
+            let v = serde_json::to_string(&Ev { p: 0, seq }).unwrap();
+            PendingRecord(Some(format!("k{seq}")), v, Some(seq as i64))
+        };
+        CheckpointRecords::new(id, n, vec![r(n * 10), r(n * 10 + 1)]).encode()
+    };
+    // The Kafka sink had committed checkpoint 3 before the process died.
+    let mut w = log.init_transactions(id).unwrap();
+    w.begin().unwrap();
+    w.send_offsets(&marker_group(id), &[(TopicPartition::new("out", 0), 3)])
+        .unwrap();
+    w.commit_transaction().unwrap();
+
+    for _ in 0..2 {
+        let mut writer = sink
+            .restore_writer(&info, vec![checkpoint(3), checkpoint(5), checkpoint(4)])
+            .unwrap();
+        writer.finish().unwrap();
+    }
+    let p = log.topic("out").unwrap().partition(0).unwrap();
+    let mut recs = Vec::new();
+    p.read_into_isolated(
+        0,
+        ReadLimit::default(),
+        IsolationLevel::ReadCommitted,
+        &mut recs,
+    )
+    .unwrap();
+    let seqs: Vec<u64> = recs
+        .iter()
+        .map(|r| serde_json::from_slice::<Ev>(&r.value).unwrap().seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        vec![40, 41, 50, 51],
+        "checkpoints 4 and 5, once, in order"
+    );
+    assert_eq!(recs[0].timestamp, 40);
+    assert_eq!(recs[0].key.as_deref(), Some(&b"k40"[..]));
+    assert_eq!(
+        log.committed_offset(&marker_group(id), &TopicPartition::new("out", 0)),
+        Some(5)
+    );
+    // Bytes neither sink wrote fail the restore, naming the topic.
+    let e = sink
+        .restore_writer(&info, vec![b"junk".to_vec()])
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("\"out\""), "{e}");
+}

@@ -20,6 +20,8 @@
 //! - [`watermark`]: [`watermark::WatermarkStrategy`] and per-split watermark tracking.
 //! - [`source`] and [`sink`]: the [`source::Source`] / [`source::SourceReader`] and
 //!   [`sink::Sink`] / [`sink::SinkWriter`] traits connectors implement.
+//! - [`txn_committable`]: what the transactional sinks on a Kafka-style log (the
+//!   embedded log's, Kafka's) put into a checkpoint, readable by either.
 //!
 //! It must not know about the log, state backends, operators or the engine: those
 //! depend on it, never the other way round. It has no tokio, no RocksDB and no I/O, and no
@@ -37,4 +39,5 @@ pub mod partition;
 pub mod sink;
 pub mod source;
 pub mod time;
+pub mod txn_committable;
 pub mod watermark;

@@ -62,8 +62,15 @@
 //! Readers with `isolation.level=read_committed` see only committed transactions.
 //! Output is thus delayed by one checkpoint interval and held in memory until then.
 //!
-//! Committable format: JSON `{"v":1,"id":"<transactional id>","checkpoint":N,
-//! "records":[[key or null, value, timestamp ms or null], ...]}`.
+//! Committable: a [`TxnCommittable::Records`](brook_core::txn_committable::TxnCommittable),
+//! JSON `{"v":1,"id":"<transactional id>","checkpoint":N, "records":[[key or null,
+//! value, timestamp ms or null], ...]}`. A checkpoint taken by brook's log sink
+//! in-process holds prepared log transactions instead
+//! ([`TxnCommittable::Prepared`](brook_core::txn_committable::TxnCommittable)): restored
+//! through the brook broker of that log, each is committed first by an EndTxn that
+//! resumes it ([`resume`]), before the writer's sessions start (a new session aborts
+//! the prepared transactions left, as Kafka's InitProducerId). Bytes of neither kind
+//! fail the restore, naming the topic.
 //!
 //! # Settings
 //!
@@ -88,6 +95,7 @@ pub mod admin;
 pub mod alter_configs;
 pub mod connect;
 pub mod group;
+pub mod resume;
 mod sink;
 mod source;
 mod table;

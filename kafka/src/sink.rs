@@ -10,13 +10,16 @@ use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
+use brook_core::txn_committable::{
+    marker_group, CheckpointRecords, PendingRecord as Pending, PreparedTxn, TxnCommittable,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::connect;
+use crate::{connect, resume};
 use crate::{Conn, KafkaConnectorError, TIMEOUT};
 
 /// Delivery errors of a producer, kept until the writer checks them (the sink's
@@ -193,33 +196,47 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
         committables: Vec<Vec<u8>>,
     ) -> OpResult<TxnWriter<T>> {
         let own = self.txn_id(info, info.index);
-        let mut decoded: Vec<Committable> = Vec::with_capacity(committables.len());
+        let mut decoded: Vec<CheckpointRecords> = Vec::with_capacity(committables.len());
+        let mut prepared: Vec<PreparedTxn> = Vec::new();
         for b in &committables {
-            let c: Committable = serde_json::from_slice(b)
-                .ok()
-                .filter(|c: &Committable| c.v == 1)
-                .ok_or_else(|| {
-                    KafkaConnectorError::config(
+            match TxnCommittable::decode(b) {
+                Ok(TxnCommittable::Records(c)) => decoded.push(c),
+                // A checkpoint taken with the log in-process (semantics §1a).
+                Ok(TxnCommittable::Prepared(p)) => prepared.push(p),
+                Err(e) => {
+                    return Err(KafkaConnectorError::config(
                         "restore",
-                        format!(
-                            "topic {:?}: a committable in the checkpoint is not one this sink wrote",
-                            self.conn.topic
-                        ),
-                    )
-                })?;
-            decoded.push(c);
+                        format!("topic {:?}: {e}", self.conn.topic),
+                    ))
+                }
+            }
+        }
+        // Before any session of their ids starts: a new session (InitProducerId)
+        // aborts the prepared transactions it finds.
+        prepared.sort_by_key(|p| (p.producer_id, p.sequence));
+        for p in &prepared {
+            resume::commit_prepared(&self.conn.bootstrap, p, TIMEOUT).map_err(|e| {
+                KafkaConnectorError::config("restore", format!("topic {:?}: {e}", self.conn.topic))
+            })?;
         }
         decoded.sort_by_key(|c| c.checkpoint);
-        let mut by_id: BTreeMap<String, Vec<Committable>> = BTreeMap::new();
+        let mut by_id: BTreeMap<String, Vec<CheckpointRecords>> = BTreeMap::new();
         for c in decoded {
             by_id.entry(c.id.clone()).or_default().push(c);
         }
         let mut session = self.session(&own)?;
-        let restoring = !committables.is_empty();
-        if !restoring {
-            // A fresh start: reset the marker, so the checkpoint ids of an earlier run
-            // of the job are not taken for this one's.
+        if !by_id.contains_key(&own) {
+            // Nothing of this id to commit by the marker (a fresh start, or a restore
+            // of a checkpoint taken in-process): reset it, so the checkpoint ids of an
+            // earlier run of the job are not taken for this one's.
             session.commit(&[], Some(0))?;
+        }
+        for id in prepared.iter().map(|p| &p.transactional_id) {
+            if *id != own && !by_id.contains_key(id) {
+                // A former subtask's id (restored at another parallelism): a session
+                // aborts what it left prepared after the checkpoint.
+                self.session(id)?;
+            }
         }
         for (id, list) in by_id {
             if id == own {
@@ -237,23 +254,6 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
             prepared: Vec::new(),
         })
     }
-}
-
-fn marker_group(id: &str) -> String {
-    format!("brook-txn-marker.{id}")
-}
-
-/// A record waiting for its transaction: key, JSON value, timestamp (ms).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Pending(Option<String>, String, Option<i64>);
-
-/// What a barrier puts into the checkpoint (see the crate docs).
-#[derive(Debug, Serialize, Deserialize)]
-struct Committable {
-    v: u8,
-    id: String,
-    checkpoint: CheckpointId,
-    records: Vec<Pending>,
 }
 
 struct Session {
@@ -286,7 +286,7 @@ impl Session {
     }
 
     /// Commits restored committables not committed yet (by the marker).
-    fn commit_restored(&mut self, list: &[Committable]) -> OpResult {
+    fn commit_restored(&mut self, list: &[CheckpointRecords]) -> OpResult {
         let done = self.committed_checkpoint()?;
         for c in list.iter().filter(|c| c.checkpoint > done) {
             self.commit(&c.records, Some(c.checkpoint))?;
@@ -465,15 +465,8 @@ impl<T: Serialize + Send + 'static> SinkWriter for TxnWriter<T> {
             return Ok(None);
         }
         let records = std::mem::take(&mut self.pending);
-        let c = Committable {
-            v: 1,
-            id: self.session.id.clone(),
-            checkpoint,
-            records,
-        };
-        let bytes = serde_json::to_vec(&c).map_err(|e| {
-            KafkaConnectorError::config("committable", format!("cannot encode: {e}"))
-        })?;
+        let c = CheckpointRecords::new(self.session.id.clone(), checkpoint, records);
+        let bytes = c.encode();
         self.prepared.push((checkpoint, c.records));
         Ok(Some(bytes))
     }
