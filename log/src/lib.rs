@@ -48,6 +48,7 @@ mod cleaner;
 mod client;
 mod compaction;
 mod error;
+mod flush;
 pub mod format;
 pub mod group;
 mod log;

@@ -15,9 +15,11 @@ pub enum FsyncPolicy {
     /// fsync before every append is acknowledged: an acknowledged batch survives a
     /// crash of the process or the machine.
     Always,
-    /// fsync when at least this many ms have passed since the last one (checked on
-    /// append and by the background maintenance): a machine crash may lose up to that
-    /// much acknowledged data; a process crash loses none.
+    /// fsync when at least this many ms have passed since the last one, by the
+    /// background maintenance (checked every `maintenance_interval_ms`), never by an
+    /// append, and without blocking appends (as Kafka's `flush.ms`; see
+    /// `docs/semantics.md` §1 *Durability*): a machine crash may lose up to that much
+    /// plus one maintenance interval of acknowledged data; a process crash loses none.
     Interval(i64),
     /// Leave flushing to the operating system (and to a clean close): a process crash
     /// loses nothing, a machine crash may lose recent data.

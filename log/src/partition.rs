@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
+use crate::flush::{self, DueSync};
 use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
 use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::record::{ProducerRecord, Record};
@@ -530,12 +531,9 @@ impl Partition {
         }
         res?;
         st.unsynced = true;
-        match self.fsync {
-            FsyncPolicy::Always => self.sync_locked(st, now)?,
-            FsyncPolicy::Interval(ms) if now - st.last_sync_ms >= ms => {
-                self.sync_locked(st, now)?
-            }
-            _ => {}
+        // Under `interval` the maintenance syncs, without this lock (crate::flush).
+        if flush::append_syncs(self.fsync) {
+            self.sync_locked(st, now)?;
         }
         let next = base_offset + u64::from(enc.record_count);
         self.publish(st);
@@ -797,15 +795,37 @@ impl Partition {
         self.sync_locked(&mut st, now)
     }
 
-    /// Flushes under the `interval` policy when it is due.
+    /// Flushes under the `interval` policy when it is due, holding the partition's
+    /// lock only to see what to sync and to record it: appends and reads go on during
+    /// the fsync ([`crate::flush`]).
     pub(crate) fn flush_if_due(&self, now: i64) -> Result<()> {
-        if let FsyncPolicy::Interval(ms) = self.fsync {
-            let mut st = self.lock()?;
-            if st.unsynced && now - st.last_sync_ms >= ms {
-                self.sync_locked(&mut st, now)?;
-            }
-        }
+        let Some(due) = self.due_sync(now)? else {
+            return Ok(());
+        };
+        due.run()?;
+        self.synced(&due);
         Ok(())
+    }
+
+    /// The fsync under `interval` that is due at `now`, if any.
+    fn due_sync(&self, now: i64) -> Result<Option<DueSync>> {
+        let st = self.lock()?;
+        if !flush::interval_due(self.fsync, st.unsynced, st.last_sync_ms, now) {
+            return Ok(None);
+        }
+        let end = st.end_offset();
+        Ok(st.segments.last().map(|active| active.due_sync(end, now)))
+    }
+
+    /// Records a finished [`DueSync`]: the partition is synced unless records were
+    /// appended after it was taken (they wait for the next one).
+    fn synced(&self, due: &DueSync) {
+        // Closed meanwhile: closing synced everything.
+        let Ok(mut st) = self.lock() else { return };
+        st.last_sync_ms = st.last_sync_ms.max(due.now);
+        if st.end_offset() == due.end_offset {
+            st.unsynced = false;
+        }
     }
 
     /// The oldest offset still stored.
@@ -1330,3 +1350,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .and_then(|d| d.sync_all())
         .ctx("fsync", dir)
 }
+
+#[cfg(test)]
+#[path = "partition_flush_tests.rs"]
+mod flush_tests;

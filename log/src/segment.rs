@@ -28,6 +28,7 @@ use bytes::{Bytes, BytesMut};
 use tracing::warn;
 
 use crate::error::{IoContext, LogError, Result};
+use crate::flush::DueSync;
 use crate::format::{self, BatchHeader, EncodedBatch, FormatError, MIN_BATCH_LEN};
 
 /// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
@@ -607,6 +608,12 @@ impl Segment {
     /// Flushes data to stable storage.
     pub(crate) fn sync(&self) -> Result<()> {
         self.file.sync_data().ctx("fsync", &self.path)
+    }
+
+    /// The fsync of this segment's data up to `end_offset`, to run without the
+    /// partition's lock.
+    pub(crate) fn due_sync(&self, end_offset: u64, now: i64) -> DueSync {
+        DueSync::new(Arc::clone(&self.file), self.path.clone(), end_offset, now)
     }
 
     /// Writes the index files (with the footer entry), optionally fsyncing them.
