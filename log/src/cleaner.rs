@@ -397,10 +397,19 @@ fn rewrite(out: &mut Vec<u8>, h: &BatchHeader, records: &[RecordRef<'_>], keep: 
         if run.is_empty() {
             return;
         }
-        // Every record has its timestamp, so `now` is unused.
-        match h.txn {
-            Some(mark) => format::encode_txn_batch(out, base, run, 0, mark),
-            None => format::encode_batch(out, base, run, 0),
+        // Every record has its timestamp, so `now` is unused. A producer's batch keeps
+        // its producer fields, the base sequence moved on to the run's first record.
+        match (h.producer, h.txn) {
+            (Some(p), txn) => {
+                let skipped = (base - h.base_offset) as u32;
+                let p = format::ProducerMark {
+                    base_sequence: format::increment_sequence(p.base_sequence, skipped),
+                    ..p
+                };
+                format::encode_producer_batch(out, base, run, 0, p, txn)
+            }
+            (None, Some(mark)) => format::encode_txn_batch(out, base, run, 0, mark),
+            (None, None) => format::encode_batch(out, base, run, 0),
         };
         run.clear();
     };
