@@ -847,9 +847,12 @@ impl Partition {
         }
         active.write_indexes(durable)?;
         let next = active.next_offset;
-        // Before the new segment exists: a segment at `next` implies its snapshot (but
-        // with fsync never), which bounds the rebuild on open to the active segment.
-        producer_snapshot::write(&self.dir, next, &st.producers, durable)?;
+        // Before the new segment exists: a segment at `next` implies its snapshot
+        // when there is producer state (but with fsync never), which bounds the
+        // rebuild on open to the active segment (see `rebuild_producers`).
+        if !st.producers.is_empty() {
+            producer_snapshot::write(&self.dir, next, &st.producers, durable, next)?;
+        }
         debug!(topic = %self.topic, partition = self.id, base_offset = next, "rolling to a new segment");
         st.segments.push(Segment::create(
             &self.dir,
@@ -1374,7 +1377,14 @@ impl Partition {
         }
         // A clean close leaves nothing to scan on the next open.
         let durable = self.fsync != FsyncPolicy::Never;
-        producer_snapshot::write(&self.dir, st.end_offset(), &st.producers, durable)?;
+        let active_base = st.segments.last().map_or(0, |s| s.base_offset);
+        producer_snapshot::write(
+            &self.dir,
+            st.end_offset(),
+            &st.producers,
+            durable,
+            active_base,
+        )?;
         Ok(())
     }
 
@@ -1418,20 +1428,24 @@ const REBUILD_CHUNK_BYTES: usize = 1 << 20;
 
 /// The producers' state of a partition being opened (its segments recovered, ending
 /// at `end_offset`): the newest snapshot at or below the end, then every producer's
-/// batch after it (from the log start when there is no snapshot: a log written
-/// before snapshots, read once), as Kafka's `ProducerStateManager` loads it. Batches
-/// after the snapshot count as appended at `now` (see
-/// [`ProducerEntry::last_append_ms`]).
+/// batch after it, as Kafka's `ProducerStateManager` loads it. A roll writes a
+/// snapshot whenever there is producer state, before it creates the new segment, so
+/// when the newest snapshot lies before the active segment (or there is none: a log
+/// without producer batches) there was no state when the active segment began: the
+/// rebuild then reads the active segment alone, from an empty state. Either way it
+/// reads at most the active segment. Batches after the snapshot count as appended at
+/// `now` (see [`ProducerEntry::last_append_ms`]).
 fn rebuild_producers(
     dir: &Path,
     segments: &[Segment],
     end_offset: u64,
     now: i64,
 ) -> Result<ProducerStates> {
-    let log_start = segments.first().map_or(0, |s| s.base_offset);
-    let (snapshot_offset, mut states) = producer_snapshot::load_latest(dir, end_offset)?
-        .unwrap_or((log_start, ProducerStates::default()));
-    let from = snapshot_offset.max(log_start);
+    let active_base = segments.last().map_or(0, |s| s.base_offset);
+    let (from, mut states) = match producer_snapshot::load_latest(dir, end_offset)? {
+        Some((offset, states)) if offset >= active_base => (offset, states),
+        _ => (active_base, ProducerStates::default()),
+    };
     for seg in segments.iter().filter(|s| s.next_offset > from) {
         // Snapshots are taken at batch boundaries, so this is the start of a batch.
         let mut view = seg.view(seg.position_for_offset(from));
@@ -1459,8 +1473,8 @@ fn rebuild_producers(
         }
     }
     states.expire(now);
-    if from < end_offset || snapshot_offset != from {
-        debug!(dir = %dir.display(), snapshot_offset, from, end_offset, producers = states.len(), "rebuilt the producer state");
+    if from < end_offset {
+        debug!(dir = %dir.display(), from, end_offset, producers = states.len(), "rebuilt the producer state");
     }
     Ok(states)
 }

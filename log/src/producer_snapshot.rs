@@ -1,13 +1,14 @@
 //! Producer-state snapshots: `<offset>.snapshot` in a partition's directory holds the
 //! [`ProducerStates`] after every batch below `offset` (Kafka's
 //! `<offset>.snapshot` of `ProducerStateManager`). One is written when a segment rolls
-//! (`offset` = the new segment's base) and when the partition is closed (`offset` =
-//! the log end); on open the state is the newest snapshot at or below the log end
-//! plus the producers' batches after it, so the rebuild reads at most the active
-//! segment (and, after a crash between a roll and its snapshot, the one before).
-//! Snapshots above the log end (their batches were cut by recovery) are deleted; the
-//! [`KEEP`] newest are kept. Retention may delete the segments a snapshot covers: the
-//! state stays (as Kafka's since KAFKA-7190), until it expires.
+//! while there is producer state (`offset` = the new segment's base; written before
+//! that segment is created) and when the partition is closed (`offset` = the log
+//! end); on open the state is the newest snapshot at or below the log end plus the
+//! producers' batches after it, so the rebuild reads at most the active segment (a
+//! newest snapshot before the active segment means there was no state when it
+//! began). Snapshots above the log end (their batches were cut by recovery) are
+//! deleted; the [`KEEP`] newest are kept. Retention may delete the segments a
+//! snapshot covers: the state stays (as Kafka's since KAFKA-7190), until it expires.
 //!
 //! ```text
 //! version        u8    1
@@ -138,8 +139,16 @@ fn list(dir: &Path) -> Result<Vec<u64>> {
 
 /// Writes the snapshot of `states` at `offset` (written aside and renamed into place,
 /// so a crash leaves the whole file or none; fsynced when `durable`), then deletes
-/// all but the [`KEEP`] newest.
-pub(crate) fn write(dir: &Path, offset: u64, states: &ProducerStates, durable: bool) -> Result<()> {
+/// the older ones but the [`KEEP`] newest and the newest at or below `active_base`
+/// (the active segment's base: the one a rebuild falls back to when recovery cuts the
+/// batches after the newer ones).
+pub(crate) fn write(
+    dir: &Path,
+    offset: u64,
+    states: &ProducerStates,
+    durable: bool,
+    active_base: u64,
+) -> Result<()> {
     let final_path = path(dir, offset);
     let tmp = final_path.with_extension("snapshot.tmp");
     {
@@ -154,7 +163,11 @@ pub(crate) fn write(dir: &Path, offset: u64, states: &ProducerStates, durable: b
         crate::partition::sync_dir(dir)?;
     }
     let all = list(dir)?;
+    let anchor = all.iter().rev().find(|o| **o <= active_base).copied();
     for old in &all[..all.len().saturating_sub(KEEP)] {
+        if Some(*old) == anchor {
+            continue;
+        }
         let p = path(dir, *old);
         fs::remove_file(&p).ctx("remove", &p)?;
     }
@@ -224,18 +237,26 @@ mod tests {
     fn the_newest_intact_snapshot_at_or_below_the_end_is_loaded() {
         let dir = tempfile::tempdir().expect("temp dir");
         let s = states();
-        write(dir.path(), 5, &ProducerStates::default(), false).expect("write");
-        write(dir.path(), 10, &s, false).expect("write");
-        write(dir.path(), 30, &s, false).expect("write");
-        // Only the two newest are kept.
+        write(dir.path(), 5, &ProducerStates::default(), false, 5).expect("write");
+        write(dir.path(), 10, &s, false, 10).expect("write");
+        write(dir.path(), 30, &s, false, 30).expect("write");
+        // Only the two newest are kept...
         assert_eq!(list(dir.path()).expect("list"), vec![10, 30]);
         // A log cut back to 20 by recovery: the snapshot at 30 goes.
         let loaded = load_latest(dir.path(), 20).expect("load");
-        assert_eq!(loaded, Some((10, s)));
+        assert_eq!(loaded, Some((10, s.clone())));
         assert_eq!(list(dir.path()).expect("list"), vec![10]);
         // A damaged one is removed.
         fs::write(path(dir.path(), 10), b"junk").expect("write");
         assert_eq!(load_latest(dir.path(), 20).expect("load"), None);
         assert!(list(dir.path()).expect("list").is_empty());
+        // Besides the two newest, the newest at or below the active segment's base is
+        // kept (for closes within the active segment).
+        write(dir.path(), 30, &s, false, 30).expect("write");
+        write(dir.path(), 32, &s, false, 30).expect("write");
+        write(dir.path(), 35, &s, false, 30).expect("write");
+        assert_eq!(list(dir.path()).expect("list"), vec![30, 32, 35]);
+        write(dir.path(), 36, &s, false, 30).expect("write");
+        assert_eq!(list(dir.path()).expect("list"), vec![30, 35, 36]);
     }
 }
