@@ -13,3 +13,5 @@ pub mod log_job;
 pub mod metrics;
 pub mod operator;
 pub mod process;
+#[cfg(feature = "broker")]
+pub mod wire;
