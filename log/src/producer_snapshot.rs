@@ -36,6 +36,8 @@ use crate::producer_state::{ProducerEntry, ProducerStates, SequenceRange, PRODUC
 
 /// Suffix of a snapshot file.
 pub(crate) const SUFFIX: &str = ".snapshot";
+/// Suffix of a snapshot being written.
+const TMP_SUFFIX: &str = ".snapshot.tmp";
 /// How many snapshots are kept (the newest): one more than needed, so a damaged newest
 /// one still leaves a bound on the rebuild.
 pub(crate) const KEEP: usize = 2;
@@ -150,7 +152,10 @@ pub(crate) fn write(
     active_base: u64,
 ) -> Result<()> {
     let final_path = path(dir, offset);
-    let tmp = final_path.with_extension("snapshot.tmp");
+    let tmp = dir.join(format!(
+        "{}{TMP_SUFFIX}",
+        crate::segment::segment_stem(offset)
+    ));
     {
         let mut f = fs::File::create(&tmp).ctx("create", &tmp)?;
         f.write_all(&encode(states)).ctx("write", &tmp)?;
@@ -175,8 +180,15 @@ pub(crate) fn write(
 }
 
 /// The newest intact snapshot at or below `end_offset` and its offset. Snapshots above
-/// it (of batches cut by recovery) and damaged ones are deleted.
+/// it (of batches cut by recovery), damaged ones and unfinished ones (a crash before
+/// the rename) are deleted.
 pub(crate) fn load_latest(dir: &Path, end_offset: u64) -> Result<Option<(u64, ProducerStates)>> {
+    for entry in fs::read_dir(dir).ctx("list", dir)? {
+        let p = entry.ctx("list", dir)?.path();
+        if p.to_str().is_some_and(|n| n.ends_with(TMP_SUFFIX)) {
+            fs::remove_file(&p).ctx("remove", &p)?;
+        }
+    }
     for offset in list(dir)?.into_iter().rev() {
         let p = path(dir, offset);
         if offset > end_offset {
@@ -246,6 +258,11 @@ mod tests {
         let loaded = load_latest(dir.path(), 20).expect("load");
         assert_eq!(loaded, Some((10, s.clone())));
         assert_eq!(list(dir.path()).expect("list"), vec![10]);
+        // An unfinished one is removed.
+        let tmp = dir.path().join(format!("00000000000000000009{TMP_SUFFIX}"));
+        fs::write(&tmp, b"half").expect("write");
+        load_latest(dir.path(), 20).expect("load");
+        assert!(!tmp.exists());
         // A damaged one is removed.
         fs::write(path(dir.path(), 10), b"junk").expect("write");
         assert_eq!(load_latest(dir.path(), 20).expect("load"), None);
