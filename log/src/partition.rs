@@ -693,12 +693,13 @@ impl Partition {
     /// partition's lock, so a writer fenced or aborted meanwhile cannot slip records
     /// in after the marker.
     ///
+    /// With `producer` (a Kafka producer's base sequence, through the broker; its
+    /// producer id and epoch are the transaction's), the batch is stored with it and
+    /// the producer state updated, as [`Partition::append_with_producer`].
+    ///
     /// # Errors
     /// [`LogError::TransactionNotOpen`] when the transaction is not open for appends
     /// here (aborted, prepared, or never added); as [`Partition::append`].
-    /// With `producer` (a Kafka producer's base sequence, through the broker), the
-    /// batch is stored with it and the producer state updated, as
-    /// [`Partition::append_with_producer`].
     pub(crate) fn append_txn(
         &self,
         records: &[ProducerRecord],
