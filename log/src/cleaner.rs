@@ -438,3 +438,39 @@ fn rewrite(out: &mut Vec<u8>, h: &BatchHeader, records: &[RecordRef<'_>], keep: 
     }
     flush(out, &mut run, run_base);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ProducerMark;
+
+    #[test]
+    fn a_producers_batch_keeps_its_producer_fields_with_the_sequence_moved_on() {
+        let producer = ProducerMark {
+            producer_id: 7,
+            epoch: 2,
+            base_sequence: 10,
+        };
+        let records: Vec<ProducerRecord> = (0..4u8)
+            .map(|i| ProducerRecord::keyed(vec![i], "v").with_timestamp(1))
+            .collect();
+        let mut batch = Vec::new();
+        format::encode_producer_batch(&mut batch, 100, &records, 1, producer, None);
+        let h = format::check_batch(&batch).expect("batch");
+        let mut refs = Vec::new();
+        format::for_each_record(&batch, &h, 0, usize::MAX, |r| refs.push(r)).expect("records");
+        // Records 100 and 101 removed: one batch of 102..=103, sequences 12..=13.
+        let mut out = Vec::new();
+        rewrite(&mut out, &h, &refs, &[false, false, true, true]);
+        let rewritten = format::check_batch(&out).expect("rewritten batch");
+        assert_eq!(rewritten.base_offset, 102);
+        assert_eq!(
+            rewritten.producer,
+            Some(ProducerMark {
+                base_sequence: 12,
+                ..producer
+            })
+        );
+        assert_eq!(rewritten.producer.map(|p| p.last_sequence(2)), Some(13));
+    }
+}
