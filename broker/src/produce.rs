@@ -22,7 +22,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use tracing::debug;
 
 use crate::error_code;
-use crate::idempotence::{BatchMeta, Decision};
+use crate::idempotence::{self, BatchMeta, Decision};
 use crate::producers::{self, Producers};
 use crate::transactions::Transactions;
 
@@ -149,15 +149,20 @@ impl Target<'_> {
         meta: &BatchMeta,
         records: Vec<ProducerRecord>,
     ) -> Result<u64, (i16, String)> {
-        let state = self.producers.partition(partition.topic(), partition.id());
-        let mut state = producers::lock(&state);
-        if let Some(base) = decided(state.check(meta), meta)? {
+        let fail = |e: LogError| (error_code(&e), e.to_string());
+        let lock = self.producers.partition(partition.topic(), partition.id());
+        let _held = producers::lock(&lock);
+        let decision = partition
+            .with_producer_state(meta.log_producer_id(), |e| idempotence::check(e, meta))
+            .map_err(fail)?;
+        if let Some(base) = decided(decision, meta)? {
             return Ok(base);
         }
+        // Stored with the batch: the log's producer state follows it, now and when
+        // the partition is opened again after a restart.
         let info = partition
-            .append(&records)
-            .map_err(|e| (error_code(&e), e.to_string()))?;
-        state.appended(meta, info.base_offset, self.producers.now_ms());
+            .append_with_producer(&records, meta.mark())
+            .map_err(fail)?;
         Ok(info.base_offset)
     }
 
@@ -173,15 +178,18 @@ impl Target<'_> {
         let (topic, index) = (partition.topic(), partition.id());
         self.txns
             .produce(id, meta.producer_id, meta.epoch, topic, index, |producer| {
-                let state = self.producers.partition(topic, index);
-                let mut state = producers::lock(&state);
-                if let Some(base) = decided(state.check(meta), meta)? {
+                let fail = |e: LogError| (error_code(&e), e.to_string());
+                let lock = self.producers.partition(topic, index);
+                let _held = producers::lock(&lock);
+                let decision = partition
+                    .with_producer_state(meta.log_producer_id(), |e| idempotence::check(e, meta))
+                    .map_err(fail)?;
+                if let Some(base) = decided(decision, meta)? {
                     return Ok(base);
                 }
                 let info = producer
-                    .send_to(topic, index, records)
-                    .map_err(|e| (error_code(&e), e.to_string()))?;
-                state.appended(meta, info.base_offset, self.producers.now_ms());
+                    .send_sequenced(topic, index, records, Some(meta.first_sequence))
+                    .map_err(fail)?;
                 Ok(info.base_offset)
             })
     }
@@ -577,6 +585,40 @@ mod tests {
             (ResponseError::InvalidProducerEpoch.code(), -1)
         );
         assert_eq!(end(&log), 4);
+    }
+
+    #[test]
+    fn a_retry_to_a_new_broker_on_the_reopened_log_is_answered_with_its_offset() {
+        let (dir, log) = open();
+        let send = |log: &Log, producers: &Producers, b: Bytes| {
+            let r = handle(
+                &request("snacks", 0, b),
+                log,
+                producers,
+                &Transactions::default(),
+            );
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        };
+        assert_eq!(
+            send(&log, &producers(), idempotent(&["a", "b"], 7, 0, 0)),
+            (0, 0)
+        );
+        log.close().expect("close");
+        drop(log);
+        // A new broker process: fresh producers, the state from the log alone.
+        let log = Log::open(dir.path(), LogOptions::default()).expect("reopen");
+        let producers = producers();
+        assert_eq!(
+            send(&log, &producers, idempotent(&["a", "b"], 7, 0, 0)),
+            (0, 0)
+        );
+        assert_eq!(end(&log), 2);
+        assert_eq!(
+            send(&log, &producers, idempotent(&["c"], 7, 0, 5)),
+            (ResponseError::OutOfOrderSequenceNumber.code(), -1)
+        );
+        assert_eq!(send(&log, &producers, idempotent(&["c"], 7, 0, 2)), (0, 2));
     }
 
     #[test]

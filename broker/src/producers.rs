@@ -1,18 +1,21 @@
-//! The broker's idempotent producers: the producer ids it hands out and the sequence
-//! state of every (producer id, partition) ([`crate::idempotence`]).
+//! The broker's idempotent producers: the producer ids it hands out, and a lock per
+//! partition held across the sequence check ([`crate::idempotence`]) and the append
+//! of a batch.
 //!
-//! The state lives in memory only. The log's batch format keeps the producer fields
-//! of transactional batches but not of plain ones, so it cannot be rebuilt from the
-//! log on start as Kafka does: after a broker restart every producer is one without
-//! state, whose next batch is taken whatever its sequence (Kafka's rule for a
-//! producer it has no entry for). A batch that was appended just before a crash and
-//! retried after the restart is therefore appended twice; within one broker process
-//! a retry is never appended twice.
+//! The sequence state itself is the log's: each partition keeps it, stores the
+//! producer id, epoch and base sequence with every batch, and rebuilds it when it is
+//! opened (`brook_log::producer_state`), so a retry of a batch appended before a
+//! broker restart is still answered with its offset and not appended again, as
+//! Kafka's.
 //!
 //! Producer ids of idempotent producers are `start time (ms) * 2^10 + n`: unique
 //! across broker restarts without writing anything (a restart one millisecond later
-//! starts 1024 ids further on), and far above the ids the log's transaction
-//! coordinator gives transactional ids (counted from 0), so the two never meet.
+//! starts 1024 ids further on; a broker would have to give out more than a million
+//! ids a second, on average over its life, to reach the next start's ids), and far
+//! above the ids the log's transaction coordinator gives transactional ids (counted
+//! from 0), so the two never meet. As the state of an id now outlives the broker
+//! (for `producer.id.expiration.ms`), this relies on the clock not going back across
+//! restarts.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -20,18 +23,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use brook_core::time::SharedClock;
 
-use crate::idempotence::PartitionProducers;
+/// One partition's lock, shared by the connections producing to it.
+type Shared = Arc<Mutex<()>>;
 
-/// One partition's state, shared by the connections producing to it.
-type Shared = Arc<Mutex<PartitionProducers>>;
-
-/// Producer ids and sequence state, shared by every connection.
+/// Producer ids and the partitions' locks, shared by every connection.
 #[derive(Debug)]
 pub struct Producers {
     next_id: AtomicI64,
     /// By topic, then partition (looked up by `&str`, without allocating).
     partitions: Mutex<HashMap<String, HashMap<u32, Shared>>>,
-    clock: SharedClock,
 }
 
 impl Producers {
@@ -41,7 +41,6 @@ impl Producers {
         Producers {
             next_id: AtomicI64::new(first),
             partitions: Mutex::new(HashMap::new()),
-            clock,
         }
     }
 
@@ -50,12 +49,7 @@ impl Producers {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The clock's time (ms), for [`PartitionProducers::appended`].
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
-    }
-
-    /// The sequence state of one partition. Held across the check and the append of
+    /// The lock of one partition's producers. Held across the check and the append of
     /// a batch, so two requests of one producer cannot both pass the same check; one
     /// lock per batch, not per record.
     pub fn partition(&self, topic: &str, partition: u32) -> Shared {
@@ -75,9 +69,9 @@ impl Producers {
     }
 }
 
-/// Locks one partition's state; the state machine does not panic halfway, so a
-/// poisoned lock only means another task panicked elsewhere.
-pub fn lock(p: &Mutex<PartitionProducers>) -> MutexGuard<'_, PartitionProducers> {
+/// Locks one partition's producers; the lock guards no data, so a poisoned lock only
+/// means another task panicked elsewhere.
+pub fn lock(p: &Mutex<()>) -> MutexGuard<'_, ()> {
     p.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

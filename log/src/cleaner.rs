@@ -397,10 +397,19 @@ fn rewrite(out: &mut Vec<u8>, h: &BatchHeader, records: &[RecordRef<'_>], keep: 
         if run.is_empty() {
             return;
         }
-        // Every record has its timestamp, so `now` is unused.
-        match h.txn {
-            Some(mark) => format::encode_txn_batch(out, base, run, 0, mark),
-            None => format::encode_batch(out, base, run, 0),
+        // Every record has its timestamp, so `now` is unused. A producer's batch keeps
+        // its producer fields, the base sequence moved on to the run's first record.
+        match (h.producer, h.txn) {
+            (Some(p), txn) => {
+                let skipped = (base - h.base_offset) as u32;
+                let p = format::ProducerMark {
+                    base_sequence: format::increment_sequence(p.base_sequence, skipped),
+                    ..p
+                };
+                format::encode_producer_batch(out, base, run, 0, p, txn)
+            }
+            (None, Some(mark)) => format::encode_txn_batch(out, base, run, 0, mark),
+            (None, None) => format::encode_batch(out, base, run, 0),
         };
         run.clear();
     };
@@ -428,4 +437,40 @@ fn rewrite(out: &mut Vec<u8>, h: &BatchHeader, records: &[RecordRef<'_>], keep: 
         });
     }
     flush(out, &mut run, run_base);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ProducerMark;
+
+    #[test]
+    fn a_producers_batch_keeps_its_producer_fields_with_the_sequence_moved_on() {
+        let producer = ProducerMark {
+            producer_id: 7,
+            epoch: 2,
+            base_sequence: 10,
+        };
+        let records: Vec<ProducerRecord> = (0..4u8)
+            .map(|i| ProducerRecord::keyed(vec![i], "v").with_timestamp(1))
+            .collect();
+        let mut batch = Vec::new();
+        format::encode_producer_batch(&mut batch, 100, &records, 1, producer, None);
+        let h = format::check_batch(&batch).expect("batch");
+        let mut refs = Vec::new();
+        format::for_each_record(&batch, &h, 0, usize::MAX, |r| refs.push(r)).expect("records");
+        // Records 100 and 101 removed: one batch of 102..=103, sequences 12..=13.
+        let mut out = Vec::new();
+        rewrite(&mut out, &h, &refs, &[false, false, true, true]);
+        let rewritten = format::check_batch(&out).expect("rewritten batch");
+        assert_eq!(rewritten.base_offset, 102);
+        assert_eq!(
+            rewritten.producer,
+            Some(ProducerMark {
+                base_sequence: 12,
+                ..producer
+            })
+        );
+        assert_eq!(rewritten.producer.map(|p| p.last_sequence(2)), Some(13));
+    }
 }

@@ -13,10 +13,16 @@
 //!  18  record_count    u32   N >= 1
 //!  22  first_timestamp i64   timestamp of the first record (ms)
 //!  30  max_timestamp   i64   largest timestamp in the batch (ms)
-//! transactional batches only (format version 2): 18 more header bytes
+//! transactional batches without a sequence (format version 2): 18 more header bytes
 //!  38  producer_id     u64   the transactional id's producer id
 //!  46  producer_epoch  u16   its epoch when the batch was written
 //!  48  txn_sequence    u64   the transaction's number among the producer id's
+//! batches of an idempotent or transactional producer (format version 3): 14 more
+//! header bytes, and 8 after them when the batch is transactional (attribute 0x10)
+//!  38  producer_id     u64   the producer id (Kafka's producerId)
+//!  46  producer_epoch  u16   its epoch (Kafka's producerEpoch)
+//!  48  base_sequence   i32   the sequence of the first record (Kafka's baseSequence)
+//!  52  txn_sequence    u64   transactional only: as in version 2
 //! records, N times
 //!      timestamp       i64   ms since the Unix epoch
 //!      key_len         i32   -1 for no key
@@ -30,6 +36,13 @@
 //! Version 1 batches are plain (non-transactional) appends. Version 2 batches belong to
 //! a transaction (attribute bit `0x10`, as Kafka's): data appended inside it, or (bit
 //! `0x20`, a *control batch*) the commit or abort marker that ends it in this partition.
+//! Version 3 batches are appended by a Kafka producer with a producer id (through the
+//! broker): plain (attributes 0) or transactional data (`0x10`), they carry the
+//! producer id, epoch and base sequence, as Kafka's v2 batch header does, so the
+//! idempotent producers' state can be rebuilt from the log when a partition is opened
+//! (as Kafka's `ProducerStateManager`); record `i` has the sequence
+//! `base_sequence + i`, wrapping from `i32::MAX` to 0. Versions 1 and 2 stay readable
+//! and are still written by appends without a producer sequence.
 //! A control batch holds one record whose key is a version `u16` (0) and a type `u16`
 //! (0 = abort, 1 = commit), with an empty value, as Kafka's control records; readers
 //! never see it, but it occupies an offset.
@@ -51,6 +64,12 @@ use crate::record::{Header, ProducerRecord, Record};
 pub const MAGIC: u8 = 1;
 /// Format version of transactional batches (data and control).
 pub const MAGIC_TXN: u8 = 2;
+/// Format version of a producer's batches: with producer id, epoch and base sequence.
+pub const MAGIC_PRODUCER: u8 = 3;
+/// Size of the header of a producer's plain batch in bytes.
+pub const PRODUCER_BATCH_HEADER_LEN: usize = 52;
+/// Size of the header of a producer's transactional batch in bytes.
+pub const PRODUCER_TXN_BATCH_HEADER_LEN: usize = 60;
 /// Size of the header of a plain batch in bytes.
 pub const BATCH_HEADER_LEN: usize = 38;
 /// Size of the header of a transactional batch in bytes.
@@ -59,9 +78,11 @@ pub const TXN_BATCH_HEADER_LEN: usize = 56;
 pub const ATTR_TRANSACTIONAL: u8 = 0x10;
 /// Attribute bit: the batch is a control batch (a transaction marker).
 pub const ATTR_CONTROL: u8 = 0x20;
-/// The smallest batch of either version (a plain batch of one empty record): reading
-/// this many bytes at a batch start always covers its header.
-pub const MIN_BATCH_LEN: usize = BATCH_HEADER_LEN + RECORD_OVERHEAD;
+/// The smallest batch of the version with the longest header (a producer's
+/// transactional batch of one empty record): reading this many bytes at a batch
+/// start, or up to the end of the file when that comes first, always covers its
+/// header.
+pub const MIN_BATCH_LEN: usize = PRODUCER_TXN_BATCH_HEADER_LEN + RECORD_OVERHEAD;
 /// Bytes before the CRC-covered part (base offset, length, CRC).
 const CRC_START: usize = 16;
 /// Fixed bytes per record besides key, value and headers.
@@ -111,6 +132,34 @@ pub struct TxnMark {
     pub epoch: u16,
     /// The transaction's number (unique per producer id).
     pub sequence: u64,
+}
+
+/// The producer fields of a batch appended by an idempotent or transactional
+/// producer (format version 3), as Kafka's batch header keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProducerMark {
+    /// The producer id (Kafka's are `>= 0`; stored as their bits).
+    pub producer_id: u64,
+    /// The producer's epoch (Kafka's `i16`, stored as its bits).
+    pub epoch: u16,
+    /// The sequence of the batch's first record; record `i` has `base_sequence + i`,
+    /// wrapping from `i32::MAX` to 0.
+    pub base_sequence: i32,
+}
+
+impl ProducerMark {
+    /// The sequence of the last of `record_count` records (at least one), wrapping as
+    /// Kafka's `DefaultRecordBatch.incrementSequence`.
+    pub fn last_sequence(&self, record_count: u32) -> i32 {
+        increment_sequence(self.base_sequence, record_count.saturating_sub(1))
+    }
+}
+
+/// `sequence + by`, wrapping from `i32::MAX` to 0 (Kafka's `incrementSequence`).
+pub fn increment_sequence(sequence: i32, by: u32) -> i32 {
+    let wrapped = (i64::from(sequence) + i64::from(by)) % (i64::from(i32::MAX) + 1);
+    // The remainder of a division by 2^31 fits an i32.
+    wrapped as i32
 }
 
 /// What a control record says about its transaction (as Kafka's `ControlRecordType`).
@@ -165,17 +214,22 @@ pub struct BatchHeader {
     pub max_timestamp: i64,
     /// The attribute bits ([`ATTR_TRANSACTIONAL`], [`ATTR_CONTROL`]).
     pub attributes: u8,
-    /// The transaction of a transactional batch (format version 2).
+    /// The transaction of a transactional batch (format versions 2 and 3).
     pub txn: Option<TxnMark>,
+    /// The producer fields of a producer's batch (format version 3).
+    pub producer: Option<ProducerMark>,
 }
 
 impl BatchHeader {
-    /// Size of this batch's header: [`BATCH_HEADER_LEN`] or [`TXN_BATCH_HEADER_LEN`].
+    /// Size of this batch's header: [`BATCH_HEADER_LEN`], [`TXN_BATCH_HEADER_LEN`],
+    /// [`PRODUCER_BATCH_HEADER_LEN`] or [`PRODUCER_TXN_BATCH_HEADER_LEN`].
+    #[inline]
     pub fn header_len(&self) -> usize {
-        if self.txn.is_some() {
-            TXN_BATCH_HEADER_LEN
-        } else {
-            BATCH_HEADER_LEN
+        match (self.producer.is_some(), self.txn.is_some()) {
+            (false, false) => BATCH_HEADER_LEN,
+            (false, true) => TXN_BATCH_HEADER_LEN,
+            (true, false) => PRODUCER_BATCH_HEADER_LEN,
+            (true, true) => PRODUCER_TXN_BATCH_HEADER_LEN,
         }
     }
 
@@ -228,7 +282,27 @@ pub fn encode_batch(
     records: &[ProducerRecord],
     now_ms: i64,
 ) -> EncodedBatch {
-    encode(buf, base_offset, records, now_ms, None)
+    encode(buf, base_offset, records, now_ms, None, None)
+}
+
+/// Appends one batch of a producer (format version 3) holding `records` (at least
+/// one): plain, or data of the transaction `txn`; otherwise as [`encode_batch`].
+pub fn encode_producer_batch(
+    buf: &mut Vec<u8>,
+    base_offset: u64,
+    records: &[ProducerRecord],
+    now_ms: i64,
+    producer: ProducerMark,
+    txn: Option<TxnMark>,
+) -> EncodedBatch {
+    encode(
+        buf,
+        base_offset,
+        records,
+        now_ms,
+        txn.map(|t| (t, ATTR_TRANSACTIONAL)),
+        Some(producer),
+    )
 }
 
 /// Appends one transactional batch (format version 2) holding `records` (at least
@@ -246,6 +320,7 @@ pub fn encode_txn_batch(
         records,
         now_ms,
         Some((txn, ATTR_TRANSACTIONAL)),
+        None,
     )
 }
 
@@ -271,6 +346,7 @@ pub fn encode_control_batch(
         std::slice::from_ref(&record),
         now_ms,
         Some((txn, ATTR_TRANSACTIONAL | ATTR_CONTROL)),
+        None,
     )
 }
 
@@ -280,6 +356,7 @@ fn encode(
     records: &[ProducerRecord],
     now_ms: i64,
     txn: Option<(TxnMark, u8)>,
+    producer: Option<ProducerMark>,
 ) -> EncodedBatch {
     debug_assert!(!records.is_empty());
     let start = buf.len();
@@ -287,15 +364,30 @@ fn encode(
     let mut max_ts = i64::MIN;
     buf.extend_from_slice(&base_offset.to_le_bytes());
     buf.extend_from_slice(&[0u8; 8]); // length and CRC, filled in below
-    buf.push(if txn.is_some() { MAGIC_TXN } else { MAGIC });
+    buf.push(match (producer.is_some(), txn.is_some()) {
+        (true, _) => MAGIC_PRODUCER,
+        (false, true) => MAGIC_TXN,
+        (false, false) => MAGIC,
+    });
     buf.push(txn.map_or(0, |(_, attributes)| attributes));
     buf.extend_from_slice(&(records.len() as u32).to_le_bytes());
     buf.extend_from_slice(&first_ts.to_le_bytes());
     buf.extend_from_slice(&[0u8; 8]); // max timestamp, filled in below
-    if let Some((mark, _)) = txn {
-        buf.extend_from_slice(&mark.producer_id.to_le_bytes());
-        buf.extend_from_slice(&mark.epoch.to_le_bytes());
-        buf.extend_from_slice(&mark.sequence.to_le_bytes());
+    match (producer, txn) {
+        (Some(p), txn) => {
+            buf.extend_from_slice(&p.producer_id.to_le_bytes());
+            buf.extend_from_slice(&p.epoch.to_le_bytes());
+            buf.extend_from_slice(&p.base_sequence.to_le_bytes());
+            if let Some((mark, _)) = txn {
+                buf.extend_from_slice(&mark.sequence.to_le_bytes());
+            }
+        }
+        (None, Some((mark, _))) => {
+            buf.extend_from_slice(&mark.producer_id.to_le_bytes());
+            buf.extend_from_slice(&mark.epoch.to_le_bytes());
+            buf.extend_from_slice(&mark.sequence.to_le_bytes());
+        }
+        (None, None) => {}
     }
     for r in records {
         let ts = r.timestamp.unwrap_or(now_ms);
@@ -375,9 +467,37 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
         max_timestamp: u64_at(buf, 30) as i64,
         attributes: buf[17],
         txn: None,
+        producer: None,
     };
     match buf[16] {
         MAGIC if h.attributes == 0 => {}
+        MAGIC_PRODUCER if h.attributes & !ATTR_TRANSACTIONAL == 0 => {
+            let transactional = h.attributes != 0;
+            let needed = if transactional {
+                PRODUCER_TXN_BATCH_HEADER_LEN
+            } else {
+                PRODUCER_BATCH_HEADER_LEN
+            };
+            if buf.len() < needed {
+                return Err(FormatError::Truncated {
+                    needed,
+                    available: buf.len(),
+                });
+            }
+            let producer = ProducerMark {
+                producer_id: u64_at(buf, 38),
+                epoch: u16::from_le_bytes([buf[46], buf[47]]),
+                base_sequence: u32_at(buf, 48) as i32,
+            };
+            h.producer = Some(producer);
+            if transactional {
+                h.txn = Some(TxnMark {
+                    producer_id: producer.producer_id,
+                    epoch: producer.epoch,
+                    sequence: u64_at(buf, 52),
+                });
+            }
+        }
         MAGIC_TXN if h.attributes & ATTR_TRANSACTIONAL != 0 => {
             if buf.len() < TXN_BATCH_HEADER_LEN {
                 return Err(FormatError::Truncated {
@@ -391,7 +511,7 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
                 sequence: u64_at(buf, 48),
             });
         }
-        MAGIC | MAGIC_TXN => {
+        MAGIC | MAGIC_TXN | MAGIC_PRODUCER => {
             return Err(FormatError::BadHeader(format!(
                 "attributes {:#04x} do not fit format version {}",
                 h.attributes, buf[16]
@@ -853,6 +973,84 @@ mod tests {
             buf[i] ^= 1 << bit;
             prop_assert!(check_batch(&buf).is_err());
         }
+    }
+
+    proptest! {
+        #[test]
+        fn producer_batches_round_trip(
+            records in proptest::collection::vec(arb_record(), 1..10),
+            base in 0u64..1_000_000,
+            producer_id in any::<u64>(),
+            epoch in any::<u16>(),
+            base_sequence in 0..=i32::MAX,
+            txn_sequence in proptest::option::of(any::<u64>()),
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let producer = ProducerMark { producer_id, epoch, base_sequence };
+            let txn = txn_sequence.map(|sequence| TxnMark { producer_id, epoch, sequence });
+            let mut buf = Vec::new();
+            let enc = encode_producer_batch(&mut buf, base, &records, 7, producer, txn);
+            let header_len = if txn.is_some() { PRODUCER_TXN_BATCH_HEADER_LEN } else { PRODUCER_BATCH_HEADER_LEN };
+            prop_assert_eq!(enc.len, header_len + records.iter().map(record_len).sum::<usize>());
+            let h = check_batch(&buf).unwrap();
+            prop_assert_eq!(h.producer, Some(producer));
+            prop_assert_eq!(h.txn, txn);
+            prop_assert_eq!(h.header_len(), header_len);
+            prop_assert!(!h.is_control());
+            let mut out = Vec::new();
+            decode_records(&Bytes::from(buf.clone()), &h, 0, usize::MAX, &mut out).unwrap();
+            prop_assert_eq!(out.len(), records.len());
+            for (r, o) in records.iter().zip(&out) {
+                prop_assert_eq!(&o.value, &r.value);
+                prop_assert_eq!(&o.key, &r.key);
+                prop_assert_eq!(&o.headers, &r.headers);
+            }
+            // The producer fields are covered by the CRC.
+            let i = 12 + at.index(buf.len() - 12);
+            buf[i] ^= 1 << bit;
+            prop_assert!(check_batch(&buf).is_err());
+        }
+    }
+
+    #[test]
+    fn sequences_wrap_as_kafkas() {
+        let p = ProducerMark {
+            producer_id: 1,
+            epoch: 0,
+            base_sequence: i32::MAX - 1,
+        };
+        assert_eq!(p.last_sequence(1), i32::MAX - 1);
+        assert_eq!(p.last_sequence(2), i32::MAX);
+        assert_eq!(p.last_sequence(3), 0);
+        assert_eq!(increment_sequence(5, 10), 15);
+    }
+
+    #[test]
+    fn a_producer_header_cut_short_is_truncated_and_older_versions_still_parse() {
+        let producer = ProducerMark {
+            producer_id: 9,
+            epoch: 1,
+            base_sequence: 4,
+        };
+        let mut buf = Vec::new();
+        encode_producer_batch(&mut buf, 0, &[ProducerRecord::new("x")], 1, producer, None);
+        assert!(matches!(
+            parse_header(&buf[..BATCH_HEADER_LEN + 4]),
+            Err(FormatError::Truncated {
+                needed: PRODUCER_BATCH_HEADER_LEN,
+                ..
+            })
+        ));
+        // A version 1 batch has no producer fields.
+        let mut plain = Vec::new();
+        encode_batch(&mut plain, 0, &[ProducerRecord::new("x")], 1);
+        assert_eq!(check_batch(&plain).map(|h| h.producer), Ok(None));
+        // Control batches are not a producer's.
+        buf[17] = ATTR_TRANSACTIONAL | ATTR_CONTROL;
+        let crc = crc32c::crc32c(&buf[CRC_START..]);
+        buf[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(check_batch(&buf), Err(FormatError::BadHeader(_))));
     }
 
     #[test]

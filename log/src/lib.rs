@@ -56,6 +56,8 @@ pub mod offsets;
 mod options;
 mod partition;
 pub mod partitioner;
+mod producer_snapshot;
+pub mod producer_state;
 mod record;
 pub mod reset;
 mod segment;
@@ -66,7 +68,7 @@ mod txn_timeout;
 pub use crate::cleaner::{CleanerFault, CompactionStats};
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
-pub use crate::format::{ControlType, HeaderRef, HeadersRef, RecordRef, TxnMark};
+pub use crate::format::{ControlType, HeaderRef, HeadersRef, ProducerMark, RecordRef, TxnMark};
 pub use crate::group::{
     AssignmentStrategy, CommitIdentity, GroupError, Membership, TopicPartition,
 };
@@ -77,6 +79,7 @@ pub use crate::options::{
 pub use crate::partition::{
     AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
 };
+pub use crate::producer_state::{ProducerEntry, ProducerStates, SequenceRange};
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};
 pub use crate::reset::{OffsetResetRow, ResetTo};
 pub use crate::topic::{Topic, TopicInfo};

@@ -69,6 +69,7 @@ pub struct PartitionLag {
 /// <dir>/groups/<group>.json         committed offsets
 /// <dir>/transactions/<id>.json      transaction state per transactional id
 /// <dir>/topics/<topic>/<p>/aborted.txnindex   aborted transactions of a partition
+/// <dir>/topics/<topic>/<p>/<offset>.snapshot  producer state (crate::producer_state)
 /// ```
 #[derive(Debug, Clone)]
 pub struct Log {

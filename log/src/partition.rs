@@ -14,8 +14,12 @@ use tracing::{debug, info, warn};
 use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
 use crate::flush::{self, DueSync};
-use crate::format::{self, BatchHeader, ControlType, FormatError, RecordRef, TxnMark};
+use crate::format::{
+    self, BatchHeader, ControlType, FormatError, ProducerMark, RecordRef, TxnMark,
+};
 use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
+use crate::producer_snapshot;
+use crate::producer_state::{ProducerEntry, ProducerStates};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{ReadProgress, Segment, SegmentView};
 
@@ -201,6 +205,9 @@ struct State {
     txns: Txns,
     /// See [`PartitionInfo::segments_held_by_future_timestamps`].
     held_by_future: usize,
+    /// The idempotent and transactional producers' state, updated with every append
+    /// of a producer's batch.
+    producers: ProducerStates,
 }
 
 impl State {
@@ -369,6 +376,7 @@ impl Partition {
             }
         }
         let end_offset = segments.last().map_or(0, |s| s.next_offset);
+        let producers = rebuild_producers(&dir, &segments, end_offset, now)?;
         let (end, _) = watch::channel(end_offset);
         let (stable, _) = watch::channel(end_offset);
         let aborted = load_aborted(&dir.join(ABORTED_INDEX))?;
@@ -386,6 +394,7 @@ impl Partition {
                 buf: Vec::new(),
                 closed: false,
                 held_by_future: 0,
+                producers,
                 txns: Txns {
                     open: BTreeMap::new(),
                     aborted,
@@ -439,7 +448,58 @@ impl Partition {
         let total = self.check_sizes(records, format::BATCH_HEADER_LEN)?;
         let now = self.clock.now_ms();
         let mut guard = self.lock()?;
-        self.append_locked(&mut guard, records, total, now, Batch::Plain)
+        self.append_locked(&mut guard, records, total, now, Batch::Plain(None))
+    }
+
+    /// Appends `records` as one batch of an idempotent producer: stored with its
+    /// producer id, epoch and base sequence (format version 3), and the partition's
+    /// producer state ([`Partition::with_producer_state`]) updated in the same step,
+    /// so that the state rebuilt when the partition is opened again is the one the
+    /// appends left. Whether the batch should be appended (a retry, a gap) is the
+    /// caller's decision, taken on that state.
+    ///
+    /// # Errors
+    /// As [`Partition::append`].
+    pub fn append_with_producer(
+        &self,
+        records: &[ProducerRecord],
+        producer: ProducerMark,
+    ) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Ok(self.nothing_appended());
+        }
+        let total = self.check_sizes(records, format::PRODUCER_BATCH_HEADER_LEN)?;
+        let now = self.clock.now_ms();
+        let mut guard = self.lock()?;
+        self.append_locked(
+            &mut guard,
+            records,
+            total,
+            now,
+            Batch::Plain(Some(producer)),
+        )
+    }
+
+    /// Calls `f` with what the partition remembers of `producer_id` (its epoch and
+    /// last batches), under the partition's lock.
+    ///
+    /// # Errors
+    /// [`LogError::Closed`].
+    pub fn with_producer_state<R>(
+        &self,
+        producer_id: u64,
+        f: impl FnOnce(Option<&ProducerEntry>) -> R,
+    ) -> Result<R> {
+        let st = self.lock()?;
+        Ok(f(st.producers.get(producer_id)))
+    }
+
+    /// A copy of the producers' state (for tests and tools).
+    ///
+    /// # Errors
+    /// [`LogError::Closed`].
+    pub fn producer_states(&self) -> Result<ProducerStates> {
+        Ok(self.lock()?.producers.clone())
     }
 
     /// Checks the sizes of `records` (at least one) in a batch whose header has
@@ -517,8 +577,16 @@ impl Partition {
         let active = st.segments.last_mut().ok_or(LogError::Closed)?;
         let base_offset = active.next_offset;
         let enc = match kind {
-            Batch::Plain => format::encode_batch(&mut buf, base_offset, records, now),
-            Batch::Txn(mark) => format::encode_txn_batch(&mut buf, base_offset, records, now, mark),
+            Batch::Plain(None) => format::encode_batch(&mut buf, base_offset, records, now),
+            Batch::Txn(mark, None) => {
+                format::encode_txn_batch(&mut buf, base_offset, records, now, mark)
+            }
+            Batch::Plain(Some(p)) => {
+                format::encode_producer_batch(&mut buf, base_offset, records, now, p, None)
+            }
+            Batch::Txn(mark, Some(p)) => {
+                format::encode_producer_batch(&mut buf, base_offset, records, now, p, Some(mark))
+            }
             Batch::Control(mark, control) => {
                 format::encode_control_batch(&mut buf, base_offset, mark, control, now)
             }
@@ -530,6 +598,12 @@ impl Partition {
             st.buf = buf;
         }
         res?;
+        // The batch is in the file: the state follows it, so a retry of it is known
+        // as one even when the fsync below fails.
+        if let Batch::Plain(Some(p)) | Batch::Txn(_, Some(p)) = kind {
+            st.producers
+                .appended(&p, enc.record_count, base_offset, now);
+        }
         st.unsynced = true;
         // Under `interval` the maintenance syncs, without this lock (crate::flush).
         if flush::append_syncs(self.fsync) {
@@ -617,6 +691,10 @@ impl Partition {
     /// partition's lock, so a writer fenced or aborted meanwhile cannot slip records
     /// in after the marker.
     ///
+    /// With `producer` (a Kafka producer's base sequence, through the broker; its
+    /// producer id and epoch are the transaction's), the batch is stored with it and
+    /// the producer state updated, as [`Partition::append_with_producer`].
+    ///
     /// # Errors
     /// [`LogError::TransactionNotOpen`] when the transaction is not open for appends
     /// here (aborted, prepared, or never added); as [`Partition::append`].
@@ -624,11 +702,17 @@ impl Partition {
         &self,
         records: &[ProducerRecord],
         mark: TxnMark,
+        producer: Option<ProducerMark>,
     ) -> Result<AppendInfo> {
         if records.is_empty() {
             return Ok(self.nothing_appended());
         }
-        let total = self.check_sizes(records, format::TXN_BATCH_HEADER_LEN)?;
+        let header_len = if producer.is_some() {
+            format::PRODUCER_TXN_BATCH_HEADER_LEN
+        } else {
+            format::TXN_BATCH_HEADER_LEN
+        };
+        let total = self.check_sizes(records, header_len)?;
         let now = self.clock.now_ms();
         let mut st = self.lock()?;
         let key = (mark.producer_id, mark.sequence);
@@ -640,7 +724,7 @@ impl Partition {
                 partition: self.id,
             });
         }
-        self.append_locked(&mut st, records, total, now, Batch::Txn(mark))
+        self.append_locked(&mut st, records, total, now, Batch::Txn(mark, producer))
     }
 
     /// Ends transaction `mark` in this partition: appends its commit or abort marker
@@ -762,6 +846,12 @@ impl Partition {
         }
         active.write_indexes(durable)?;
         let next = active.next_offset;
+        // Before the new segment exists: a segment at `next` implies its snapshot
+        // when there is producer state (but with fsync never), which bounds the
+        // rebuild on open to the active segment (see `rebuild_producers`).
+        if !st.producers.is_empty() {
+            producer_snapshot::write(&self.dir, next, &st.producers, durable, next)?;
+        }
         debug!(topic = %self.topic, partition = self.id, base_offset = next, "rolling to a new segment");
         st.segments.push(Segment::create(
             &self.dir,
@@ -1306,6 +1396,16 @@ impl Partition {
             active.sync()?;
             active.write_indexes(true)?;
         }
+        // A clean close leaves nothing to scan on the next open.
+        let durable = self.fsync != FsyncPolicy::Never;
+        let active_base = st.segments.last().map_or(0, |s| s.base_offset);
+        producer_snapshot::write(
+            &self.dir,
+            st.end_offset(),
+            &st.producers,
+            durable,
+            active_base,
+        )?;
         Ok(())
     }
 
@@ -1335,13 +1435,69 @@ pub(crate) struct CleanableSegment {
 /// What kind of batch [`Partition::append_locked`] writes.
 #[derive(Debug, Clone, Copy)]
 enum Batch {
-    /// A plain (non-transactional) batch.
-    Plain,
-    /// Records of a transaction.
-    Txn(TxnMark),
+    /// A plain (non-transactional) batch, of a producer when given.
+    Plain(Option<ProducerMark>),
+    /// Records of a transaction, of a producer's sequence when given.
+    Txn(TxnMark, Option<ProducerMark>),
     /// A transaction's marker (the records given are ignored: the encoder makes the
     /// control record).
     Control(TxnMark, ControlType),
+}
+
+/// Bytes read at a time by the producer-state rebuild.
+const REBUILD_CHUNK_BYTES: usize = 1 << 20;
+
+/// The producers' state of a partition being opened (its segments recovered, ending
+/// at `end_offset`): the newest snapshot at or below the end, then every producer's
+/// batch after it, as Kafka's `ProducerStateManager` loads it. A roll writes a
+/// snapshot whenever there is producer state, before it creates the new segment, so
+/// when the newest snapshot lies before the active segment (or there is none: a log
+/// without producer batches) there was no state when the active segment began: the
+/// rebuild then reads the active segment alone, from an empty state. Either way it
+/// reads at most the active segment. Batches after the snapshot count as appended at
+/// `now` (see [`ProducerEntry::last_append_ms`]).
+fn rebuild_producers(
+    dir: &Path,
+    segments: &[Segment],
+    end_offset: u64,
+    now: i64,
+) -> Result<ProducerStates> {
+    let active_base = segments.last().map_or(0, |s| s.base_offset);
+    let (from, mut states) = match producer_snapshot::load_latest(dir, end_offset)? {
+        Some((offset, states)) if offset >= active_base => (offset, states),
+        _ => (active_base, ProducerStates::default()),
+    };
+    for seg in segments.iter().filter(|s| s.next_offset > from) {
+        // Snapshots are taken at batch boundaries, so this is the start of a batch.
+        let mut view = seg.view(seg.position_for_offset(from));
+        loop {
+            let mut progress = ReadProgress::default();
+            // From offset 0, so that every batch read counts in `progress.bytes`
+            // (where the next chunk starts); those before `from` are passed over.
+            let done = view.read(
+                0,
+                u64::MAX,
+                usize::MAX,
+                REBUILD_CHUNK_BYTES,
+                &mut progress,
+                &mut |_, h: &BatchHeader, _| {
+                    if let Some(p) = h.producer.filter(|_| h.base_offset >= from) {
+                        states.appended(&p, h.record_count, h.base_offset, now);
+                    }
+                    Ok(0)
+                },
+            )?;
+            if done || progress.bytes == 0 {
+                break;
+            }
+            view.start += progress.bytes as u64;
+        }
+    }
+    states.expire(now);
+    if from < end_offset {
+        debug!(dir = %dir.display(), from, end_offset, producers = states.len(), "rebuilt the producer state");
+    }
+    Ok(states)
 }
 
 /// fsyncs a directory so that created, renamed or deleted entries are durable.

@@ -599,6 +599,7 @@ impl Segment {
             max_timestamp: enc.max_timestamp,
             attributes: 0,
             txn: None,
+            producer: None,
         };
         self.note_batch(pos, &h);
         self.size += enc.len as u64;

@@ -85,7 +85,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
-use crate::format::{ControlType, TxnMark};
+use crate::format::{ControlType, ProducerMark, TxnMark};
 use crate::group::TopicPartition;
 use crate::log::Log;
 use crate::partition::{sync_dir, AppendInfo, Partition};
@@ -819,7 +819,7 @@ impl TransactionalProducer {
         let (mark, handles) = self.add_partitions(topic, &parts)?;
         let mut out = Vec::with_capacity(by_partition.len());
         for ((_, recs), p) in by_partition.into_iter().zip(handles) {
-            out.push(p.append_txn(&recs, mark)?);
+            out.push(p.append_txn(&recs, mark, None)?);
         }
         Ok(out)
     }
@@ -834,9 +834,31 @@ impl TransactionalProducer {
         partition: u32,
         records: Vec<ProducerRecord>,
     ) -> Result<AppendInfo> {
+        self.send_sequenced(topic, partition, records, None)
+    }
+
+    /// As [`TransactionalProducer::send_to`], for a Kafka producer's batch whose first
+    /// record has sequence `base_sequence` (through the broker): stored with it, and
+    /// the partition's producer state updated (see
+    /// [`crate::Partition::append_with_producer`]).
+    ///
+    /// # Errors
+    /// As [`TransactionalProducer::send_to`].
+    pub fn send_sequenced(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        records: Vec<ProducerRecord>,
+        base_sequence: Option<i32>,
+    ) -> Result<AppendInfo> {
         let (mark, handles) = self.add_partitions(topic, &[partition])?;
+        let producer = base_sequence.map(|base_sequence| ProducerMark {
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            base_sequence,
+        });
         match handles.first() {
-            Some(p) => p.append_txn(&records, mark),
+            Some(p) => p.append_txn(&records, mark, producer),
             None => Err(LogError::Internal("no partition handle".into())),
         }
     }

@@ -15,3 +15,5 @@ pub mod log_job;
 pub mod metrics;
 pub mod operator;
 pub mod process;
+#[cfg(feature = "broker")]
+pub mod wire;
