@@ -28,6 +28,7 @@
 
 pub mod address;
 pub mod api_versions;
+pub mod buffers;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_topics;
