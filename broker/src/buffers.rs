@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use bytes::BytesMut;
 
 /// Buffers above this capacity (bytes) are not kept: a thread keeps at most this much.
-const MAX_KEPT: usize = 16 << 20;
+pub const MAX_KEPT: usize = 16 << 20;
 
 thread_local! {
     static KEPT: RefCell<BytesMut> = RefCell::new(BytesMut::new());

@@ -143,7 +143,9 @@ pub fn handle(request: &FetchRequest, log: &Log) -> Fetched {
 
 /// Record batches from `offset` on, or `None` when there is nothing to read: the
 /// records the log hands out, as Kafka records sharing the log's read buffers (no
-/// copy, no allocation per record), encoded once by the codec into `out`.
+/// copy, no allocation per record), encoded once by the codec into `out`, in batches
+/// of [`BATCH_RECORDS`]: a list of Kafka records for a whole 10 MB fetch took 170
+/// bytes per record more, fresh memory (page faults) and copies as it grew.
 fn read(
     partition: &Partition,
     offset: i64,
@@ -158,14 +160,19 @@ fn read(
         max_records: usize::MAX,
         max_bytes: max_bytes.max(1),
     };
-    // The encoded size is at most this (every length and delta at its longest varint).
-    let mut size = BATCH_OVERHEAD + RECORD_OVERHEAD;
+    // Room for what the limit lets through, once (pages are only touched when
+    // written); each batch then reserves what it may need beyond that.
+    out.reserve(limit.max_bytes.min(buffers::MAX_KEPT));
+    // The encoded size of the batch being collected is at most this (every length
+    // and delta at its longest varint).
+    let mut size = BATCH_OVERHEAD;
+    let mut last = None;
+    let mut failed = false;
     let summary = partition
         .read_shared_isolated(offset, limit, isolation, |buf, r| {
             let base = records
                 .first()
                 .map_or(r.offset as i64, |first| first.offset);
-            let record = to_kafka(buf, &r, base);
             size += RECORD_OVERHEAD
                 + r.key.map_or(0, <[u8]>::len)
                 + r.value.len()
@@ -173,33 +180,54 @@ fn read(
                     .iter()
                     .map(|h| 10 + h.key.len() + h.value.map_or(0, <[u8]>::len))
                     .sum::<usize>();
-            records.push(record);
+            records.push(to_kafka(buf, &r, base));
+            last = Some(r.offset);
+            if records.len() == BATCH_RECORDS {
+                failed |= encode(records, size, out).is_err();
+                size = BATCH_OVERHEAD;
+            }
         })
         .map_err(|e| match e {
             LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
             e => error_code(&e),
         })?;
-    let passed_over_tail = match records.last() {
-        Some(last) => summary.next_offset as i64 > last.offset + 1,
+    let passed_over_tail = match last {
+        Some(last) => summary.next_offset > last + 1,
         None => summary.next_offset > offset,
     };
-    if records.is_empty() && !passed_over_tail {
+    if last.is_none() && !passed_over_tail {
         return Ok(None);
     }
     if passed_over_tail {
         records.push(commit_marker(summary.next_offset - 1));
+        size += BATCH_OVERHEAD + RECORD_OVERHEAD + 4;
     }
+    if !records.is_empty() {
+        failed |= encode(records, size, out).is_err();
+    }
+    if failed {
+        out.clear();
+        return Err(ResponseError::UnknownServerError.code());
+    }
+    Ok(Some(out.split().freeze()))
+}
+
+/// Records per encoded batch: the list of Kafka records for one stays in the CPU's
+/// cache (about 170 bytes each).
+const BATCH_RECORDS: usize = 1024;
+
+/// Encodes `records` (at most `size` bytes) into `out` with the codec, as record
+/// batches v2, and clears them: they hold slices of the log's read buffers, which
+/// the next read can reuse once they are gone.
+fn encode(records: &mut Vec<KafkaRecord>, size: usize, out: &mut BytesMut) -> anyhow::Result<()> {
     let options = RecordEncodeOptions {
         version: 2,
         compression: Compression::None,
     };
     out.reserve(size);
     let encoded = RecordBatchEncoder::encode(out, records.iter(), &options);
-    // The records hold slices of the log's read buffers: let them go now, so that
-    // the buffers can be reused by the next read.
     records.clear();
-    encoded.map_err(|_| ResponseError::UnknownServerError.code())?;
-    Ok(Some(out.split().freeze()))
+    encoded
 }
 
 /// Bytes of a v2 batch's header (Kafka's `RECORD_BATCH_OVERHEAD`).
@@ -392,6 +420,32 @@ mod tests {
         let got = decoded(&after);
         assert!(got.iter().all(|r| r.control), "{got:?}");
         assert_eq!(got.last().map(|r| r.offset), Some(2));
+    }
+
+    #[test]
+    fn a_big_read_goes_out_as_several_batches_of_every_record() {
+        let (_dir, log) = open();
+        let records: Vec<ProducerRecord> = (0..2_500)
+            .map(|i| ProducerRecord::keyed(format!("k{i}"), format!("v{i}")).with_timestamp(i))
+            .collect();
+        log.topic("snacks")
+            .and_then(|t| t.append(records))
+            .expect("append");
+        let f = handle(&request("snacks", 0, 1, 0), &log);
+        let mut bytes = f.response.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let sets = RecordBatchDecoder::decode_all(&mut bytes).expect("decode");
+        assert_eq!(sets.len(), 3, "batches of {BATCH_RECORDS} records");
+        let got: Vec<KafkaRecord> = sets.into_iter().flat_map(|s| s.records).collect();
+        assert_eq!(got.len(), 2_499);
+        for (r, i) in got.iter().zip(1i64..) {
+            assert_eq!(r.offset, i);
+            assert_eq!(r.timestamp, i);
+            assert_eq!(r.key.as_deref(), Some(format!("k{i}").as_bytes()));
+            assert_eq!(r.value.as_deref(), Some(format!("v{i}").as_bytes()));
+        }
     }
 
     #[test]
