@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
 
-use crate::api_versions;
+use crate::{api_versions, buffers};
 
 /// Kafka's `socket.request.max.bytes` default: the largest request frame read (bytes).
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
@@ -299,6 +299,10 @@ pub fn encode_bare_token(token: &[u8]) -> anyhow::Result<Bytes> {
 /// A response frame: the size prefix, the response header for `api` at `version`,
 /// and `body` encoded at `version`.
 ///
+/// The frame is written into one buffer of its exact size (a fetch response carries
+/// megabytes of record batches, which a growing buffer copied again at every
+/// doubling), this thread's reused one ([`buffers`]).
+///
 /// # Errors
 /// The codec's, for a body that does not fit the version (a bug, logged by the caller).
 pub fn encode_response<B: Encodable>(
@@ -307,15 +311,18 @@ pub fn encode_response<B: Encodable>(
     version: i16,
     body: &B,
 ) -> anyhow::Result<Bytes> {
-    let mut buf = BytesMut::new();
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = api.response_header_version(version);
+    let size = header.compute_size(header_version)? + body.compute_size(version)?;
+    let mut buf = buffers::take(4 + size);
     buf.put_i32(0);
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut buf, api.response_header_version(version))?;
+    header.encode(&mut buf, header_version)?;
     body.encode(&mut buf, version)?;
     let size = i32::try_from(buf.len() - 4)?;
     buf[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf.freeze())
+    let frame = buf.split().freeze();
+    buffers::give_back(buf);
+    Ok(frame)
 }
 
 #[cfg(test)]

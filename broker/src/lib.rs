@@ -31,6 +31,7 @@
 pub mod address;
 pub mod alter_configs;
 pub mod api_versions;
+pub mod buffers;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_topics;

@@ -21,7 +21,7 @@ use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::producer_snapshot;
 use crate::producer_state::{ProducerEntry, ProducerStates};
 use crate::record::{ProducerRecord, Record};
-use crate::segment::{ReadProgress, Segment, SegmentView};
+use crate::segment::{LastBatch, ReadProgress, Segment, SegmentView};
 
 /// Limits for one read, as Kafka's `max.poll.records` and `fetch.max.bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,6 +297,9 @@ pub struct Partition {
     state: Mutex<State>,
     end: watch::Sender<u64>,
     stable: watch::Sender<u64>,
+    /// The batch the last read stopped inside, where the next read of a sequential
+    /// reader starts (see [`LastBatch`]). Its own lock, taken twice per read.
+    last_batch: Mutex<Option<LastBatch>>,
 }
 
 impl Partition {
@@ -402,6 +405,7 @@ impl Partition {
             }),
             end,
             stable,
+            last_batch: Mutex::new(None),
         })
     }
 
@@ -1047,6 +1051,28 @@ impl Partition {
         })
     }
 
+    /// [`Partition::read_with_isolated`], with the buffer each record borrows from
+    /// passed beside it: a caller keeps what it needs of a record as
+    /// [`Bytes::slice_ref`] of that buffer, without copying it or building a
+    /// [`Record`] first (the broker's fetch turns records into Kafka's this way).
+    ///
+    /// # Errors
+    /// As [`Partition::read_into`].
+    pub fn read_shared_isolated<F>(
+        &self,
+        offset: u64,
+        limit: ReadLimit,
+        isolation: IsolationLevel,
+        mut f: F,
+    ) -> Result<ReadSummary>
+    where
+        F: FnMut(&Bytes, RecordRef<'_>),
+    {
+        self.read_batches(offset, limit, isolation, |batch, h, max| {
+            format::for_each_record(batch, h, offset, max, |r| f(batch, r))
+        })
+    }
+
     /// The read path shared by the read methods: checks `offset`, finds the segments
     /// and hands each batch a reader of `isolation` sees to `decode` (see
     /// [`SegmentView::read`]); control batches and (read committed) batches of aborted
@@ -1065,7 +1091,9 @@ impl Partition {
             records: 0,
             next_offset: offset,
         };
-        let (views, until, aborted) = {
+        // A poisoned lock only loses the kept batch.
+        let last = self.last_batch.lock().ok().and_then(|mut l| l.take());
+        let (views, until, aborted, last) = {
             let st = self.lock()?;
             let start = st.segments.first().map_or(0, |s| s.base_offset);
             let end = st.end_offset();
@@ -1096,6 +1124,8 @@ impl Partition {
                 .segments
                 .partition_point(|s| s.base_offset <= offset)
                 .saturating_sub(1);
+            // The batch the last read stopped inside, if this read starts in it.
+            let last = last.filter(|l| st.segments.get(i).is_some_and(|s| l.holds(s, offset)));
             let mut views: Vec<SegmentView> = Vec::with_capacity(st.segments.len() - i);
             for (j, seg) in st.segments[i..].iter().enumerate() {
                 if seg.base_offset >= until {
@@ -1104,15 +1134,16 @@ impl Partition {
                 views.push(if j == 0 {
                     // Size the first read by the records asked for, not just the bytes.
                     let enough = offset.saturating_add(limit.max_records as u64);
-                    seg.view_until(
-                        seg.position_for_offset(offset),
-                        seg.position_covering(enough),
-                    )
+                    let start = match &last {
+                        Some(l) => l.pos + l.batch.len() as u64,
+                        None => seg.position_for_offset(offset),
+                    };
+                    seg.view_until(start, seg.position_covering(enough))
                 } else {
                     seg.view(0)
                 });
             }
-            (views, until, aborted)
+            (views, until, aborted, last)
         };
         let mut decode = |batch: &Bytes, h: &BatchHeader, max: usize| {
             if h.is_control() {
@@ -1129,7 +1160,13 @@ impl Partition {
             next_offset: offset,
             ..Default::default()
         };
+        if let (Some(last), Some(v)) = (last, views.first()) {
+            v.read_last(last, offset, limit.max_records, &mut progress, &mut decode)?;
+        }
         for v in &views {
+            if progress.records >= limit.max_records {
+                break;
+            }
             if !v.read(
                 offset,
                 until,
@@ -1146,6 +1183,11 @@ impl Partition {
             // (as over a Kafka batch whose last records were cleaned away).
             if progress.records < limit.max_records {
                 progress.next_offset = progress.next_offset.max(v.next_offset.min(until));
+            }
+        }
+        if let Some(stopped) = progress.stopped_inside.take() {
+            if let Ok(mut slot) = self.last_batch.lock() {
+                *slot = Some(stopped);
             }
         }
         Ok(ReadSummary {
