@@ -43,6 +43,7 @@ fn thread_cpu() -> Option<f64> {
 }
 
 /// CPU seconds of `f` (wall seconds where the CPU time cannot be read).
+#[allow(clippy::disallowed_methods)] // measuring time is the point: Instant::now
 fn cpu_secs<T>(f: impl FnOnce() -> T) -> (f64, T) {
     let (c0, t0) = (thread_cpu(), std::time::Instant::now());
     let out = f();
