@@ -242,7 +242,7 @@ fn cond() -> impl Strategy<Value = Cond> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn filter_keeps_the_rows_the_model_keeps(
