@@ -13,7 +13,8 @@ use brook::log::partitioner::partition_for_key;
 use serde_json::{json, Value};
 
 use brook_testkit::binary::{
-    command_line, expect_failure, expect_success, run_brook_err, run_brook_with_input,
+    brook_command, command_line, expect_failure, expect_success, run_brook_err,
+    run_brook_with_input,
 };
 use brook_testkit::process::KillOnDrop;
 
@@ -33,13 +34,11 @@ impl Brook {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
-        c.arg("--data-dir")
-            .arg(self.data_dir())
-            .args(args)
-            .env_remove("BROOK_LOG")
-            .env_remove("BROOK_DATA_DIR");
-        c
+        brook_command(
+            Path::new(env!("CARGO_BIN_EXE_brook")),
+            self.data_dir(),
+            args,
+        )
     }
 
     /// Runs a command to its end with `stdin`; returns the command line and its output.

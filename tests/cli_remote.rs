@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use brook::log::partitioner::partition_for_key;
 use brook_testkit::binary::{
-    command_line, expect_success, run_brook, run_brook_err, run_brook_ok, run_brook_with_input,
+    brook_command, command_line, expect_success, run_brook, run_brook_err, run_brook_ok,
+    run_brook_with_input,
 };
 use brook_testkit::broker::{client_config, BrokerProcess};
 use brook_testkit::process::{wait_for, KillOnDrop};
@@ -26,13 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 fn brook(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
-    c.arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .env_remove("BROOK_LOG")
-        .env_remove("BROOK_DATA_DIR");
-    c
+    brook_command(Path::new(env!("CARGO_BIN_EXE_brook")), dir, args)
 }
 
 fn start(dir: &Path) -> BrokerProcess {

@@ -11,19 +11,13 @@ use brook::kafka::admin::read_to_end;
 use serde_json::{json, Value};
 
 use brook_testkit::binary::{
-    command_line, expect_success, run_brook_err, run_brook_ok, run_brook_with_input,
+    brook_command, command_line, expect_success, run_brook_err, run_brook_ok, run_brook_with_input,
 };
 use brook_testkit::broker::BrokerProcess;
 use brook_testkit::process::{wait_for, KillOnDrop};
 
 fn brook(data: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
-    c.arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env_remove("BROOK_LOG")
-        .env_remove("BROOK_DATA_DIR");
-    c
+    brook_command(Path::new(env!("CARGO_BIN_EXE_brook")), data, args)
 }
 
 fn start_broker(data: &Path) -> BrokerProcess {

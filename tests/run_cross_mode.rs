@@ -17,20 +17,14 @@ use std::time::Duration;
 use brook::core::time::{Clock, SystemClock};
 use brook::log::{IsolationLevel, Log, LogOptions, ProducerRecord, TopicConfig};
 
-use brook_testkit::binary::run_brook_ok;
+use brook_testkit::binary::{brook_command, run_brook_ok};
 use brook_testkit::broker::BrokerProcess;
 use brook_testkit::files::latest_checkpoint;
 use brook_testkit::log_job::{topic_rows, undecided_records};
 use brook_testkit::process::{wait_for, KillOnDrop};
 
 fn brook(data: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_brook"));
-    c.arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env_remove("BROOK_LOG")
-        .env_remove("BROOK_DATA_DIR");
-    c
+    brook_command(Path::new(env!("CARGO_BIN_EXE_brook")), data, args)
 }
 
 fn run(data: &Path, job: &Path, restore: bool) -> Command {

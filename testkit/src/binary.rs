@@ -6,7 +6,21 @@
 //! only in the root package's tests, so they build the [`Command`] and pass it in.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+/// `brook --data-dir DATA ARGS...` of the binary at `bin`, without the caller's
+/// `BROOK_LOG` and `BROOK_DATA_DIR` (so a developer's environment cannot change what a
+/// test runs against).
+pub fn brook_command(bin: &Path, data: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env_remove("BROOK_LOG")
+        .env_remove("BROOK_DATA_DIR");
+    c
+}
 
 /// Runs `cmd` to its end and collects its output: stdin is empty (`/dev/null`) and
 /// stdout and stderr are captured, unless `cmd` set them otherwise. Panics only when
