@@ -3,8 +3,8 @@
 //! ([`FieldType`](crate::schema::FieldType)).
 //!
 //! Rules (arrow's): fields in the order they first appear in the sample (the new fields
-//! of one record in the order of their names: records are parsed into serde_json maps,
-//! which keep their keys sorted); JSON integers are `int64`, numbers with a fraction or exponent
+//! of one record in that record's order: serde_json's `preserve_order`, see
+//! Cargo.toml); JSON integers are `int64`, numbers with a fraction or exponent
 //! `float64` (a field with both is `float64`), strings `string` (JSON has no timestamp
 //! type: declare `timestamp` fields). CSV cells are tried as bool, int64, float64, then
 //! timestamp (RFC 3339 / ISO 8601 text), else string. A field that is null (or empty in
@@ -93,11 +93,11 @@ mod tests {
         assert_eq!(
             types(&schema),
             [
-                ("paid".to_string(), Some(FieldType::Bool)),
-                ("price_cents".to_string(), Some(FieldType::Int64)),
                 ("student".to_string(), Some(FieldType::String)),
-                ("note".to_string(), Some(FieldType::String)),
+                ("price_cents".to_string(), Some(FieldType::Int64)),
+                ("paid".to_string(), Some(FieldType::Bool)),
                 ("weight".to_string(), Some(FieldType::Float64)),
+                ("note".to_string(), Some(FieldType::String)),
             ]
         );
     }
