@@ -13,7 +13,10 @@
 //! - `BROOK_BENCH_REPS` (default 3) is how many times each measurement and its
 //!   baseline run, interleaved; the table shows medians;
 //! - `BROOK_BENCH_ONLY=fetch` runs only the acks=1 produce and the fetches (for
-//!   profiling the fetch path).
+//!   profiling the fetch path); `=latency` only the 1-partition acks=all produce (the
+//!   latency runs' maximum) and the latency runs;
+//! - `BROOK_BENCH_FSYNC` (`never` or a number of ms for `interval`) replaces the log's
+//!   default fsync policy (`interval=1000`), to see what the flushes cost.
 //!
 //! Records: 100-byte values, no key (partitions chosen round-robin by the bench),
 //! `linger.ms=5` (the latency case also 1: [`LATENCY_LINGERS_MS`]), no compression.
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use brook_broker::{BrokerConfig, Server};
-use brook_log::{Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
+use brook_log::{FsyncPolicy, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
 use hdrhistogram::Histogram;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -138,8 +141,8 @@ fn log_append(log: &Log, topic: &str, partitions: u32, n: usize) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// rdkafka: a consumer assigned every partition from the start reads `n` records.
-fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+/// A consumer assigned every partition of `topic` from the start.
+fn fetch_consumer(addr: SocketAddr, topic: &str, partitions: i32) -> BaseConsumer {
     let consumer: BaseConsumer = client(addr)
         .set("group.id", "bench")
         .set("enable.auto.commit", "false")
@@ -155,6 +158,13 @@ fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f6
             .unwrap();
     }
     consumer.assign(&tpl).unwrap();
+    consumer
+}
+
+/// rdkafka: a consumer assigned every partition from the start reads `n` records,
+/// one `poll` per record.
+fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+    let consumer = fetch_consumer(addr, topic, partitions);
     let start = Instant::now();
     let mut got = 0usize;
     let mut bytes = 0usize;
@@ -174,6 +184,48 @@ fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f6
             "fetch stalled at {got}"
         );
     }
+    std::hint::black_box(bytes);
+    start.elapsed().as_secs_f64()
+}
+
+/// rdkafka through librdkafka's batch API (`rd_kafka_consume_batch_queue`, up to 1024
+/// messages per call): what a client that takes records in batches pays, as Kafka's
+/// own consumer does (`poll` returns up to `max.poll.records`). `BaseConsumer::poll`
+/// above takes one message per call, each a queue operation with its own lock and
+/// clock reads; the fetch, parsing and the broker's work are the same. The rdkafka
+/// crate has no safe wrapper for the batch call, hence the FFI.
+#[allow(unsafe_code)]
+fn rdkafka_fetch_batched(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+    use rdkafka::bindings as rd;
+    let consumer = fetch_consumer(addr, topic, partitions);
+    // SAFETY: the consumer outlives the queue handle, which is destroyed below; every
+    // message the batch call returns is destroyed once, after its payload was read.
+    let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
+    assert!(!queue.is_null(), "the consumer has a queue");
+    let mut batch: Vec<*mut rd::rd_kafka_message_t> = vec![std::ptr::null_mut(); 1024];
+    let start = Instant::now();
+    let mut got = 0usize;
+    let mut bytes = 0usize;
+    while got < n {
+        let k = unsafe {
+            rd::rd_kafka_consume_batch_queue(queue, 100, batch.as_mut_ptr(), batch.len())
+        };
+        assert!(k >= 0, "rd_kafka_consume_batch_queue failed");
+        for &m in &batch[..k as usize] {
+            // SAFETY: librdkafka filled the first `k` slots with valid messages.
+            unsafe {
+                assert_eq!((*m).err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+                bytes += (*m).len;
+                rd::rd_kafka_message_destroy(m);
+            }
+        }
+        got += k as usize;
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "fetch stalled at {got}"
+        );
+    }
+    unsafe { rd::rd_kafka_queue_destroy(queue) };
     std::hint::black_box(bytes);
     start.elapsed().as_secs_f64()
 }
@@ -277,7 +329,13 @@ fn main() {
     let reps = env_f64("BROOK_BENCH_REPS", 3.0).max(1.0) as usize;
     let n = ((1_000_000.0 * scale) as usize).max(8_000) / 8 * 8;
     let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let mut options = LogOptions::default();
+    match std::env::var("BROOK_BENCH_FSYNC").as_deref() {
+        Ok("never") => options.fsync = FsyncPolicy::Never,
+        Ok(ms) if !ms.is_empty() => options.fsync = FsyncPolicy::Interval(ms.parse().unwrap()),
+        _ => {}
+    }
+    let log = Log::open(dir.path(), options).unwrap();
     let addr = serve(log.clone());
     println!(
         "broker bench: {n} records of {VALUE_LEN} bytes, {reps} reps (medians), broker on {addr}"
@@ -285,13 +343,21 @@ fn main() {
     println!("| case | brook broker (rdkafka) | in-process log | ratio |\n|---|---|---|---|");
     let mut topic_no = 0;
     let mut max_single_rate = 0.0f64;
-    let fetch_only = std::env::var("BROOK_BENCH_ONLY").is_ok_and(|v| v == "fetch");
-    let acks_cases: &[&str] = if fetch_only { &["1"] } else { &["1", "all"] };
-    for partitions in [1u32, 8] {
+    let only = std::env::var("BROOK_BENCH_ONLY").unwrap_or_default();
+    let fetch_only = only == "fetch";
+    let latency_only = only == "latency";
+    let acks_cases: &[&str] = match only.as_str() {
+        "fetch" => &["1"],
+        "latency" => &["all"],
+        _ => &["1", "all"],
+    };
+    let partition_cases: &[u32] = if latency_only { &[1] } else { &[1, 8] };
+    for &partitions in partition_cases {
         for &acks in acks_cases {
             let (mut remote, mut local) = (Vec::new(), Vec::new());
             let mut fetch_remote = Vec::new();
             let mut fetch_local = Vec::new();
+            let mut fetch_batched = Vec::new();
             for _ in 0..reps {
                 topic_no += 1;
                 let a = format!("bench-{topic_no}-broker");
@@ -304,6 +370,8 @@ fn main() {
                 local.push(n as f64 / log_append(&log, &b, partitions, n));
                 if acks == "1" {
                     fetch_remote.push(n as f64 / rdkafka_fetch(addr, &a, partitions as i32, n));
+                    fetch_batched
+                        .push(n as f64 / rdkafka_fetch_batched(addr, &a, partitions as i32, n));
                     fetch_local.push(n as f64 / log_read(&log, &b, partitions, n));
                 }
                 log.delete_topic(&a).unwrap();
@@ -323,6 +391,11 @@ fn main() {
                 println!(
                     "| fetch, {partitions} partition(s) | {:.0} K rec/s ({:.0} MB/s) | {:.0} K rec/s ({:.0} MB/s) | {:.2} |",
                     r / 1e3, mb(r), l / 1e3, mb(l), r / l
+                );
+                let b = median(fetch_batched);
+                println!(
+                    "| fetch, {partitions} partition(s), librdkafka batch API | {:.0} K rec/s ({:.0} MB/s) | {:.0} K rec/s ({:.0} MB/s) | {:.2} |",
+                    b / 1e3, mb(b), l / 1e3, mb(l), b / l
                 );
             }
         }
