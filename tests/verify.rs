@@ -185,7 +185,7 @@ fn an_at_least_once_sink_is_reported_with_its_duplicates() {
         r#"
 name: at-least-once
 sources:
-  - { name: g, connector: generator, count: 3000, keys: 5, step_ms: 1000, rate: 1500 }
+  - { name: g, connector: generator, count: 3000, keys: 5, step_ms: 1000, rate: 1500, watermark: { out_of_orderness: 0s } }
 steps:
   - key_by: [key]
   - { name: w, window: { kind: tumbling, size: 10s }, aggregate: { n: count(), total: sum(value) } }

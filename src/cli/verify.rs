@@ -171,7 +171,7 @@ pub(crate) fn verify(args: VerifyArgs, data_dir: &Path) -> Result<()> {
         args.kills,
         u64::try_from(job.checkpoint_interval_ms).unwrap_or(0),
     );
-    let mut schedule = KillSchedule::new(seed, max_delay, args.rescale);
+    let mut schedule = KillSchedule::new(seed, max_delay, reference_ms, args.rescale);
     let stats = killed_run(
         &job,
         &killed,
@@ -446,15 +446,27 @@ fn start(job: &Job, run: &RunDir, attempt: u32, options: &Options) -> Result<(Ru
     Ok((Running(child), restore))
 }
 
-/// Whether `dir` holds a complete checkpoint (without `latest_complete`'s warnings
-/// about the incomplete ones kills leave).
+/// Whether `dir` holds a complete checkpoint.
 fn has_complete_checkpoint(dir: &Path) -> bool {
-    fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("chk-")
-                && RestoredCheckpoint::load(&e.path()).is_ok()
+    latest_checkpoint_id(dir).is_some()
+}
+
+/// The id of the newest complete checkpoint in `dir` (without `latest_complete`'s
+/// warnings about the incomplete ones kills leave).
+fn latest_checkpoint_id(dir: &Path) -> Option<u64> {
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let id = e
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix("chk-")?
+                .parse::<u64>()
+                .ok()?;
+            RestoredCheckpoint::load(&e.path()).is_ok().then_some(id)
         })
-    })
+        .max()
 }
 
 /// An attempt that ended by itself: an error with its stderr unless it succeeded.
@@ -514,6 +526,7 @@ fn killed_run(
                 checkpoints: true,
             };
             attempt += 1;
+            let before = latest_checkpoint_id(&run.checkpoints());
             let (mut child, restored) = start(job, run, attempt, &options)?;
             if ended_within(&mut child, next.delay_ms)? {
                 check_exit(run, attempt, &mut child)?;
@@ -529,6 +542,7 @@ fn killed_run(
             child.0.wait().context("waiting for the killed job")?;
             stats.kills += 1;
             stats.restores += u32::from(restored);
+            schedule.killed(latest_checkpoint_id(&run.checkpoints()) > before);
         }
         let last = Options {
             parallelism: schedule.next_attempt().parallelism.or(parallelism),

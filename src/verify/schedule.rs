@@ -21,22 +21,29 @@ pub struct Attempt {
     pub parallelism: Option<u32>,
 }
 
-/// The seeded sequence of attempts: each delay uniform in `[0, max_delay_ms]`.
+/// The seeded sequence of attempts: each delay uniform in `[0, max_delay_ms]`, the
+/// bound adapting to what the attempts achieve (a state machine fed the facts the
+/// caller observes: [`KillSchedule::killed`], [`KillSchedule::shorten`]).
 #[derive(Debug)]
 pub struct KillSchedule {
     rng: StdRng,
     max_delay_ms: u64,
+    /// The bound never grows beyond this.
+    ceiling_ms: u64,
     rescale: bool,
 }
 
 impl KillSchedule {
     /// A schedule from `seed` with kills at most `max_delay_ms` after each start (see
-    /// [`max_delay_ms`]); with `rescale`, each attempt at a parallelism of 1 to
-    /// [`MAX_RESCALE_PARALLELISM`].
-    pub fn new(seed: u64, max_delay_ms: u64, rescale: bool) -> Self {
+    /// [`max_delay_ms`]), a bound that may grow up to `ceiling_ms` (the reference
+    /// run's duration: a kill later than that would mostly find the job ended); with
+    /// `rescale`, each attempt at a parallelism of 1 to [`MAX_RESCALE_PARALLELISM`].
+    pub fn new(seed: u64, max_delay_ms: u64, ceiling_ms: u64, rescale: bool) -> Self {
+        let max_delay_ms = max_delay_ms.max(MIN_MAX_DELAY_MS);
         KillSchedule {
             rng: StdRng::seed_from_u64(seed),
-            max_delay_ms: max_delay_ms.max(MIN_MAX_DELAY_MS),
+            max_delay_ms,
+            ceiling_ms: ceiling_ms.max(max_delay_ms),
             rescale,
         }
     }
@@ -66,7 +73,19 @@ impl KillSchedule {
             return false;
         }
         self.max_delay_ms = (self.max_delay_ms / 2).max(MIN_MAX_DELAY_MS);
+        // Growing back to where the job ended first would end it again.
+        self.ceiling_ms = self.max_delay_ms;
         true
+    }
+
+    /// An attempt was killed; `progressed` says whether it completed a checkpoint.
+    /// When it did not (a slow start, a loaded machine: every kill would come before
+    /// the first checkpoint and the job never moves), the bound doubles, up to the
+    /// ceiling.
+    pub fn killed(&mut self, progressed: bool) {
+        if !progressed {
+            self.max_delay_ms = self.max_delay_ms.saturating_mul(2).min(self.ceiling_ms);
+        }
     }
 }
 
@@ -87,7 +106,7 @@ mod tests {
     use super::*;
 
     fn attempts(seed: u64, n: usize, rescale: bool) -> Vec<Attempt> {
-        let mut s = KillSchedule::new(seed, 300, rescale);
+        let mut s = KillSchedule::new(seed, 300, 300, rescale);
         (0..n).map(|_| s.next_attempt()).collect()
     }
 
@@ -121,13 +140,33 @@ mod tests {
 
     #[test]
     fn shortening_halves_the_bound_down_to_the_minimum() {
-        let mut s = KillSchedule::new(1, 300, false);
+        let mut s = KillSchedule::new(1, 300, 1_000, false);
         assert!(s.shorten());
         assert_eq!(s.max_delay(), 150);
         assert!(s.shorten() && s.shorten());
         assert_eq!(s.max_delay(), MIN_MAX_DELAY_MS);
         assert!(!s.shorten());
-        assert_eq!(KillSchedule::new(1, 3, false).max_delay(), MIN_MAX_DELAY_MS);
+        assert_eq!(
+            KillSchedule::new(1, 3, 0, false).max_delay(),
+            MIN_MAX_DELAY_MS
+        );
+    }
+
+    #[test]
+    fn kills_without_a_checkpoint_double_the_bound_up_to_the_ceiling() {
+        let mut s = KillSchedule::new(1, 300, 1_000, false);
+        s.killed(true);
+        assert_eq!(s.max_delay(), 300);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 600);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 1_000);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 1_000);
+        // Once the job ended before the kills, the bound stays below where it did.
+        assert!(s.shorten());
+        s.killed(false);
+        assert_eq!(s.max_delay(), 500);
     }
 
     #[test]
