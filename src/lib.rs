@@ -10,7 +10,9 @@
 //! - [`log`]: the embedded, Kafka-like partitioned log with consumer groups;
 //! - [`spec`]: YAML job specs, as run by `brook run`;
 //! - [`runner`]: the runner service (`brook runner`), its clients, and the contract
-//!   with the job processes it supervises.
+//!   with the job processes it supervises;
+//! - [`verify`]: the decisions of `brook verify` (kill schedule, output comparison,
+//!   arrival-order rule).
 //!
 //! # Example
 //! ```
@@ -93,6 +95,7 @@ pub use brook_state as state;
 pub mod log_metrics;
 pub mod runner;
 pub mod spec;
+pub mod verify;
 
 /// The names a job written in Rust uses most.
 pub mod prelude {

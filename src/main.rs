@@ -14,7 +14,7 @@ use cli::log_cli::{
     consume, group_command, produce, topic_command, ConsumeArgs, GroupCommand, ProduceArgs,
     TopicCommand,
 };
-use cli::{broker_cli, run, runner_cli};
+use cli::{broker_cli, run, runner_cli, verify};
 
 /// brook: a stream-processing engine with an embedded partitioned log.
 #[derive(Debug, Parser)]
@@ -49,6 +49,9 @@ enum Command {
     Group(GroupCommand),
     /// Run a YAML job spec in the foreground.
     Run(run::RunArgs),
+    /// Check a YAML job's exactly-once output: a run killed at random moments against
+    /// one without failures.
+    Verify(verify::VerifyArgs),
     /// Run the runner service: jobs submitted to it run supervised and restart from
     /// their checkpoints.
     Runner(runner_cli::RunnerArgs),
@@ -147,6 +150,8 @@ fn run(cli: Cli) -> Result<()> {
     let command = match command {
         // The log is opened only if the job reads or writes it.
         Command::Run(args) => return run::run(args, &data_dir, || open_log(&data_dir, &fsync)),
+        // Copies the topics it needs out of the data directory; never opens its log.
+        Command::Verify(args) => return verify::verify(args, &data_dir),
         // The runner holds the log and serves it to its job processes (Kafka protocol);
         // its clients never open it.
         Command::Runner(args) => {
@@ -182,6 +187,7 @@ fn run(cli: Cli) -> Result<()> {
     log.run_maintenance()?;
     match command {
         Command::Run(_)
+        | Command::Verify(_)
         | Command::Runner(_)
         | Command::Broker(_)
         | Command::Submit(_)

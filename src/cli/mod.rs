@@ -1,8 +1,9 @@
 //! The `brook` binary's commands, one module per group: the embedded log's (`topic`,
 //! `produce`, `consume`, `group`), `brook broker` (the log over the Kafka protocol), `brook run` (in the foreground, or as a member of a
-//! Kafka consumer group) with its metrics endpoint, and `brook runner` with its
-//! clients. `src/main.rs` parses the command line and dispatches; the library
-//! (`brook::spec`, `brook::runner`) is in `src/lib.rs`.
+//! Kafka consumer group) with its metrics endpoint, `brook verify` (a job killed and
+//! restored against a clean run), and `brook runner` with its clients. `src/main.rs`
+//! parses the command line and dispatches; the library (`brook::spec`,
+//! `brook::runner`, `brook::verify`) is in `src/lib.rs`.
 
 pub(crate) mod broker_cli;
 pub(crate) mod group_worker;
@@ -16,3 +17,4 @@ pub(crate) mod remote_writer;
 pub(crate) mod run;
 pub(crate) mod runner_cli;
 pub(crate) mod totals;
+pub(crate) mod verify;

@@ -319,6 +319,24 @@ fn check_served_topics(spec: &spec::JobSpec, remote: &RemoteLog) -> Result<()> {
     Ok(())
 }
 
+/// The job spec at `path` with the `--set` changes applied (not yet validated).
+pub(crate) fn read_spec(path: &std::path::Path, set: &[String]) -> Result<spec::JobSpec> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(if set.is_empty() {
+        // Straight from the text, so errors carry line and column.
+        spec::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+    } else {
+        let mut doc: serde_norway::Value = serde_norway::from_str(&text)
+            .with_context(|| format!("{}: not valid YAML", path.display()))?;
+        for s in set {
+            spec::apply_set(&mut doc, s)?;
+        }
+        serde_norway::from_value(doc)
+            .map_err(|e| anyhow::anyhow!("{} (after --set): {e}", path.display()))?
+    })
+}
+
 pub(crate) fn run(
     args: RunArgs,
     data_dir: &std::path::Path,
@@ -329,20 +347,7 @@ pub(crate) fn run(
         // Before the log is opened: an earlier process of the job may still hold it.
         r.hold_lock()?;
     }
-    let text = std::fs::read_to_string(&args.spec)
-        .with_context(|| format!("reading {}", args.spec.display()))?;
-    let mut parsed: spec::JobSpec = if args.set.is_empty() {
-        // Straight from the text, so errors carry line and column.
-        spec::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?
-    } else {
-        let mut doc: serde_norway::Value = serde_norway::from_str(&text)
-            .with_context(|| format!("{}: not valid YAML", args.spec.display()))?;
-        for s in &args.set {
-            spec::apply_set(&mut doc, s)?;
-        }
-        serde_norway::from_value(doc)
-            .map_err(|e| anyhow::anyhow!("{} (after --set): {e}", args.spec.display()))?
-    };
+    let mut parsed = read_spec(&args.spec, &args.set)?;
     if let Some(p) = args.parallelism {
         parsed.parallelism = Some(p);
     }

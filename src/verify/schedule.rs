@@ -1,0 +1,182 @@
+//! When `brook verify` kills the job, and at which parallelism each attempt runs: a
+//! pure function of the seed, so a failing run is repeated with `--seed S`.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The shortest bound on a kill's delay (ms): below it every attempt dies while the
+/// process starts.
+pub const MIN_MAX_DELAY_MS: u64 = 50;
+
+/// The parallelisms `--rescale` picks from (1 to this, inclusive).
+pub const MAX_RESCALE_PARALLELISM: u32 = 4;
+
+/// One attempt of the killed run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// How long it runs before SIGKILL (ms of wall time).
+    pub delay_ms: u64,
+    /// Its parallelism (`--parallelism`), with `--rescale`; otherwise `None` (the
+    /// run's own).
+    pub parallelism: Option<u32>,
+}
+
+/// The seeded sequence of attempts: each delay uniform in `[0, max_delay_ms]`, the
+/// bound adapting to what the attempts achieve (a state machine fed the facts the
+/// caller observes: [`KillSchedule::killed`], [`KillSchedule::shorten`]).
+#[derive(Debug)]
+pub struct KillSchedule {
+    rng: StdRng,
+    max_delay_ms: u64,
+    /// The bound never grows beyond this.
+    ceiling_ms: u64,
+    rescale: bool,
+}
+
+impl KillSchedule {
+    /// A schedule from `seed` with kills at most `max_delay_ms` after each start (see
+    /// [`max_delay_ms`]), a bound that may grow up to `ceiling_ms` (the reference
+    /// run's duration: a kill later than that would mostly find the job ended); with
+    /// `rescale`, each attempt at a parallelism of 1 to [`MAX_RESCALE_PARALLELISM`].
+    pub fn new(seed: u64, max_delay_ms: u64, ceiling_ms: u64, rescale: bool) -> Self {
+        let max_delay_ms = max_delay_ms.max(MIN_MAX_DELAY_MS);
+        KillSchedule {
+            rng: StdRng::seed_from_u64(seed),
+            max_delay_ms,
+            ceiling_ms: ceiling_ms.max(max_delay_ms),
+            rescale,
+        }
+    }
+
+    /// The bound on the delays (ms).
+    pub fn max_delay(&self) -> u64 {
+        self.max_delay_ms
+    }
+
+    /// The next attempt.
+    pub fn next_attempt(&mut self) -> Attempt {
+        let delay_ms = self.rng.gen_range(0..=self.max_delay_ms);
+        let parallelism = self
+            .rescale
+            .then(|| self.rng.gen_range(1..=MAX_RESCALE_PARALLELISM));
+        Attempt {
+            delay_ms,
+            parallelism,
+        }
+    }
+
+    /// The job got to its end before all kills were made: the run starts over with
+    /// delays half as long (never below [`MIN_MAX_DELAY_MS`]). Returns false when they
+    /// cannot get shorter.
+    pub fn shorten(&mut self) -> bool {
+        if self.max_delay_ms <= MIN_MAX_DELAY_MS {
+            return false;
+        }
+        self.max_delay_ms = (self.max_delay_ms / 2).max(MIN_MAX_DELAY_MS);
+        // Growing back to where the job ended first would end it again.
+        self.ceiling_ms = self.max_delay_ms;
+        true
+    }
+
+    /// An attempt was killed; `progressed` says whether it completed a checkpoint.
+    /// When it did not (a slow start, a loaded machine: every kill would come before
+    /// the first checkpoint and the job never moves), the bound doubles, up to the
+    /// ceiling.
+    pub fn killed(&mut self, progressed: bool) {
+        if !progressed {
+            self.max_delay_ms = self.max_delay_ms.saturating_mul(2).min(self.ceiling_ms);
+        }
+    }
+}
+
+/// The bound on the kills' delays (ms) for `kills` kills of a job whose run without
+/// failures took `reference_ms` and checkpoints every `checkpoint_interval_ms`: twice
+/// the reference over the kills (so the kills, half that long on average, come before
+/// the job ends), but at least three checkpoint intervals (so most attempts complete
+/// a checkpoint and the job moves forward between kills).
+pub fn max_delay_ms(reference_ms: u64, kills: u32, checkpoint_interval_ms: u64) -> u64 {
+    let spread = reference_ms.saturating_mul(2) / u64::from(kills.max(1));
+    spread
+        .max(checkpoint_interval_ms.saturating_mul(3))
+        .max(MIN_MAX_DELAY_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempts(seed: u64, n: usize, rescale: bool) -> Vec<Attempt> {
+        let mut s = KillSchedule::new(seed, 300, 300, rescale);
+        (0..n).map(|_| s.next_attempt()).collect()
+    }
+
+    #[test]
+    fn the_seed_fixes_every_attempt() {
+        assert_eq!(attempts(7, 50, true), attempts(7, 50, true));
+        assert_ne!(attempts(7, 50, true), attempts(8, 50, true));
+    }
+
+    #[test]
+    fn delays_stay_within_the_bound_and_spread_over_it() {
+        for seed in 0..20 {
+            let a = attempts(seed, 200, false);
+            assert!(a
+                .iter()
+                .all(|a| a.delay_ms <= 300 && a.parallelism.is_none()));
+            assert!(a.iter().any(|a| a.delay_ms < 100) && a.iter().any(|a| a.delay_ms > 200));
+        }
+    }
+
+    #[test]
+    fn rescale_picks_every_parallelism_from_1_to_the_maximum() {
+        let a = attempts(3, 200, true);
+        for p in 1..=MAX_RESCALE_PARALLELISM {
+            assert!(a.iter().any(|a| a.parallelism == Some(p)), "{p}");
+        }
+        assert!(a
+            .iter()
+            .all(|a| matches!(a.parallelism, Some(1..=MAX_RESCALE_PARALLELISM))));
+    }
+
+    #[test]
+    fn shortening_halves_the_bound_down_to_the_minimum() {
+        let mut s = KillSchedule::new(1, 300, 1_000, false);
+        assert!(s.shorten());
+        assert_eq!(s.max_delay(), 150);
+        assert!(s.shorten() && s.shorten());
+        assert_eq!(s.max_delay(), MIN_MAX_DELAY_MS);
+        assert!(!s.shorten());
+        assert_eq!(
+            KillSchedule::new(1, 3, 0, false).max_delay(),
+            MIN_MAX_DELAY_MS
+        );
+    }
+
+    #[test]
+    fn kills_without_a_checkpoint_double_the_bound_up_to_the_ceiling() {
+        let mut s = KillSchedule::new(1, 300, 1_000, false);
+        s.killed(true);
+        assert_eq!(s.max_delay(), 300);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 600);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 1_000);
+        s.killed(false);
+        assert_eq!(s.max_delay(), 1_000);
+        // Once the job ended before the kills, the bound stays below where it did.
+        assert!(s.shorten());
+        s.killed(false);
+        assert_eq!(s.max_delay(), 500);
+    }
+
+    #[test]
+    fn the_bound_spreads_the_kills_over_the_run_but_leaves_room_for_checkpoints() {
+        // 3 s over 20 kills: 300 ms; checkpoints every 50 ms need 150 ms.
+        assert_eq!(max_delay_ms(3_000, 20, 50), 300);
+        // Checkpoints every 200 ms: 600 ms.
+        assert_eq!(max_delay_ms(3_000, 20, 200), 600);
+        // A job of a few ms: the minimum.
+        assert_eq!(max_delay_ms(5, 50, 1), MIN_MAX_DELAY_MS);
+        assert_eq!(max_delay_ms(1_000, 0, 0), 2_000);
+    }
+}

@@ -1,0 +1,215 @@
+//! `brook verify` (docs/semantics.md §4a) through the real binary: the example jobs
+//! with checkpoints keep exactly-once over at least 20 SIGKILLs each, the user's
+//! outputs are left alone, an order-dependent job is said to be so, and an
+//! at-least-once sink is caught with its duplicates.
+//!
+//! Kills: `BROOK_VERIFY_KILLS` (default 20); `BROOK_VERIFY_SEED` fixes the moments.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use brook_testkit::binary::{brook_command, run_brook, run_brook_ok, run_brook_with_input};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_brook"))
+}
+
+fn kills() -> String {
+    std::env::var("BROOK_VERIFY_KILLS").unwrap_or_else(|_| "20".into())
+}
+
+/// `brook --data-dir DATA verify SPEC --kills K [--seed S] ARGS...`.
+fn verify(data: &Path, spec: &Path, kills: &str, args: &[&str]) -> std::process::Command {
+    let mut a = vec![
+        "verify",
+        spec.to_str().expect("UTF-8 path"),
+        "--kills",
+        kills,
+    ];
+    let seed = std::env::var("BROOK_VERIFY_SEED").ok();
+    if let Some(s) = &seed {
+        a.extend(["--seed", s]);
+    }
+    a.extend(args);
+    brook_command(&bin(), data, &a)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The number N of "exactly-once held over N kills" in `out`.
+fn kills_held(out: &str) -> u32 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("exactly-once held over "))
+        .unwrap_or_else(|| panic!("no verdict in:\n{out}"));
+    line["exactly-once held over ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}"))
+}
+
+fn min_kills() -> u32 {
+    kills().parse().expect("BROOK_VERIFY_KILLS is a number")
+}
+
+#[test]
+fn crash_replay_keeps_exactly_once_over_the_kills_and_leaves_its_output_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = root().join("examples/jobs/crash_replay.yaml");
+    // The example's own output file (relative to the spec): verify writes elsewhere.
+    let output = root().join("results/crash_replay/per_minute.jsonl");
+    let before = std::fs::read(&output).ok();
+    let out = run_brook_ok(&mut verify(&dir.path().join("data"), &spec, &kills(), &[]));
+    let stdout = text(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(kills_held(&stdout) >= min_kills(), "{stdout}");
+    assert!(
+        stdout.contains("sink out (file ") && stdout.contains("rows, as in the reference run"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("may depend on the order"),
+        "a generator is in order:\n{stdout}"
+    );
+    assert_eq!(
+        std::fs::read(&output).ok(),
+        before,
+        "{} changed",
+        output.display()
+    );
+    // The data directory was only read (here it did not even exist).
+    assert!(!dir.path().join("data").exists());
+}
+
+/// Fills the topic `snack-sales` (3 partitions, keyed by student) of the log at `data`
+/// with the example's 30 sales repeated 100 times, a day apart.
+fn snack_sales(data: &Path) {
+    run_brook_ok(&mut brook_command(
+        &bin(),
+        data,
+        &["topic", "create", "snack-sales", "--partitions", "3"],
+    ));
+    let sales = std::fs::read_to_string(root().join("examples/data/snack_sales.jsonl")).unwrap();
+    let mut lines = String::new();
+    for day in 0..100i64 {
+        for l in sales.lines() {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["ts"] = (v["ts"].as_i64().unwrap() + day * 86_400_000).into();
+            lines.push_str(&v.to_string());
+            lines.push('\n');
+        }
+    }
+    let out = run_brook_with_input(
+        &mut brook_command(
+            &bin(),
+            data,
+            &["produce", "snack-sales", "--key-field", "student"],
+        ),
+        lines.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn snack_sales_from_the_log_keeps_exactly_once_and_its_topic_is_only_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    snack_sales(&data);
+    let topic = data.join("topics/snack-sales");
+    let files = |d: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut v = Vec::new();
+        for p in std::fs::read_dir(d).unwrap().flatten() {
+            for f in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
+                v.push((f.path(), std::fs::read(f.path()).unwrap_or_default()));
+            }
+        }
+        v.sort();
+        v
+    };
+    let before = files(&topic);
+    let spec = root().join("examples/jobs/snack_sales_log.yaml");
+    // A watermark after every row: one reader, so the output is fixed by the input.
+    let out = run_brook_ok(&mut verify(
+        &data,
+        &spec,
+        &kills(),
+        &["--set", "sources.sales.watermark.interval=0"],
+    ));
+    let stdout = text(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(kills_held(&stdout) >= min_kills(), "{stdout}");
+    assert!(
+        stdout.contains("sink out (stdout, through a file sink): 2500 rows"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("may depend on the order"), "{stdout}");
+    assert_eq!(files(&topic), before, "the input topic changed");
+    for made in ["checkpoints", "state", "jobs"] {
+        assert!(
+            !data.join(made).exists(),
+            "verify made {made} in the data directory"
+        );
+    }
+}
+
+#[test]
+fn a_periodic_watermark_over_the_log_is_said_to_depend_on_arrival_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    snack_sales(&data);
+    let spec = root().join("examples/jobs/snack_sales_log.yaml");
+    let out = run_brook_ok(&mut verify(&data, &spec, "3", &[]));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("the output may depend on the order in which rows arrive")
+            && stdout.contains("sources[0] (sales): watermarks every 200 ms"),
+        "{stdout}"
+    );
+}
+
+/// A job of its own with a stdout sink checked as printed: at-least-once, since rows
+/// printed after the last checkpoint are printed again after a restore.
+#[test]
+fn an_at_least_once_sink_is_reported_with_its_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("job.yaml");
+    std::fs::write(
+        &spec,
+        r#"
+name: at-least-once
+sources:
+  - { name: g, connector: generator, count: 3000, keys: 5, step_ms: 1000, rate: 1500, watermark: { out_of_orderness: 0s } }
+steps:
+  - key_by: [key]
+  - { name: w, window: { kind: tumbling, size: 10s }, aggregate: { n: count(), total: sum(value) } }
+sinks:
+  - { name: out, connector: stdout }
+"#,
+    )
+    .unwrap();
+    let mut cmd = verify(
+        &dir.path().join("data"),
+        &spec,
+        &kills(),
+        &["--check-stdout-as-is"],
+    );
+    let out = run_brook(&mut cmd);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("exactly-once violated: 1 sinks differ from the reference run"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("sink out (stdout, as printed): ") && stdout.contains("  duplicated: {"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("repeat with --seed "), "{stderr}");
+}
