@@ -660,20 +660,21 @@ mod tests {
         }
         // The markers as Kafka's control records: key version 0 and type (0 abort,
         // 1 commit), value version 0 and coordinator epoch.
-        let markers: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = got
+        let markers: Vec<(i64, Vec<u8>, Vec<u8>)> = got
             .iter()
             .filter(|r| r.control)
-            .map(|r| (r.offset, r.key.as_deref(), r.value.as_deref()))
+            .map(|r| {
+                let bytes = |b: &Option<Bytes>| b.as_deref().unwrap_or_default().to_vec();
+                (r.offset, bytes(&r.key), bytes(&r.value))
+            })
             .collect();
-        let commit: &[u8] = &[0, 0, 0, 1];
-        let abort: &[u8] = &[0, 0, 0, 0];
-        let value: &[u8] = &[0; 6];
+        let (commit, abort, value) = (vec![0, 0, 0, 1], vec![0, 0, 0, 0], vec![0; 6]);
         assert_eq!(
             markers,
             vec![
-                (1, Some(commit), Some(value)),
-                (4, Some(abort), Some(value)),
-                (7, Some(commit), Some(value)),
+                (1, commit.clone(), value.clone()),
+                (4, abort, value.clone()),
+                (7, commit, value),
             ]
         );
         let listed: Vec<(i64, i64)> = p
