@@ -50,6 +50,7 @@ pub mod resume_txn;
 pub mod sasl;
 pub mod server;
 pub mod transactions;
+pub mod txn_ids;
 
 pub use crate::address::{address_file, read_address, write_address, ADDRESS_FILE};
 pub use crate::error_code::error_code;

@@ -44,6 +44,7 @@
 //! # Ok(()) }
 //! ```
 
+mod aborted;
 mod cleaner;
 mod client;
 mod compaction;
@@ -65,6 +66,7 @@ mod topic;
 pub mod txn;
 mod txn_timeout;
 
+pub use crate::aborted::AbortedTransaction;
 pub use crate::cleaner::{CleanerFault, CompactionStats};
 pub use crate::client::{Consumer, ConsumerConfig, OffsetReset, Producer};
 pub use crate::error::{LogError, Result};
@@ -77,7 +79,7 @@ pub use crate::options::{
     CleanupPolicy, FsyncPolicy, LogOptions, Ratio, TopicConfig, MAX_SEGMENT_BYTES,
 };
 pub use crate::partition::{
-    AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary,
+    AppendInfo, IsolationLevel, Partition, PartitionInfo, ReadLimit, ReadSummary, StoredRead,
 };
 pub use crate::producer_state::{ProducerEntry, ProducerStates, SequenceRange};
 pub use crate::record::{ConsumerRecord, Header, ProducerRecord, Record};

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::aborted::{self, AbortedTransaction};
 use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
 use crate::flush::{self, DueSync};
@@ -104,6 +105,28 @@ pub struct ReadSummary {
     /// (control records and records of aborted transactions are passed over), or the
     /// offset read from when there was none.
     pub next_offset: u64,
+}
+
+/// What a [`Partition::read_stored`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRead {
+    /// How many records (control records included) were passed on, and the offset
+    /// to read from next.
+    pub summary: ReadSummary,
+    /// The aborted transactions whose ranges (first offset ..= abort marker) meet the
+    /// offsets read, in the order of their markers: Kafka's aborted-transactions list
+    /// of a read_committed fetch.
+    pub aborted: Vec<AbortedTransaction>,
+}
+
+/// What [`Partition::read_batches`] hands on.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// What a brook reader of this isolation level sees.
+    Isolated(IsolationLevel),
+    /// Every batch up to the last stable offset, as stored (see
+    /// [`Partition::read_stored`]).
+    Stored,
 }
 
 /// Where an append landed.
@@ -1007,9 +1030,10 @@ impl Partition {
         isolation: IsolationLevel,
         out: &mut Vec<Record>,
     ) -> Result<ReadSummary> {
-        self.read_batches(offset, limit, isolation, |batch, h, max| {
+        self.read_batches(offset, limit, Pass::Isolated(isolation), |batch, h, max| {
             format::decode_records(batch, h, offset, max, out)
         })
+        .map(|(summary, _)| summary)
     }
 
     /// Reads committed records from `offset` on, within `limit`, as
@@ -1046,9 +1070,10 @@ impl Partition {
     where
         F: FnMut(RecordRef<'_>),
     {
-        self.read_batches(offset, limit, isolation, |batch, h, max| {
+        self.read_batches(offset, limit, Pass::Isolated(isolation), |batch, h, max| {
             format::for_each_record(batch, h, offset, max, &mut f)
         })
+        .map(|(summary, _)| summary)
     }
 
     /// [`Partition::read_with_isolated`], with the buffer each record borrows from
@@ -1068,25 +1093,58 @@ impl Partition {
     where
         F: FnMut(&Bytes, RecordRef<'_>),
     {
-        self.read_batches(offset, limit, isolation, |batch, h, max| {
+        self.read_batches(offset, limit, Pass::Isolated(isolation), |batch, h, max| {
             format::for_each_record(batch, h, offset, max, |r| f(batch, r))
         })
+        .map(|(summary, _)| summary)
+    }
+
+    /// Reads from `offset` on, within `limit`, what a read-committed *Kafka* reader is
+    /// sent (Kafka's fetch at `read_committed`): every batch up to the last stable
+    /// offset as stored — records of aborted transactions and the control records
+    /// (markers) included — calling `f` with the buffer each record borrows from (as
+    /// [`Partition::read_shared_isolated`]) and its batch's header (transaction,
+    /// producer fields, control bit). The client drops aborted records itself, by the
+    /// returned list of the aborted transactions whose ranges meet the offsets read.
+    /// brook's own readers use [`Partition::read_shared_isolated`], which leaves them
+    /// out here.
+    ///
+    /// # Errors
+    /// As [`Partition::read_into`].
+    pub fn read_stored<F>(&self, offset: u64, limit: ReadLimit, mut f: F) -> Result<StoredRead>
+    where
+        F: FnMut(&Bytes, &BatchHeader, RecordRef<'_>),
+    {
+        let (summary, index) =
+            self.read_batches(offset, limit, Pass::Stored, |batch, h, max| {
+                format::for_each_record(batch, h, offset, max, |r| f(batch, h, r))
+            })?;
+        let aborted = aborted::overlapping(&index, offset, summary.next_offset)
+            .map(AbortedTransaction::from)
+            .collect();
+        Ok(StoredRead { summary, aborted })
     }
 
     /// The read path shared by the read methods: checks `offset`, finds the segments
-    /// and hands each batch a reader of `isolation` sees to `decode` (see
-    /// [`SegmentView::read`]); control batches and (read committed) batches of aborted
-    /// transactions are passed over.
+    /// and hands each batch the reader sees to `decode` (see [`SegmentView::read`]).
+    /// [`Pass::Isolated`]: control batches and (read committed) batches of aborted
+    /// transactions are passed over; [`Pass::Stored`]: every batch up to the last
+    /// stable offset. Also returns the aborted transactions whose ranges meet the
+    /// offsets the read could reach (read committed and stored; none otherwise).
     fn read_batches<F>(
         &self,
         offset: u64,
         limit: ReadLimit,
-        isolation: IsolationLevel,
+        pass: Pass,
         mut decode: F,
-    ) -> Result<ReadSummary>
+    ) -> Result<(ReadSummary, Vec<AbortedTxn>)>
     where
         F: FnMut(&Bytes, &BatchHeader, usize) -> std::result::Result<usize, FormatError>,
     {
+        let (isolation, stored) = match pass {
+            Pass::Isolated(isolation) => (isolation, false),
+            Pass::Stored => (IsolationLevel::ReadCommitted, true),
+        };
         let none = ReadSummary {
             records: 0,
             next_offset: offset,
@@ -1105,16 +1163,13 @@ impl Partition {
                 IsolationLevel::ReadUncommitted => end,
             };
             if offset >= until || limit.max_records == 0 {
-                return Ok(none);
+                return Ok((none, Vec::new()));
             }
             // The aborted transactions whose ranges overlap the offsets this read can
             // reach (as the aborted-transaction list of a Kafka fetch response).
             let aborted: Vec<AbortedTxn> = match isolation {
                 IsolationLevel::ReadCommitted => {
-                    let from = st.txns.aborted.partition_point(|a| a.last_offset < offset);
-                    st.txns.aborted[from..]
-                        .iter()
-                        .filter(|a| a.first_offset < until)
+                    aborted::overlapping(&st.txns.aborted, offset, until)
                         .copied()
                         .collect()
                 }
@@ -1146,6 +1201,9 @@ impl Partition {
             (views, until, aborted, last)
         };
         let mut decode = |batch: &Bytes, h: &BatchHeader, max: usize| {
+            if stored {
+                return decode(batch, h, max);
+            }
             if h.is_control() {
                 return Ok(0);
             }
@@ -1190,10 +1248,13 @@ impl Partition {
                 *slot = Some(stopped);
             }
         }
-        Ok(ReadSummary {
-            records: progress.records,
-            next_offset: progress.next_offset,
-        })
+        Ok((
+            ReadSummary {
+                records: progress.records,
+                next_offset: progress.next_offset,
+            },
+            aborted,
+        ))
     }
 
     /// Reads records from `offset` on, within `limit`. See [`Partition::read_into`].
