@@ -4,6 +4,9 @@
 //!
 //! - [`IntervalJoin`] (Flink's `KeyedStream.intervalJoin`): right `b` joins left `a`
 //!   when `a.ts + lower <= b.ts <= a.ts + upper` (ms, bounds inclusive).
+//!   [`IntervalJoinOperator`] runs it, on typed per-key buffers and one timer entry per
+//!   key when the state backend is in memory (issue 21), else as a keyed process
+//!   function.
 //! - [`WindowJoin`] (Flink's `DataStream.join(..).window(..)`, or `coGroup` for the
 //!   outer join): `a` and `b` of one key in the same window; emitted when the window
 //!   fires. Tumbling and sliding event-time windows.
@@ -32,6 +35,11 @@ use serde::{Deserialize, Serialize};
 use crate::process::{KeyedContext, KeyedProcessFunction};
 use crate::window::assigner::WindowAssigner;
 use crate::window::TimeWindow;
+
+mod interval_heap;
+mod interval_operator;
+
+pub use interval_operator::IntervalJoinOperator;
 
 /// A record of the left (`Left`) or right (`Right`) input of a join.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,12 +118,15 @@ fn state_err(e: brook_state::StateError) -> OperatorError {
     OperatorError::other(e)
 }
 
+/// `what` got a record without a timestamp.
+fn missing_timestamp(what: &str) -> OperatorError {
+    OperatorError::failed(format!(
+        "{what} needs event-time timestamps: set a watermark strategy on the sources"
+    ))
+}
+
 fn timestamp<K>(ctx: &KeyedContext<'_, K>, what: &str) -> OpResult<Millis> {
-    ctx.timestamp().ok_or_else(|| {
-        OperatorError::failed(format!(
-            "{what} needs event-time timestamps: set a watermark strategy on the sources"
-        ))
-    })
+    ctx.timestamp().ok_or_else(|| missing_timestamp(what))
 }
 
 /// Whether a record at `ts` is late: the watermark already passed it.

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use brook_core::time::Millis;
 use brook_core::watermark::BoundedOutOfOrderness;
-use brook_operators::join::{Either, IntervalJoin, JoinOutput, JoinType, TemporalJoin, WindowJoin};
+use brook_operators::join::{
+    Either, IntervalJoin, IntervalJoinOperator, JoinOutput, JoinType, TemporalJoin, WindowJoin,
+};
 use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
 use brook_operators::window::assigner::{SlidingEventTimeWindows, TumblingEventTimeWindows};
 use brook_operators::window::TimeWindow;
@@ -481,4 +483,165 @@ fn state_stays_bounded_under_a_long_steady_input() {
         temporal.joined.iter().filter(|(_, b)| b.is_none()).count(),
         unversioned
     );
+}
+
+// ---- the interval join operator: heap fast path against the general path ----------
+
+type IntervalOp = IntervalJoinOperator<
+    u8,
+    Rec,
+    Rec,
+    (u32, Option<u32>),
+    fn(&Rec, Option<&Rec>) -> (u32, Option<u32>),
+    fn(&In) -> u8,
+>;
+
+/// What an interval join emitted, sortable: (0 joined / 1 late left / 2 late right,
+/// left or late id, right id, timestamp).
+type Emit = (u8, u32, Option<u32>, Option<Millis>);
+
+/// An opened (or, with `restore`, restored then opened) [`IntervalJoinOperator`] as
+/// subtask `index` of `parallelism` on `backend`.
+fn interval_operator(
+    (lower, upper, jt): (Millis, Millis, JoinType),
+    backend: TestBackend,
+    (index, parallelism): (u32, u32),
+    restore: Option<&brook_core::checkpoint::StateSnapshot>,
+) -> OperatorHarness<IntervalOp> {
+    let mut h = HarnessSetup::new("join")
+        .subtask(index, parallelism)
+        .keyed(backend, |b| {
+            let join = IntervalJoin::new(lower, upper, jt, pair as fn(&Rec, Option<&Rec>) -> _);
+            IntervalJoinOperator::new(join.unwrap(), key as fn(&In) -> u8, b)
+        })
+        .unwrap();
+    assert_eq!(h.operator().is_heap(), backend == TestBackend::Heap);
+    if let Some(snap) = restore {
+        h.restore(std::slice::from_ref(snap)).unwrap();
+    }
+    h.open().unwrap();
+    h
+}
+
+fn take_emitted(h: &mut OperatorHarness<IntervalOp>, out: &mut Vec<Emit>) {
+    for r in h.take_records() {
+        out.push(match r.value {
+            JoinOutput::Joined((a, b)) => (0, a, b, r.timestamp),
+            JoinOutput::LateLeft(a) => (1, a.1, None, r.timestamp),
+            JoinOutput::LateRight(b) => (2, b.1, None, r.timestamp),
+        });
+    }
+}
+
+/// The records with, after each, the watermark of a bounded out-of-orderness
+/// strategy (`max ts - BOUND - 1`) when it advanced.
+fn steps_of(input: &[(In, Millis)]) -> Vec<Step> {
+    let (mut max_ts, mut wm) = (Millis::MIN, Millis::MIN);
+    let mut steps = Vec::new();
+    for (rec, ts) in input {
+        steps.push(Step::Record(rec.clone(), *ts));
+        max_ts = max_ts.max(*ts);
+        if max_ts - BOUND - 1 > wm {
+            wm = max_ts - BOUND - 1;
+            steps.push(Step::Watermark(wm));
+        }
+    }
+    steps
+}
+
+/// Runs the interval join on `first` for `steps[..cut]`, checkpoints, restores into
+/// `parallelism` subtasks on `then` (records routed by key group, the watermark
+/// re-emitted as the sources do after a restore) and runs the rest: everything
+/// emitted (sorted) and the late records counted.
+fn run_with_restore(
+    iv: (Millis, Millis, JoinType),
+    steps: &[Step],
+    cut: usize,
+    first: TestBackend,
+    then: (TestBackend, u32),
+) -> (Vec<Emit>, u64) {
+    let mut out = Vec::new();
+    let mut h = interval_operator(iv, first, (0, 1), None);
+    let mut wm = None;
+    for step in &steps[..cut] {
+        match step {
+            Step::Record(rec, ts) => h.process_element(rec.clone(), *ts).unwrap(),
+            Step::Watermark(w) => {
+                h.process_watermark(*w).unwrap();
+                wm = Some(*w);
+            }
+        }
+        take_emitted(&mut h, &mut out);
+    }
+    let snap = h.snapshot(1).unwrap();
+    let mut late = h.context().late_records();
+    let (backend, p) = then;
+    let mut hs: Vec<_> = (0..p)
+        .map(|i| interval_operator(iv, backend, (i, p), Some(&snap)))
+        .collect();
+    for h in &mut hs {
+        if let Some(w) = wm {
+            h.process_watermark(w).unwrap();
+        }
+    }
+    for step in &steps[cut..] {
+        match step {
+            Step::Record(rec, ts) => {
+                let kg =
+                    brook_core::keys::key_group_for_key(&key(rec), hs[0].info().max_parallelism);
+                let h = hs
+                    .iter_mut()
+                    .find(|h| h.info().key_groups().contains(kg))
+                    .unwrap();
+                h.process_element(rec.clone(), *ts).unwrap();
+            }
+            Step::Watermark(w) => {
+                for h in &mut hs {
+                    h.process_watermark(*w).unwrap();
+                }
+            }
+        }
+        for h in &mut hs {
+            take_emitted(h, &mut out);
+        }
+    }
+    for h in &mut hs {
+        h.end_input().unwrap();
+        take_emitted(h, &mut out);
+        late += h.context().late_records();
+        assert_eq!(h.operator().state_size(), (0, 0), "state is cleaned up");
+    }
+    out.sort_unstable();
+    (out, late)
+}
+
+fn backend() -> impl Strategy<Value = TestBackend> {
+    prop_oneof![Just(TestBackend::Heap), Just(TestBackend::Serialized)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Issue 21: the interval join's heap fast path emits what the general path does
+    /// (results with their timestamps, late records), on random out-of-order input
+    /// with late records, and a checkpoint taken on either path at any point restores
+    /// into either path, at parallelism 1 or 2.
+    #[test]
+    fn interval_join_heap_path_equals_the_general_path_across_restores(
+        input in input(),
+        lower in -20i64..10,
+        width in 0i64..25,
+        jt in join_type(),
+        cut in any::<prop::sample::Index>(),
+        first in backend(),
+        then in backend(),
+        p in 1u32..=2,
+    ) {
+        let iv = (lower, lower + width, jt);
+        let steps = steps_of(&input);
+        let cut = cut.index(steps.len() + 1);
+        let general = run_with_restore(iv, &steps, steps.len(), TestBackend::Serialized, (TestBackend::Serialized, 1));
+        let ran = run_with_restore(iv, &steps, cut, first, (then, p));
+        prop_assert_eq!(ran, general);
+    }
 }

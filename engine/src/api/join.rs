@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use brook_core::time::Millis;
 use brook_operators::join::{
-    check_interval, check_join_windows, Either, IntervalJoin, JoinConfigError, JoinOutput,
-    JoinType, TemporalJoin, WindowJoin,
+    check_interval, check_join_windows, Either, IntervalJoin, IntervalJoinOperator,
+    JoinConfigError, JoinOutput, JoinType, TemporalJoin, WindowJoin,
 };
 use brook_operators::window::assigner::WindowAssigner;
 use serde::de::DeserializeOwned;
@@ -30,8 +30,8 @@ enum Kind {
 /// [`KeyedStream::interval_join`], [`KeyedStream::window_join`] and
 /// [`KeyedStream::temporal_join`].
 ///
-/// Both sides wait in keyed state, which encodes values with bincode: a type that
-/// needs a self-describing format (`serde_json::Value`, `#[serde(untagged)]` or
+/// Both sides wait in keyed state, which encodes values with bincode (in RocksDB on
+/// every access, in memory at checkpoints): a type that needs a self-describing format (`serde_json::Value`, `#[serde(untagged)]` or
 /// `deserialize_any`-based fields) fails when read back ("Bincode does not support
 /// ... deserialize_any"). Join typed records, or wrap JSON rows in
 /// `brook_operators::row::StoredRow`.
@@ -180,6 +180,7 @@ where
     /// left record of a left outer join).
     pub fn apply<O, F>(self, f: F) -> DataStream<O>
     where
+        K: Eq + Clone,
         O: Clone + Send + 'static,
         F: Fn(&A, Option<&B>) -> O + Clone + Send + Sync + 'static,
     {
@@ -207,12 +208,25 @@ where
             Either::Right(b) => kb(b),
         });
         let joined: DataStream<JoinOutput<O, A, B>> = match kind {
-            Kind::Interval { lower, upper } => keyed.process(move || {
-                let f = f.clone();
-                // `interval_join` checked lower <= upper.
-                IntervalJoin::new(lower, upper, join_type, move |a: &A, b: Option<&B>| f(a, b))
-                    .unwrap_or_else(|e| unreachable!("{e}"))
-            }),
+            // Its own operator: typed buffers on the heap with an in-memory backend.
+            Kind::Interval { lower, upper } => {
+                let key = Arc::clone(&keyed.key);
+                keyed
+                    .stream
+                    .add_operator("process", move |info, env, vertex| {
+                        let (f, key) = (f.clone(), Arc::clone(&key));
+                        // `interval_join` checked lower <= upper.
+                        let g = move |a: &A, b: Option<&B>| f(a, b);
+                        let join = IntervalJoin::new(lower, upper, join_type, g)
+                            .unwrap_or_else(|e| unreachable!("{e}"));
+                        let backend = env.keyed_backend(vertex, info)?;
+                        Ok(IntervalJoinOperator::new(
+                            join,
+                            move |e: &Either<A, B>| key(e),
+                            backend,
+                        ))
+                    })
+            }
             Kind::Window(windows) => keyed.process(move || {
                 let f = f.clone();
                 // `window_join` checked the windows.
