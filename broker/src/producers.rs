@@ -30,8 +30,52 @@ type Shared = Arc<Mutex<()>>;
 #[derive(Debug)]
 pub struct Producers {
     next_id: AtomicI64,
+    partitions: Mutex<Locks>,
+}
+
+/// The partitions' locks. An entry no request holds guards nothing and is dropped
+/// when the map has grown ([`Locks::insert`]): otherwise every partition ever
+/// produced to, deleted topics' too, would keep one for the broker's life.
+#[derive(Debug)]
+struct Locks {
     /// By topic, then partition (looked up by `&str`, without allocating).
-    partitions: Mutex<HashMap<String, HashMap<u32, Shared>>>,
+    by_topic: HashMap<String, HashMap<u32, Shared>>,
+    /// Entries in `by_topic`.
+    len: usize,
+    /// The next insert at this many entries prunes first.
+    prune_at: usize,
+}
+
+/// The fewest entries the lock map prunes at: the partitions of a typical broker
+/// never trigger it.
+const MIN_PRUNE_AT: usize = 1024;
+
+impl Locks {
+    /// Adds a fresh lock for `topic`/`partition` (not in the map). Past `prune_at`
+    /// entries it first drops those no request holds (only the map refers to them:
+    /// the next request for one gets a fresh lock, and no request can hold the old
+    /// one, since handing out a clone and pruning both happen under the map's lock),
+    /// then sets the next bound to twice what is left, so pruning costs O(1) per
+    /// insert, amortised, and the map stays within twice the locks in use (or
+    /// [`MIN_PRUNE_AT`]).
+    fn insert(&mut self, topic: &str, partition: u32) -> Shared {
+        if self.len >= self.prune_at {
+            self.by_topic.retain(|_, partitions| {
+                partitions.retain(|_, lock| Arc::strong_count(lock) > 1);
+                !partitions.is_empty()
+            });
+            self.len = self.by_topic.values().map(HashMap::len).sum();
+            self.prune_at = (2 * self.len).max(MIN_PRUNE_AT);
+        }
+        self.len += 1;
+        Arc::clone(
+            self.by_topic
+                .entry(topic.to_string())
+                .or_default()
+                .entry(partition)
+                .or_default(),
+        )
+    }
 }
 
 impl Producers {
@@ -40,7 +84,11 @@ impl Producers {
         let first = clock.now_ms().max(0).saturating_mul(1 << 10);
         Producers {
             next_id: AtomicI64::new(first),
-            partitions: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(Locks {
+                by_topic: HashMap::new(),
+                len: 0,
+                prune_at: MIN_PRUNE_AT,
+            }),
         }
     }
 
@@ -57,15 +105,10 @@ impl Producers {
             .partitions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = all.get(topic).and_then(|t| t.get(&partition)) {
+        if let Some(p) = all.by_topic.get(topic).and_then(|t| t.get(&partition)) {
             return Arc::clone(p);
         }
-        Arc::clone(
-            all.entry(topic.to_string())
-                .or_default()
-                .entry(partition)
-                .or_default(),
-        )
+        all.insert(topic, partition)
     }
 }
 
@@ -91,5 +134,23 @@ mod tests {
         // A broker started a millisecond later starts past the first one's first 1024.
         let later = Producers::new(ManualClock::new(1_700_000_000_001).shared());
         assert_eq!(later.new_producer_id(), a + 1024);
+    }
+
+    #[test]
+    fn the_lock_map_keeps_only_held_locks_once_it_has_grown() {
+        let producers = Producers::new(ManualClock::new(0).shared());
+        let held = producers.partition("held", 0);
+        // Topics produced to once each (and deleted since, say): nobody holds them.
+        for i in 0..10 * MIN_PRUNE_AT {
+            drop(producers.partition(&format!("t{i}"), 0));
+        }
+        let len = producers
+            .partitions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len;
+        assert!(len <= MIN_PRUNE_AT, "{len} locks kept");
+        // A lock in use is never replaced: its holders and newcomers share it.
+        assert!(Arc::ptr_eq(&held, &producers.partition("held", 0)));
     }
 }
