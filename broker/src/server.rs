@@ -174,7 +174,8 @@ impl Server {
         let clock = SystemClock::shared();
         let nonce = clock.now_ms();
         let producers = Arc::new(ProducerState {
-            producers: Producers::new(Arc::clone(&clock)),
+            producers: Producers::new(Arc::clone(&clock))
+                .above(crate::producers::highest_in_log(&log)),
             txns: Transactions::default(),
         });
         let groups = Arc::new(Coordinator::new(
