@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use brook::kafka::alter_configs::{incremental_alter_topic_configs, AlterConfigsError, AlterOp};
 use brook_testkit::broker::{
-    client_config as config, kafka_python, kafka_python_command, kcat, BrokerProcess,
+    admin_client, client_config as config, kafka_python, kafka_python_command, kcat, run_client_ok,
+    BrokerProcess,
 };
 use brook_testkit::process::{wait_bounded, wait_for};
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic,
-    OwnedResourceSpecifier, ResourceSpecifier, TopicReplication,
+    AlterConfig, ConfigSource, NewPartitions, NewTopic, OwnedResourceSpecifier, ResourceSpecifier,
+    TopicReplication,
 };
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -76,13 +76,11 @@ fn rdkafka_admin_deletes_topics_adds_partitions_and_describes_configs() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    let admin: AdminClient<DefaultClientContext> =
-        config(&bootstrap).create().expect("admin client");
+    let (admin, options) = admin_client(&bootstrap);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let topics = [
         NewTopic::new("snacks", 2, TopicReplication::Fixed(1)).set("retention.ms", "60000"),
         NewTopic::new("drinks", 1, TopicReplication::Fixed(1)),
@@ -200,24 +198,12 @@ fn kafka_python_admin_describes_configs_adds_partitions_and_deletes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_python_admin.py");
-    let child = Command::new("python3")
+    let mut python = Command::new("python3");
+    python
         .arg(&script)
         .arg(broker.bootstrap())
-        .env("PYTHONPATH", &python_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start python3");
-    let (ok, output) = match wait_bounded(child, Duration::from_secs(60)) {
-        Ok(o) => (o.status.success(), o),
-        Err(o) => (false, o),
-    };
-    assert!(
-        ok,
-        "kafka-python admin failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .env("PYTHONPATH", &python_path);
+    run_client_ok(python, "kafka-python admin");
 }
 
 /// rdkafka's AdminClient `alter_configs` (the legacy AlterConfigs: the whole set) on a
@@ -230,13 +216,11 @@ fn rdkafka_admin_alters_configs_and_the_log_applies_the_retention() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    let admin: AdminClient<DefaultClientContext> =
-        config(&bootstrap).create().expect("admin client");
+    let (admin, options) = admin_client(&bootstrap);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let topic =
         NewTopic::new("expiring", 1, TopicReplication::Fixed(1)).set("segment.bytes", "1024");
     let created = rt
@@ -334,26 +318,13 @@ fn rdkafka_admin_alters_configs_and_the_log_applies_the_retention() {
 fn kafka_python_admin_alters_topic_configs_incrementally_and_as_a_whole() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
-    let child = kafka_python_command(
+    let mut python = kafka_python_command(
         Path::new(env!("CARGO_TARGET_TMPDIR")),
         Path::new(env!("CARGO_MANIFEST_DIR")),
         "tests/broker/kafka_python_configs.py",
-    )
-    .arg(broker.bootstrap())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("start python3");
-    let (ok, output) = match wait_bounded(child, Duration::from_secs(60)) {
-        Ok(o) => (o.status.success(), o),
-        Err(o) => (false, o),
-    };
-    assert!(
-        ok,
-        "kafka-python alter configs failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
     );
+    python.arg(broker.bootstrap());
+    run_client_ok(python, "kafka-python alter configs");
 }
 
 /// `brook_kafka::admin::produce` reports a record the broker refuses (over the
@@ -363,15 +334,11 @@ fn admin_produce_returns_the_first_failed_delivery() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = start(dir.path());
     let bootstrap = broker.bootstrap();
-    let admin: AdminClient<DefaultClientContext> =
-        config(&bootstrap).create().expect("admin client");
+    let (admin, options) = admin_client(&bootstrap);
     let topic =
         NewTopic::new("small", 1, TopicReplication::Fixed(1)).set("max.message.bytes", "1024");
-    let created = futures::executor::block_on(admin.create_topics(
-        [&topic],
-        &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
-    ))
-    .expect("create topic");
+    let created =
+        futures::executor::block_on(admin.create_topics([&topic], &options)).expect("create topic");
     assert!(created.iter().all(Result::is_ok), "{created:?}");
     let records = vec![
         (0, None, "fits".to_owned(), None),

@@ -16,6 +16,7 @@ use brook_testkit::binary::{
     brook_command, command_line, expect_failure, expect_success, run_brook_err,
     run_brook_with_input,
 };
+use brook_testkit::consumed::{json_lines, positions};
 use brook_testkit::process::KillOnDrop;
 
 struct Brook {
@@ -83,24 +84,6 @@ impl Brook {
         let out = self.ok(&["consume", topic, "--from-beginning"], "");
         json_lines(&out)
     }
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
-}
-
-/// `(partition, offset)` of printed records.
-fn positions(recs: &[Value]) -> Vec<(u64, u64)> {
-    recs.iter()
-        .map(|r| {
-            (
-                r["partition"].as_u64().unwrap(),
-                r["offset"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn sorted_values(recs: &[Value]) -> Vec<String> {

@@ -20,6 +20,7 @@ use brook_testkit::binary::{
     run_brook_with_input,
 };
 use brook_testkit::broker::{client_config, BrokerProcess};
+use brook_testkit::consumed::{json_lines, positions};
 use brook_testkit::process::{wait_for, KillOnDrop};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
@@ -48,24 +49,6 @@ fn ok_with_input(dir: &Path, args: &[&str], input: &str) -> (String, String) {
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
     )
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
-}
-
-/// (partition, offset) of each record.
-fn positions(recs: &[Value]) -> Vec<(u64, u64)> {
-    recs.iter()
-        .map(|r| {
-            (
-                r["partition"].as_u64().unwrap(),
-                r["offset"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 /// The partition table of `brook group describe`: (topic, partition) -> the other

@@ -8,10 +8,9 @@
 use brook_log::{Log, TopicConfig};
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
-use kafka_protocol::protocol::StrBytes;
 
 use crate::describe_configs::{ConfigEntry, RESOURCE_TOPIC};
-use crate::incremental_alter_configs::{alter_resource, Change, Op};
+use crate::incremental_alter_configs::{alter_resource, Change, Op, Refusal};
 
 /// The AlterConfigs response.
 pub fn handle(
@@ -51,10 +50,7 @@ pub fn handle(
                 request.validate_only,
                 broker,
             );
-            let (code, message) = match result {
-                Ok(()) => (0, None),
-                Err(r) => (r.code, Some(StrBytes::from_string(r.message))),
-            };
+            let (code, message) = Refusal::answer(result);
             AlterConfigsResourceResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
@@ -70,6 +66,7 @@ mod tests {
     use brook_log::LogOptions;
     use kafka_protocol::error::ResponseError;
     use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::protocol::StrBytes;
 
     use super::*;
 

@@ -95,6 +95,15 @@ impl Refusal {
             message,
         }
     }
+
+    /// A resource's error code and message in either API's answer: 0 and none, or
+    /// the refusal's.
+    pub(crate) fn answer(result: Result<(), Refusal>) -> (i16, Option<StrBytes>) {
+        match result {
+            Ok(()) => (0, None),
+            Err(r) => (r.code, Some(StrBytes::from_string(r.message))),
+        }
+    }
 }
 
 /// `config` with `changes` applied in order (see the module docs for the rules).
@@ -269,10 +278,7 @@ pub fn handle(
                     "unknown config operation (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)".into(),
                 )),
             };
-            let (code, message) = match result {
-                Ok(()) => (0, None),
-                Err(r) => (r.code, Some(StrBytes::from_string(r.message))),
-            };
+            let (code, message) = Refusal::answer(result);
             AlterConfigsResourceResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)

@@ -12,7 +12,7 @@
 //! into the open transaction of its session ([`crate::transactions`]), to partitions
 //! added with AddPartitionsToTxn only.
 
-use brook_log::{Header, Log, LogError, Partition, ProducerRecord};
+use brook_log::{FsyncPolicy, Header, Log, LogError, Partition, ProducerRecord};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -25,6 +25,15 @@ use crate::error_code;
 use crate::idempotence::{self, BatchMeta, Decision};
 use crate::producers::{self, Producers};
 use crate::transactions::Transactions;
+
+/// Whether serving `request` may fsync, so that it belongs on a thread that may block
+/// (tokio's blocking pool): under the `always` policy every append fsyncs, and a
+/// transactional batch may store the transaction coordinator's state (fsynced) and
+/// waits for its lock, which EndTxn holds across fsyncs. Otherwise the append only
+/// writes to the page cache, as Kafka's request handler threads do.
+pub fn may_fsync(request: &ProduceRequest, policy: FsyncPolicy) -> bool {
+    policy == FsyncPolicy::Always || request.transactional_id.is_some()
+}
 
 /// The Produce response for `request`, after appending what it carries. With acks 0
 /// the caller sends nothing back (Kafka's rule); the records are appended all the same.
@@ -358,6 +367,17 @@ mod tests {
     };
 
     use super::*;
+
+    #[test]
+    fn only_the_always_policy_or_a_transaction_may_fsync() {
+        let plain = ProduceRequest::default().with_acks(1);
+        assert!(!may_fsync(&plain, FsyncPolicy::Interval(1_000)));
+        assert!(!may_fsync(&plain, FsyncPolicy::Never));
+        assert!(may_fsync(&plain, FsyncPolicy::Always));
+        let txn =
+            plain.with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t"))));
+        assert!(may_fsync(&txn, FsyncPolicy::Never));
+    }
 
     pub(crate) fn batch(values: &[&str], producer_id: i64, compression: Compression) -> Bytes {
         let records: Vec<Record> = values

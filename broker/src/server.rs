@@ -2,8 +2,10 @@
 //! writes their responses.
 //!
 //! Each connection is served in order, one request at a time, as Kafka's broker does
-//! per connection. Handlers that touch the log run on tokio's blocking pool (an
-//! append may fsync). A frame that cannot be served ([`crate::frame::FrameError`])
+//! per connection. Handlers that may fsync run on tokio's blocking pool; a Produce
+//! that will not (the log's fsync policy is not `always`, no transaction) runs on the
+//! connection's task, as Kafka's request handler threads append to the page cache
+//! directly: the hand-off to the pool cost every request a thread switch. A frame that cannot be served ([`crate::frame::FrameError`])
 //! is logged with the peer's address and closes that connection only.
 //!
 //! With SASL users configured ([`BrokerConfig::sasl_users`]) every connection first
@@ -172,7 +174,8 @@ impl Server {
         let clock = SystemClock::shared();
         let nonce = clock.now_ms();
         let producers = Arc::new(ProducerState {
-            producers: Producers::new(Arc::clone(&clock)),
+            producers: Producers::new(Arc::clone(&clock))
+                .above(crate::producers::highest_in_log(&log)),
             txns: Transactions::default(),
         });
         let groups = Arc::new(Coordinator::new(
@@ -358,10 +361,13 @@ async fn connection(
                     }
                     Request::Produce(r) => {
                         let acks = r.acks;
-                        let (log, p) = (log.clone(), Arc::clone(&producers));
-                        let resp =
+                        let resp = if produce::may_fsync(&r, log.options().fsync) {
+                            let (log, p) = (log.clone(), Arc::clone(&producers));
                             blocking(move || produce::handle(&r, &log, &p.producers, &p.txns))
-                                .await?;
+                                .await?
+                        } else {
+                            produce::handle(&r, &log, &producers.producers, &producers.txns)
+                        };
                         // acks=0: the client waits for no answer (Kafka's rule).
                         if acks == 0 {
                             None

@@ -1,7 +1,8 @@
 //! The server through a real socket: Fetch long polling (a fetch at the end of a
 //! partition waits up to `max_wait_ms` for `min_bytes` of records and answers as soon as
 //! an append brings them; with none it answers empty at the deadline), Produce with
-//! acks=0 (appended, never answered), and a JoinGroup held for a rebalance while other
+//! acks=0 (appended, never answered), Produce served while tokio's blocking pool is
+//! busy, and a JoinGroup held for a rebalance while other
 //! connections are served.
 
 use std::time::Duration;
@@ -16,7 +17,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, GroupId,
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, ProduceRequest,
-    RequestHeader, ResponseHeader, TopicName,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -128,9 +129,8 @@ async fn a_fetch_at_the_end_waits_for_the_next_append() {
     serving.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn produce_with_acks_0_appends_and_sends_no_answer() {
-    let (_dir, log, serving, mut stream) = serve().await;
+/// A Produce of one record to `waits`.
+fn produce_frame(acks: i16, value: &'static [u8]) -> Bytes {
     let record = Record {
         transactional: false,
         control: false,
@@ -142,7 +142,7 @@ async fn produce_with_acks_0_appends_and_sends_no_answer() {
         sequence: -1,
         timestamp: 1_000,
         key: None,
-        value: Some(Bytes::from_static(b"unanswered")),
+        value: Some(Bytes::from_static(value)),
         headers: Default::default(),
         delete_horizon: false,
     };
@@ -152,16 +152,28 @@ async fn produce_with_acks_0_appends_and_sends_no_answer() {
         compression: Compression::None,
     };
     RecordBatchEncoder::encode(&mut records, [&record], &options).expect("batch");
-    let produce =
-        ProduceRequest::default()
-            .with_acks(0)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_static_str("waits")))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(records.freeze()))])]);
+    let produce = ProduceRequest::default()
+        .with_acks(acks)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("waits")))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records.freeze()))])]);
+    frame(ApiKey::Produce, 9, 1, &produce)
+}
+
+fn end_offset(log: &Log) -> u64 {
+    log.topic("waits")
+        .and_then(|t| t.partition(0))
+        .expect("partition")
+        .log_end_offset()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_with_acks_0_appends_and_sends_no_answer() {
+    let (_dir, log, serving, mut stream) = serve().await;
     stream
-        .write_all(&frame(ApiKey::Produce, 9, 1, &produce))
+        .write_all(&produce_frame(0, b"unanswered"))
         .await
         .expect("send produce");
     stream
@@ -176,13 +188,45 @@ async fn produce_with_acks_0_appends_and_sends_no_answer() {
     // The first answer on the connection is ApiVersions' (correlation id 2).
     let _size = stream.read_i32().await.expect("size");
     assert_eq!(stream.read_i32().await.expect("correlation id"), 2);
-    let end = log
-        .topic("waits")
-        .and_then(|t| t.partition(0))
-        .expect("partition")
-        .log_end_offset();
-    assert_eq!(end, 1);
+    assert_eq!(end_offset(&log), 1);
     serving.abort();
+}
+
+/// Under the default `interval` fsync policy a Produce is served on its connection's
+/// task, not handed to tokio's blocking pool (as Kafka's request handler threads
+/// append to the page cache themselves): it is answered while the pool's only thread
+/// is held, as it would be by other requests' fsyncs.
+#[test]
+fn a_produce_that_does_not_fsync_is_served_while_the_blocking_pool_is_busy() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (_dir, log, serving, mut stream) = serve().await;
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let busy = tokio::task::spawn_blocking(move || {
+            let _ = held.recv();
+        });
+        stream
+            .write_all(&produce_frame(1, b"served"))
+            .await
+            .expect("send produce");
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            response::<ProduceResponse>(&mut stream, ApiKey::Produce, 9),
+        )
+        .await;
+        release.send(()).expect("release the pool");
+        busy.await.expect("the blocking task");
+        let (_, answer) = answer.expect("no answer while the blocking pool was busy");
+        let partition = &answer.responses[0].partition_responses[0];
+        assert_eq!((partition.error_code, partition.base_offset), (0, 0));
+        assert_eq!(end_offset(&log), 1);
+        serving.abort();
+    });
 }
 
 /// Reads one response frame of `api` v`version`: its correlation id and body.

@@ -53,8 +53,9 @@
 //! subtask receives between two barriers are kept by the writer and, at the barrier,
 //! go into the checkpoint as the committable. When the checkpoint completes they are
 //! written in one Kafka transaction, which also commits the checkpoint's id as the
-//! offset of partition 0 of the topic in the consumer group `{transactional id}` (a
-//! marker, atomic with the records). On restore the writer reads the marker and
+//! offset of partition 0 of the topic in the consumer group
+//! `brook-txn-marker.{transactional id}` ([`marker_group`](brook_core::txn_committable::marker_group):
+//! a marker, atomic with the records). On restore the writer reads the marker and
 //! writes, one transaction each, the restored committables of later checkpoints: a
 //! transaction is never written twice, and none is lost when the process died between
 //! a checkpoint's completion and its commit (librdkafka cannot resume another

@@ -10,6 +10,17 @@
 //! appends can take tens of ms, and an append waiting for it behind the lock made every
 //! produce request arriving meanwhile wait too (the broker's p99 produce latency was
 //! that stall: 56 ms at half load).
+//!
+//! A segment roll flushes the closed segment the same way ([`RollFlush`]): the roll
+//! only creates the new segment under the lock, and the closed segment's data fsync,
+//! its index files and the directory's fsync run after it, without the lock, as
+//! Kafka's `UnifiedLog.roll` schedules `flush-log` for the rolled segment. Under
+//! `always` the append that rolled runs it before it returns, and so does every
+//! append behind it until it has run (an acknowledged record's segment must be in the
+//! directory for good); otherwise the maintenance runs it, and `flush` and `close`. The
+//! data is fsynced before the index files are written, so a closed segment with index
+//! files was on disk; one without is scanned on open after a crash, and a torn tail
+//! (a machine crash before the flush) is cut there, with the segments after it.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -17,6 +28,7 @@ use std::sync::Arc;
 
 use crate::error::{IoContext as _, Result};
 use crate::options::FsyncPolicy;
+use crate::segment::write_index_files;
 
 /// Whether an append fsyncs before it returns: under `always` only.
 pub(crate) fn append_syncs(policy: FsyncPolicy) -> bool {
@@ -61,10 +73,99 @@ impl DueSync {
     }
 
     /// fsyncs the segment's data (appends may go on meanwhile: a segment rolled since
-    /// was fsynced by the roll, and the file of a segment deleted since stays open
+    /// is fsynced by its roll's [`RollFlush`], and the file of a segment deleted since stays open
     /// through this handle).
     pub(crate) fn run(&self) -> Result<()> {
         self.file.sync_data().ctx("fsync", &self.path)
+    }
+}
+
+/// The flush of a roll, taken under the partition's lock when the segment rolled and
+/// run without it (see the module's doc).
+#[derive(Debug)]
+pub(crate) struct RollFlush {
+    /// The segment the roll closed; `None` once retention deleted it or compaction
+    /// replaced it (nothing of it left to flush).
+    closed: Option<ClosedSegment>,
+    /// The partition's directory, fsynced last: the new segment's entry (and the
+    /// closed one's index files) become durable.
+    dir: PathBuf,
+    /// Whether to fsync (any policy but `never`); the index files are written either
+    /// way.
+    durable: bool,
+}
+
+/// What [`RollFlush`] does to the closed segment.
+#[derive(Debug)]
+pub(crate) struct ClosedSegment {
+    pub(crate) base_offset: u64,
+    pub(crate) file: Arc<File>,
+    pub(crate) path: PathBuf,
+    /// Paths and bytes, taken at the roll.
+    pub(crate) index_files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl RollFlush {
+    pub(crate) fn new(closed: ClosedSegment, dir: PathBuf, durable: bool) -> Self {
+        RollFlush {
+            closed: Some(closed),
+            dir,
+            durable,
+        }
+    }
+
+    /// Drops the closed segment's part when it is the segment at `base_offset`, which
+    /// retention or compaction is replacing (its index files must not be written
+    /// after that); the directory's fsync stays.
+    pub(crate) fn forget_segment(&mut self, base_offset: u64) {
+        if self
+            .closed
+            .as_ref()
+            .is_some_and(|c| c.base_offset == base_offset)
+        {
+            self.closed = None;
+        }
+    }
+
+    /// fsyncs the closed segment's data, then writes its index files (fsynced), then
+    /// fsyncs the directory; without fsyncs when not durable.
+    pub(crate) fn run(&self) -> Result<()> {
+        if let Some(c) = &self.closed {
+            if self.durable {
+                c.file.sync_data().ctx("fsync", &c.path)?;
+            }
+            write_index_files(&c.index_files, self.durable)?;
+        }
+        if self.durable {
+            crate::partition::sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// A test's hook, called before each [`RollFlush`] runs (to hold it there).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct FlushHook(pub(crate) std::sync::Mutex<Option<Box<dyn Fn() + Send>>>);
+
+#[cfg(test)]
+impl std::fmt::Debug for FlushHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlushHook")
+    }
+}
+
+#[cfg(test)]
+impl FlushHook {
+    pub(crate) fn call(&self) {
+        if let Some(hook) = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            hook();
+        }
     }
 }
 

@@ -373,21 +373,23 @@ fn encode(
     buf.extend_from_slice(&(records.len() as u32).to_le_bytes());
     buf.extend_from_slice(&first_ts.to_le_bytes());
     buf.extend_from_slice(&[0u8; 8]); // max timestamp, filled in below
-    match (producer, txn) {
-        (Some(p), txn) => {
-            buf.extend_from_slice(&p.producer_id.to_le_bytes());
-            buf.extend_from_slice(&p.epoch.to_le_bytes());
-            buf.extend_from_slice(&p.base_sequence.to_le_bytes());
-            if let Some((mark, _)) = txn {
-                buf.extend_from_slice(&mark.sequence.to_le_bytes());
-            }
-        }
-        (None, Some((mark, _))) => {
-            buf.extend_from_slice(&mark.producer_id.to_le_bytes());
-            buf.extend_from_slice(&mark.epoch.to_le_bytes());
-            buf.extend_from_slice(&mark.sequence.to_le_bytes());
-        }
-        (None, None) => {}
+                                      // Versions 2 and 3 share one layout after the first 38 bytes: the writer's
+                                      // producer id and epoch, the producer's base sequence (version 3), then the
+                                      // transaction's sequence (transactional batches).
+    let writer = match (producer, txn) {
+        (Some(p), _) => Some((p.producer_id, p.epoch)),
+        (None, Some((mark, _))) => Some((mark.producer_id, mark.epoch)),
+        (None, None) => None,
+    };
+    if let Some((producer_id, epoch)) = writer {
+        buf.extend_from_slice(&producer_id.to_le_bytes());
+        buf.extend_from_slice(&epoch.to_le_bytes());
+    }
+    if let Some(p) = producer {
+        buf.extend_from_slice(&p.base_sequence.to_le_bytes());
+    }
+    if let Some((mark, _)) = txn {
+        buf.extend_from_slice(&mark.sequence.to_le_bytes());
     }
     for r in records {
         let ts = r.timestamp.unwrap_or(now_ms);

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use brook_core::time::SharedClock;
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use tracing::{debug, info, warn};
 use crate::aborted::{self, AbortedTransaction};
 use crate::compaction::{self, SegmentFacts};
 use crate::error::{IoContext, LogError, Result};
-use crate::flush::{self, DueSync};
+use crate::flush::{self, DueSync, RollFlush};
 use crate::format::{
     self, BatchHeader, ControlType, FormatError, ProducerMark, RecordRef, TxnMark,
 };
@@ -231,6 +232,9 @@ struct State {
     /// The idempotent and transactional producers' state, updated with every append
     /// of a producer's batch.
     producers: ProducerStates,
+    /// Flushes of rolls not yet taken to run ([`Partition::flush_rolled`]), oldest
+    /// first.
+    rolled: Vec<RollFlush>,
 }
 
 impl State {
@@ -323,6 +327,15 @@ pub struct Partition {
     /// The batch the last read stopped inside, where the next read of a sequential
     /// reader starts (see [`LastBatch`]). Its own lock, taken twice per read.
     last_batch: Mutex<Option<LastBatch>>,
+    /// Held while flushes of rolls run (taken before `state`, never after): one runs
+    /// at a time, in order, and retention and compaction wait for it before they
+    /// delete or replace a segment.
+    flush_lock: Mutex<()>,
+    /// Rolls whose flush has not finished (queued in `State::rolled` or running):
+    /// an append under `always` waits for them only when there are any.
+    rolls_unflushed: AtomicUsize,
+    #[cfg(test)]
+    roll_flush_hook: flush::FlushHook,
 }
 
 impl Partition {
@@ -364,14 +377,7 @@ impl Partition {
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
-            let seg = Segment::open(
-                &dir,
-                base,
-                index_interval_bytes,
-                recover && is_last,
-                is_last,
-                now,
-            )?;
+            let seg = Segment::open(&dir, base, index_interval_bytes, recover, is_last, now)?;
             if let Some(prev) = segments.last_mut() {
                 let prev: &mut Segment = prev;
                 // Compaction may have removed a closed segment's last records; when its
@@ -391,7 +397,20 @@ impl Partition {
                     });
                 }
             }
+            let cut = seg.tail_truncated && !is_last;
             segments.push(seg);
+            if cut {
+                // A machine crash before the roll's flush (crate::flush::RollFlush) tore
+                // a closed segment: what came after its tear is gone as a torn tail
+                // is, so the segments after it go too (Kafka's recovery truncates at
+                // the first bad batch past the recovery point the same way).
+                for &later in &bases[i + 1..] {
+                    warn!(dir = %dir.display(), base_offset = later, "removing a segment after a torn closed segment");
+                    crate::segment::remove_files(&dir, later)?;
+                }
+                sync_dir(&dir)?;
+                break;
+            }
         }
         match segments.last() {
             // The active segment's index files are rewritten when it is closed again.
@@ -425,10 +444,15 @@ impl Partition {
                     open: BTreeMap::new(),
                     aborted,
                 },
+                rolled: Vec::new(),
             }),
             end,
             stable,
             last_batch: Mutex::new(None),
+            flush_lock: Mutex::new(()),
+            rolls_unflushed: AtomicUsize::new(0),
+            #[cfg(test)]
+            roll_flush_hook: flush::FlushHook::default(),
         })
     }
 
@@ -474,8 +498,63 @@ impl Partition {
         }
         let total = self.check_sizes(records, format::BATCH_HEADER_LEN)?;
         let now = self.clock.now_ms();
-        let mut guard = self.lock()?;
-        self.append_locked(&mut guard, records, total, now, Batch::Plain(None))
+        let info =
+            self.append_locked(&mut *self.lock()?, records, total, now, Batch::Plain(None))?;
+        self.after_append()?;
+        Ok(info)
+    }
+
+    /// After an append, with the partition's lock released: under `always` the append
+    /// is acknowledged durable, so it waits for the flush of any roll before it (its
+    /// segment's directory entry; [`crate::flush`]).
+    fn after_append(&self) -> Result<()> {
+        if flush::append_syncs(self.fsync) {
+            self.await_rolls()?;
+        }
+        Ok(())
+    }
+
+    /// Runs or waits for the flushes of every roll so far, when there are any.
+    fn await_rolls(&self) -> Result<()> {
+        if self.rolls_unflushed.load(Ordering::SeqCst) > 0 {
+            self.flush_rolled()?;
+        }
+        Ok(())
+    }
+
+    /// Runs the flushes of rolled segments ([`RollFlush`]) without the partition's
+    /// lock. Returns once every roll made before the call is flushed: one another
+    /// thread is running is waited for (the flush lock).
+    ///
+    /// # Errors
+    /// I/O errors (the failed flush and those after it stay queued for the next call),
+    /// [`LogError::Closed`].
+    pub(crate) fn flush_rolled(&self) -> Result<()> {
+        let _flushing = self
+            .flush_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Closed: closing ran them.
+        let Ok(mut st) = self.lock() else {
+            return Ok(());
+        };
+        let rolled = std::mem::take(&mut st.rolled);
+        drop(st);
+        let mut rest = rolled.into_iter();
+        while let Some(f) = rest.next() {
+            #[cfg(test)]
+            self.roll_flush_hook.call();
+            if let Err(e) = f.run() {
+                if let Ok(mut st) = self.state.lock() {
+                    let mut again: Vec<RollFlush> = std::iter::once(f).chain(rest).collect();
+                    again.append(&mut st.rolled);
+                    st.rolled = again;
+                }
+                return Err(e);
+            }
+            self.rolls_unflushed.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     /// Appends `records` as one batch of an idempotent producer: stored with its
@@ -497,14 +576,15 @@ impl Partition {
         }
         let total = self.check_sizes(records, format::PRODUCER_BATCH_HEADER_LEN)?;
         let now = self.clock.now_ms();
-        let mut guard = self.lock()?;
-        self.append_locked(
-            &mut guard,
+        let info = self.append_locked(
+            &mut *self.lock()?,
             records,
             total,
             now,
             Batch::Plain(Some(producer)),
-        )
+        )?;
+        self.after_append()?;
+        Ok(info)
     }
 
     /// Calls `f` with what the partition remembers of `producer_id` (its epoch and
@@ -751,7 +831,10 @@ impl Partition {
                 partition: self.id,
             });
         }
-        self.append_locked(&mut st, records, total, now, Batch::Txn(mark, producer))
+        let info = self.append_locked(&mut st, records, total, now, Batch::Txn(mark, producer))?;
+        drop(st);
+        self.after_append()?;
+        Ok(info)
     }
 
     /// Ends transaction `mark` in this partition: appends its commit or abort marker
@@ -792,6 +875,9 @@ impl Partition {
         }
         st.txns.open.remove(&key);
         self.publish(st);
+        drop(guard);
+        // The marker is fsynced whatever the policy: its segment's directory entry too.
+        self.await_rolls()?;
         Ok(Some(info.base_offset))
     }
 
@@ -868,10 +954,9 @@ impl Partition {
             return Ok(());
         }
         let durable = self.fsync != FsyncPolicy::Never;
-        if durable {
-            active.sync()?;
-        }
-        active.write_indexes(durable)?;
+        // The closed segment's fsync and index files, and the directory's fsync, run
+        // after the lock is released (crate::flush::RollFlush).
+        let closed = active.closed_flush();
         let next = active.next_offset;
         // Before the new segment exists: a segment at `next` implies its snapshot
         // when there is producer state (but with fsync never), which bounds the
@@ -886,9 +971,9 @@ impl Partition {
             self.config.get().index_interval_bytes,
             now,
         )?);
-        if durable {
-            sync_dir(&self.dir)?;
-        }
+        st.rolled
+            .push(RollFlush::new(closed, self.dir.clone(), durable));
+        self.rolls_unflushed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -898,8 +983,8 @@ impl Partition {
     /// I/O errors, [`LogError::Closed`].
     pub fn roll(&self) -> Result<()> {
         let now = self.clock.now_ms();
-        let mut st = self.lock()?;
-        self.roll_locked(&mut st, now)
+        self.roll_locked(&mut *self.lock()?, now)?;
+        self.flush_rolled()
     }
 
     /// Forces appended data to stable storage.
@@ -908,14 +993,16 @@ impl Partition {
     /// I/O errors, [`LogError::Closed`].
     pub fn flush(&self) -> Result<()> {
         let now = self.clock.now_ms();
-        let mut st = self.lock()?;
-        self.sync_locked(&mut st, now)
+        self.sync_locked(&mut *self.lock()?, now)?;
+        self.flush_rolled()
     }
 
     /// Flushes under the `interval` policy when it is due, holding the partition's
     /// lock only to see what to sync and to record it: appends and reads go on during
     /// the fsync ([`crate::flush`]).
+    /// First it runs the flushes of rolls made since the last call.
     pub(crate) fn flush_if_due(&self, now: i64) -> Result<()> {
+        self.await_rolls()?;
         let Some(due) = self.due_sync(now)? else {
             return Ok(());
         };
@@ -1347,6 +1434,12 @@ impl Partition {
         if !config.cleanup_policy.deletes() {
             return Ok(0);
         }
+        // No roll's flush runs while segments are deleted (it would write the index
+        // files of a deleted one).
+        let _flushing = self
+            .flush_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut st = self.lock()?;
         let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
         let mut deleted = 0;
@@ -1362,6 +1455,11 @@ impl Partition {
                 break;
             }
             oldest.delete()?;
+            let base = oldest.base_offset;
+            for f in &mut st.rolled {
+                f.forget_segment(base);
+            }
+            let oldest = &st.segments[0];
             total -= oldest.size;
             info!(
                 topic = %self.topic,
@@ -1446,6 +1544,11 @@ impl Partition {
         interrupt: bool,
     ) -> Result<bool> {
         let cleaned = crate::segment::cleaned_path(&self.dir, new.base_offset);
+        // No roll's flush runs meanwhile (it would write the original's index files).
+        let _flushing = self
+            .flush_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut st = self.lock()?;
         let last = st.segments.len().saturating_sub(1);
         let Some(i) = st.segments[..last]
@@ -1461,6 +1564,9 @@ impl Partition {
             st.segments[i].future_hold_reported,
         );
         st.segments[i].remove_index_files();
+        for f in &mut st.rolled {
+            f.forget_segment(new.base_offset);
+        }
         let path = self
             .dir
             .join(crate::segment::segment_stem(new.base_offset) + ".log");
@@ -1488,6 +1594,10 @@ impl Partition {
 
     /// Flushes and writes the active segment's indexes; no use is possible after.
     pub(crate) fn close(&self) -> Result<()> {
+        let _flushing = self
+            .flush_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let Ok(mut st) = self.state.lock() else {
             return Ok(());
         };
@@ -1495,6 +1605,10 @@ impl Partition {
             return Ok(());
         }
         st.closed = true;
+        for f in std::mem::take(&mut st.rolled) {
+            f.run()?;
+            self.rolls_unflushed.fetch_sub(1, Ordering::SeqCst);
+        }
         if let Some(active) = st.segments.last() {
             active.sync()?;
             active.write_indexes(true)?;

@@ -1,26 +1,44 @@
 //! The `interval` fsync policy: appends never fsync, the maintenance's fsync runs
-//! without the partition's lock and loses no unsynced append ([`crate::flush`]).
+//! without the partition's lock and loses no unsynced append; a roll's flush runs
+//! without the lock too, and a crash before it is recovered ([`crate::flush`]).
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
 
 use brook_core::time::{Clock as _, ManualClock};
 
-use super::Partition;
+use super::{Partition, ReadLimit};
 use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::record::ProducerRecord;
 
 fn open(dir: &std::path::Path, clock: &ManualClock) -> Partition {
-    let config = Arc::new(ConfigCell::new(TopicConfig::default()));
+    open_with(dir, clock, FsyncPolicy::Interval(1_000), false)
+}
+
+/// Segments roll after every batch of [`append`]: each is larger than half of this.
+const SEGMENT_BYTES: u64 = 100;
+
+fn open_with(
+    dir: &std::path::Path,
+    clock: &ManualClock,
+    fsync: FsyncPolicy,
+    recover: bool,
+) -> Partition {
+    let config = Arc::new(ConfigCell::new(TopicConfig {
+        segment_bytes: SEGMENT_BYTES,
+        ..TopicConfig::default()
+    }));
     let opened = Partition::open(
         Arc::from("t"),
         0,
         dir.join("0"),
         config,
-        FsyncPolicy::Interval(1_000),
+        fsync,
         clock.shared(),
-        false,
+        recover,
     );
-    opened.expect("open a partition in a fresh directory")
+    opened.expect("open a partition")
 }
 
 fn unsynced(p: &Partition) -> bool {
@@ -28,7 +46,113 @@ fn unsynced(p: &Partition) -> bool {
 }
 
 fn append(p: &Partition) {
-    p.append(&[ProducerRecord::new("v")]).expect("append");
+    p.append(&[ProducerRecord::new(vec![b'v'; 40])])
+        .expect("append");
+}
+
+fn values(p: &Partition) -> usize {
+    p.read(0, ReadLimit::records(100)).expect("read").len()
+}
+
+fn index_file(dir: &std::path::Path, base: u64) -> std::path::PathBuf {
+    dir.join("0")
+        .join(crate::segment::segment_stem(base) + ".timeindex")
+}
+
+/// A roll's flush (the closed segment's fsync and index files) runs without the
+/// partition's lock: while it is held in its hook, reads go on under either policy,
+/// and appends under `interval` (under `always` an append waits for the flush before
+/// it is acknowledged, but not for the lock). Before, the roll ran it under the lock,
+/// so the reader waited for the fsync and every produce request behind it too.
+#[test]
+fn a_roll_flushes_the_closed_segment_without_holding_the_partition() {
+    for policy in [FsyncPolicy::Interval(1_000), FsyncPolicy::Always] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::new(10_000);
+        let p = Arc::new(open_with(dir.path(), &clock, policy, false));
+        append(&p);
+        let (entered, in_flush) = mpsc::channel::<()>();
+        let (release, held) = mpsc::channel::<()>();
+        let held = Mutex::new(held);
+        *p.roll_flush_hook.0.lock().expect("hook") = Some(Box::new(move || {
+            let _ = entered.send(());
+            let _ = held.lock().expect("held").recv();
+        }));
+        let roller = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                // Rolls, and runs the flush (the append itself under `always`).
+                append(&p);
+                p.flush_rolled().expect("flush the roll");
+            })
+        };
+        in_flush
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the roll's flush started");
+        let (done, finished) = mpsc::channel();
+        let other = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                let read = values(&p);
+                if policy != FsyncPolicy::Always {
+                    append(&p);
+                }
+                let _ = done.send(read);
+            })
+        };
+        let read = finished.recv_timeout(Duration::from_secs(10));
+        release.send(()).expect("release the flush");
+        // Later flushes (the other thread's roll) pass the hook.
+        drop(release);
+        roller.join().expect("roller");
+        other.join().expect("reader");
+        assert_eq!(
+            read,
+            Ok(2),
+            "{policy}: the reader waited for the roll's flush"
+        );
+        assert!(
+            index_file(dir.path(), 0).exists(),
+            "{policy}: the flush wrote the indexes"
+        );
+    }
+}
+
+/// A machine crash before a roll's flush may leave the closed segment torn and without
+/// index files: an unclean open cuts it at the tear, as it cuts the active segment,
+/// and drops the segments after it (their records came after the lost ones).
+#[test]
+fn an_unclean_open_cuts_a_closed_segment_torn_before_its_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(10_000);
+    let p = open(dir.path(), &clock);
+    append(&p);
+    append(&p);
+    append(&p);
+    // Three segments, the first two closed and not yet flushed; the crash image: the
+    // second segment lost its last bytes.
+    assert!(!index_file(dir.path(), 1).exists());
+    drop(p);
+    let second = dir
+        .path()
+        .join("0")
+        .join(crate::segment::segment_stem(1) + ".log");
+    let len = std::fs::metadata(&second).expect("segment").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .and_then(|f| f.set_len(len - 3))
+        .expect("tear the segment");
+    let p = open_with(dir.path(), &clock, FsyncPolicy::Interval(1_000), true);
+    assert_eq!(p.log_end_offset(), 1, "cut at the torn batch");
+    assert_eq!(values(&p), 1);
+    let third = dir
+        .path()
+        .join("0")
+        .join(crate::segment::segment_stem(2) + ".log");
+    assert!(!third.exists(), "the segment after the tear is dropped");
+    append(&p);
+    assert_eq!(values(&p), 2);
 }
 
 #[test]

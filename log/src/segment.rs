@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use tracing::warn;
 
 use crate::error::{IoContext, LogError, Result};
-use crate::flush::DueSync;
+use crate::flush::{ClosedSegment, DueSync};
 use crate::format::{self, BatchHeader, EncodedBatch, FormatError, MIN_BATCH_LEN};
 
 /// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
@@ -153,6 +153,8 @@ pub(crate) struct Segment {
     pub(crate) last_write_ms: i64,
     /// Whether that was already reported (once per segment and process).
     pub(crate) future_hold_reported: bool,
+    /// Whether opening it cut a torn or corrupt tail away ([`Segment::open`]).
+    pub(crate) tail_truncated: bool,
     file: Arc<File>,
     path: PathBuf,
     index_path: PathBuf,
@@ -161,6 +163,28 @@ pub(crate) struct Segment {
     time_index: Vec<TimeEntry>,
     bytes_since_index: u64,
     index_interval: u64,
+}
+
+/// Writes index files (paths and bytes), optionally fsyncing each.
+pub(crate) fn write_index_files(files: &[(PathBuf, Vec<u8>)], sync: bool) -> Result<()> {
+    for (path, bytes) in files {
+        fs::write(path, bytes).ctx("write", path)?;
+        if sync {
+            File::open(path)
+                .and_then(|f| f.sync_all())
+                .ctx("fsync", path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the files of the segment at `base_offset` (data and indexes).
+pub(crate) fn remove_files(dir: &Path, base_offset: u64) -> Result<()> {
+    let (path, index_path, time_index_path) = Segment::paths(dir, base_offset);
+    fs::remove_file(&path).ctx("remove", &path)?;
+    let _ = fs::remove_file(&index_path);
+    let _ = fs::remove_file(&time_index_path);
+    Ok(())
 }
 
 /// What a reader needs of a segment, taken under the partition lock and used without it.
@@ -214,6 +238,7 @@ impl Segment {
             first_batch_timestamp: None,
             last_write_ms: now_ms,
             future_hold_reported: false,
+            tail_truncated: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -227,11 +252,15 @@ impl Segment {
 
     /// Opens an existing segment.
     ///
-    /// With `recover`, the data is scanned and checked batch by batch; if `is_last`, a
-    /// torn or corrupt final batch is truncated away (with a warning), otherwise any bad
-    /// batch is [`LogError::Corrupt`]. Without `recover`, the index files are trusted if
-    /// they match the data file, else the segment is scanned as well. A closed segment
-    /// (not `is_last`) may have gaps left by compaction; the active one never has.
+    /// `recover`: the last shutdown was unclean. Then the active segment (`is_last`) is
+    /// scanned and checked batch by batch, and a torn or corrupt final batch is
+    /// truncated away (with a warning, [`Segment::tail_truncated`]). A closed segment's
+    /// index files are trusted if they match the data file, else it is scanned as
+    /// well; after an unclean shutdown such a scan truncates a torn tail too (its
+    /// roll's flush, which fsyncs the data before writing the index files, had not run:
+    /// [`crate::flush::RollFlush`]), and otherwise any bad batch is
+    /// [`LogError::Corrupt`]. A closed segment may have gaps left by compaction; the
+    /// active one never has.
     pub(crate) fn open(
         dir: &Path,
         base_offset: u64,
@@ -262,6 +291,7 @@ impl Segment {
             first_batch_timestamp: None,
             last_write_ms: modified_ms,
             future_hold_reported: false,
+            tail_truncated: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -271,8 +301,8 @@ impl Segment {
             bytes_since_index: 0,
             index_interval,
         };
-        if recover || size == 0 || !seg.load_indexes()? {
-            seg.scan(is_last)?;
+        if (recover && is_last) || size == 0 || !seg.load_indexes()? {
+            seg.tail_truncated = seg.scan(!is_last, is_last || recover)?;
         } else if is_last {
             // The index files do not hold it; only the active segment needs it.
             seg.first_batch_timestamp = seg.read_first_batch_timestamp();
@@ -311,6 +341,7 @@ impl Segment {
             first_batch_timestamp: None,
             last_write_ms: now_ms,
             future_hold_reported: false,
+            tail_truncated: false,
             file: Arc::new(file),
             path: cleaned,
             index_path,
@@ -320,7 +351,7 @@ impl Segment {
             bytes_since_index: 0,
             index_interval,
         };
-        seg.scan(false)?;
+        seg.scan(true, false)?;
         seg.path = path;
         seg.next_offset = seg.next_offset.max(next_offset);
         Ok(seg)
@@ -407,7 +438,10 @@ impl Segment {
     }
 
     /// Reads every batch, checking CRCs and offset continuity, and rebuilds the indexes.
-    fn scan(&mut self, is_last: bool) -> Result<()> {
+    /// `gaps`: offsets may jump forward between batches (compaction's, in closed
+    /// segments). `truncate`: a torn or corrupt tail is cut away (returns `true` then)
+    /// rather than [`LogError::Corrupt`].
+    fn scan(&mut self, gaps: bool, truncate: bool) -> Result<bool> {
         self.index.clear();
         self.time_index.clear();
         self.next_offset = self.base_offset;
@@ -423,7 +457,7 @@ impl Segment {
                 // Compaction leaves gaps in closed segments, never in the active one.
                 Ok(h)
                     if h.base_offset == self.next_offset
-                        || (!is_last && h.base_offset > self.next_offset) =>
+                        || (gaps && h.base_offset > self.next_offset) =>
                 {
                     self.note_batch(pos, &h);
                     pos += h.total_len() as u64;
@@ -439,8 +473,8 @@ impl Segment {
                 Err((e, ends_at_eof)) => (e.to_string(), ends_at_eof),
             };
             let (reason, is_tail) = bad;
-            let is_tail = is_tail || (is_last && self.zeros_from(pos, file_len)?);
-            if is_last && is_tail {
+            let is_tail = is_tail || (truncate && self.zeros_from(pos, file_len)?);
+            if truncate && is_tail {
                 warn!(
                     path = %self.path.display(),
                     position = pos,
@@ -450,7 +484,8 @@ impl Segment {
                 );
                 self.file.set_len(pos).ctx("truncate", &self.path)?;
                 self.file.sync_all().ctx("fsync", &self.path)?;
-                break;
+                self.size = pos;
+                return Ok(true);
             }
             return Err(LogError::Corrupt {
                 path: self.path.clone(),
@@ -459,7 +494,7 @@ impl Segment {
             });
         }
         self.size = pos;
-        Ok(())
+        Ok(false)
     }
 
     /// Whether every byte from `pos` to `end` is zero, as when the file system extended
@@ -622,6 +657,27 @@ impl Segment {
         if self.size == 0 {
             return Ok(());
         }
+        write_index_files(&self.index_files(), sync)
+    }
+
+    /// The flush of this segment once a roll has closed it, to run without the
+    /// partition's lock: its data's fsync, then its index files (their bytes taken
+    /// now, a copy of the in-memory indexes).
+    pub(crate) fn closed_flush(&self) -> ClosedSegment {
+        ClosedSegment {
+            base_offset: self.base_offset,
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            index_files: if self.size == 0 {
+                Vec::new()
+            } else {
+                self.index_files()
+            },
+        }
+    }
+
+    /// The index files' paths and bytes (with the footer entry).
+    fn index_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
         let mut idx = Vec::with_capacity(self.index.len() * INDEX_ENTRY);
         for e in &self.index {
             idx.extend_from_slice(&e.rel.to_le_bytes());
@@ -638,15 +694,10 @@ impl Segment {
             tidx.extend_from_slice(&e.rel.to_le_bytes());
             tidx.extend_from_slice(&e.pos.to_le_bytes());
         }
-        for (path, bytes) in [(&self.index_path, idx), (&self.time_index_path, tidx)] {
-            fs::write(path, &bytes).ctx("write", path)?;
-            if sync {
-                File::open(path)
-                    .and_then(|f| f.sync_all())
-                    .ctx("fsync", path)?;
-            }
-        }
-        Ok(())
+        vec![
+            (self.index_path.clone(), idx),
+            (self.time_index_path.clone(), tidx),
+        ]
     }
 
     /// Removes the segment's index files (used when a closed segment is reopened for

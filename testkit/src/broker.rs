@@ -10,7 +10,7 @@ use brook_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicRepl
 use brook_kafka::rdkafka::client::DefaultClientContext;
 use brook_kafka::rdkafka::ClientConfig;
 
-use crate::process::KillOnDrop;
+use crate::process::{wait_bounded, KillOnDrop};
 
 /// A `brook broker --listen 127.0.0.1:0` child on a data directory, killed (SIGKILL)
 /// and reaped when dropped.
@@ -126,6 +126,42 @@ pub fn kafka_python_command(target_tmpdir: &Path, manifest_dir: &Path, script: &
     cmd.arg(manifest_dir.join(script))
         .env("PYTHONPATH", python_path);
     cmd
+}
+
+/// Runs `cmd` (a client program, such as a [`kafka_python_command`]) to its end, at
+/// most 60 s, its output captured.
+///
+/// # Panics
+/// If it cannot start, fails or runs longer (a test failure), with its stdout and
+/// stderr; `what` names it.
+pub fn run_client_ok(mut cmd: Command, what: &str) {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let (ok, output) = match wait_bounded(child, Duration::from_secs(60)) {
+        Ok(o) => (o.status.success(), o),
+        Err(o) => (false, o),
+    };
+    assert!(
+        ok,
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// librdkafka's AdminClient for a test broker at `bootstrap`, and options for its
+/// requests: each fails after 10 s rather than being retried.
+///
+/// # Panics
+/// If the client cannot be created (a test failure).
+pub fn admin_client(bootstrap: &str) -> (AdminClient<DefaultClientContext>, AdminOptions) {
+    let admin = client_config(bootstrap).create().expect("admin client");
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    (admin, options)
 }
 
 /// librdkafka settings for a client of a test broker at `bootstrap` (`host:port`): it

@@ -5,6 +5,8 @@ pub mod binary;
 #[cfg(feature = "broker")]
 pub mod broker;
 pub mod child_lines;
+#[cfg(feature = "log")]
+pub mod consumed;
 pub mod files;
 #[cfg(feature = "log")]
 pub mod future_segment;
