@@ -10,7 +10,8 @@
 //! - [`log`]: the embedded, Kafka-like partitioned log with consumer groups;
 //! - [`spec`]: YAML job specs, as run by `brook run`;
 //! - [`runner`]: the runner service (`brook runner`), its clients, and the contract
-//!   with the job processes it supervises.
+//!   with the job processes it supervises;
+//! - [`ui`]: the web dashboard the runner serves at `/` (and `brook run --ui`).
 //!
 //! # Example
 //! ```
@@ -93,6 +94,7 @@ pub use brook_state as state;
 pub mod log_metrics;
 pub mod runner;
 pub mod spec;
+pub mod ui;
 
 /// The names a job written in Rust uses most.
 pub mod prelude {
