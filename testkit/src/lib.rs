@@ -4,10 +4,12 @@
 pub mod binary;
 #[cfg(feature = "broker")]
 pub mod broker;
+pub mod browser;
 pub mod child_lines;
 pub mod files;
 #[cfg(feature = "log")]
 pub mod future_segment;
+pub mod http;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "log")]
@@ -15,5 +17,6 @@ pub mod log_job;
 pub mod metrics;
 pub mod operator;
 pub mod process;
+pub mod runner;
 #[cfg(feature = "broker")]
 pub mod wire;
