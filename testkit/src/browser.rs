@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where Debian's `chromium` package installs the browser.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
@@ -25,13 +26,14 @@ pub fn dump_dom(url: &str, budget_ms: u64) -> String {
     let Some(bin) = chromium() else {
         panic!("{CHROMIUM} is missing: run scripts/setup.sh (it installs Debian's chromium)");
     };
+    // A fresh profile per call: the process id and a counter name it (no clock).
+    static CALLS: AtomicU64 = AtomicU64::new(0);
     let profile = std::env::temp_dir().join(format!(
         "brook-chromium-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
+        CALLS.fetch_add(1, Ordering::Relaxed)
     ));
+    let _ = std::fs::remove_dir_all(&profile);
     let out = Command::new(bin)
         .args([
             "--headless",
