@@ -33,6 +33,9 @@ if ! [ -e /usr/include/openssl/ssl.h ]; then
 fi
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+# Debian's headless Chromium for the dashboard's end-to-end test (tests/ui.rs; about a
+# minute to install on a fresh machine).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "brook setup: installing ${need_apt[*]} (apt-get)" >&2

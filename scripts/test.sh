@@ -16,6 +16,9 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo build --workspace --examples
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The dashboard in a real browser (Debian's chromium, from scripts/setup.sh) is
+# #[ignore]d where there is none: run it, and only it, explicitly.
+cargo test --workspace --test ui -- --ignored
 # The broker tests are #[ignore]d (they show as ignored where there is no broker):
 # run them, and only them, explicitly. `--ignored` runs only the ignored tests of these
 # targets, so none of the tests above runs twice. `--workspace`, not `-p`: the same

@@ -13,6 +13,7 @@
 //!   with the job processes it supervises;
 //! - [`verify`]: the decisions of `brook verify` (kill schedule, output comparison,
 //!   arrival-order rule).
+//! - [`ui`]: the web dashboard the runner serves at `/` (and `brook run --ui`).
 //!
 //! # Example
 //! ```
@@ -95,6 +96,7 @@ pub use brook_state as state;
 pub mod log_metrics;
 pub mod runner;
 pub mod spec;
+pub mod ui;
 pub mod verify;
 
 /// The names a job written in Rust uses most.

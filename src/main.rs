@@ -67,6 +67,8 @@ enum Command {
     Cancel(runner_cli::CancelArgs),
     /// Resume a canceled or failed job of the runner.
     Resume(runner_cli::ResumeArgs),
+    /// Print a one-time link that logs a browser into the runner's dashboard.
+    Ui(runner_cli::UiArgs),
 }
 
 /// Whether the error is a closed stdout, which ends the command quietly.
@@ -170,6 +172,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Job(args) => return runner_cli::job(args, &data_dir),
         Command::Cancel(args) => return runner_cli::cancel(args, &data_dir),
         Command::Resume(args) => return runner_cli::resume(args, &data_dir),
+        Command::Ui(args) => return runner_cli::ui(args, &data_dir),
         other => other,
     };
     // Only creating a topic makes a data directory: a command on a mistyped one fails
@@ -194,7 +197,8 @@ fn run(cli: Cli) -> Result<()> {
         | Command::Jobs(_)
         | Command::Job(_)
         | Command::Cancel(_)
-        | Command::Resume(_) => Ok(()),
+        | Command::Resume(_)
+        | Command::Ui(_) => Ok(()),
         Command::Topic(cmd) => topic_command(&log, cmd),
         Command::Produce(args) => produce(&log, args),
         Command::Consume(args) => {

@@ -330,6 +330,7 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
         format!("brook_job_up{{job=\"{id}\",name=\"windows\",state=\"RUNNING\"}} 1"),
         format!("brook_records_in_total{{job=\"{id}\",operator=\"per-second\"}}"),
         format!("brook_split_lag{{job=\"{id}\",operator=\"events\",split=\"events/0\"}}"),
+        format!("brook_split_watermark_ms{{job=\"{id}\",operator=\"events\",subtask=\"0\",split=\"events/0\",idle=\"false\"}}"),
         format!("brook_last_checkpoint_size_bytes{{job=\"{id}\"}}"),
     ] {
         assert!(metrics.contains(&series), "{series} in:\n{metrics}");
@@ -343,6 +344,21 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
         .expect("split events/0");
     assert!(split.offset.is_some() && split.lag.is_some(), "{split:?}");
     assert!(st.checkpoints.last_size_bytes.is_some_and(|b| b > 0));
+    // What the dashboard draws: the graph's edges, per-subtask figures and the
+    // checkpoint history (issue 19).
+    assert!(!st.edges.is_empty(), "{:?}", st.edges);
+    assert!(st
+        .operators
+        .iter()
+        .all(|o| o.subtasks.len() == o.parallelism as usize));
+    assert!(
+        st.checkpoints
+            .history
+            .iter()
+            .any(|c| c.error.is_none() && c.size_bytes.is_some_and(|b| b > 0)),
+        "{:?}",
+        st.checkpoints.history
+    );
 
     let out = run_brook_ok(&mut runner.cli(&["cancel", &id, "--savepoint", "--json"]));
     let d: JobDetail = serde_json::from_slice(&out.stdout).expect("cancel's JSON");

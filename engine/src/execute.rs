@@ -199,6 +199,18 @@ pub(crate) fn start(
         .zip(&par)
         .map(|(v, p)| metrics.register(&v.name, *p))
         .collect();
+    metrics.set_edges(
+        g.edges
+            .iter()
+            .zip(&plan.edges)
+            .map(|(e, ep)| crate::metrics::EdgeMetrics {
+                from: e.from,
+                to: e.to,
+                partitioner: ep.partitioner.to_string(),
+                chained: ep.chained,
+            })
+            .collect(),
+    );
     let cancelled = Arc::new(AtomicBool::new(false));
     let vertex_names: Vec<String> = g.vertices.iter().map(|v| v.name.clone()).collect();
     if let Some(r) = &g.config.restore {

@@ -2,6 +2,7 @@
 //! blocked on backpressure. Updated once per batch with relaxed atomics, readable while
 //! the job runs.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,6 +65,67 @@ pub struct CheckpointStats {
     pub last_size_bytes: AtomicU64,
     /// When the last checkpoint completed (ms since the epoch, by the job's clock).
     pub last_completed_ms: std::sync::atomic::AtomicI64,
+    /// The last [`CHECKPOINT_HISTORY`] checkpoints, completed or aborted, oldest
+    /// first (written once per checkpoint by the coordinator, never by a task).
+    history: Mutex<VecDeque<CheckpointRecord>>,
+}
+
+/// Checkpoints kept in [`CheckpointStats::history`] (Flink's web UI keeps 10 by
+/// default, `web.checkpoints.history`; a few more cost nothing here).
+pub const CHECKPOINT_HISTORY: usize = 50;
+
+/// One checkpoint in the history: completed, or aborted with its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    /// The checkpoint's id.
+    pub id: u64,
+    /// When it was triggered (ms since the epoch, by the job's clock); for an aborted
+    /// checkpoint, when it was aborted.
+    pub trigger_ms: i64,
+    /// From trigger to metadata written (ms); `None` when aborted.
+    pub duration_ms: Option<u64>,
+    /// Bytes of its task files (state shared with earlier checkpoints not counted);
+    /// `None` when aborted.
+    pub size_bytes: Option<u64>,
+    /// Why it was aborted; `None` when it completed.
+    pub error: Option<String>,
+}
+
+impl CheckpointStats {
+    /// Adds a checkpoint to the history, dropping the oldest beyond
+    /// [`CHECKPOINT_HISTORY`].
+    pub fn record(&self, r: CheckpointRecord) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if h.len() == CHECKPOINT_HISTORY {
+            h.pop_front();
+        }
+        h.push_back(r);
+    }
+
+    /// The history, oldest first.
+    pub fn history(&self) -> Vec<CheckpointRecord> {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// An edge of the running job's graph, as planned: which vertices it links (indexes
+/// into [`JobMetrics::vertices`]), how records cross it, and whether its two vertices
+/// run chained in one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeMetrics {
+    /// The upstream vertex.
+    pub from: usize,
+    /// The downstream vertex.
+    pub to: usize,
+    /// `forward`, `rebalance`, `hash` or `broadcast`.
+    pub partitioner: String,
+    /// The two vertices run in one task (records handed over by a call).
+    pub chained: bool,
 }
 
 impl OperatorMetrics {
@@ -124,6 +186,7 @@ impl VertexMetrics {
 #[derive(Debug, Default, Clone)]
 pub struct JobMetrics {
     vertices: Arc<Mutex<Vec<VertexMetrics>>>,
+    edges: Arc<Mutex<Vec<EdgeMetrics>>>,
     checkpoints: Arc<CheckpointStats>,
 }
 
@@ -136,6 +199,15 @@ impl JobMetrics {
             subtasks: subtasks.clone(),
         });
         subtasks
+    }
+
+    pub(crate) fn set_edges(&self, edges: Vec<EdgeMetrics>) {
+        *self.edges.lock().unwrap_or_else(|e| e.into_inner()) = edges;
+    }
+
+    /// The job graph's edges (empty before the job starts).
+    pub fn edges(&self) -> Vec<EdgeMetrics> {
+        self.edges.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The job's checkpoint statistics (live).

@@ -40,6 +40,10 @@ pub(crate) struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics while the job runs.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
+    /// Serve the web dashboard of this job at http://ADDR/ (loopback only) while it
+    /// runs; a one-time login link is printed on stderr at the start.
+    #[arg(long, value_name = "ADDR")]
+    ui: Option<SocketAddr>,
     /// No progress bar and no summary.
     #[arg(long, short)]
     quiet: bool,
@@ -233,6 +237,9 @@ fn run_group(
     if args.metrics_addr.is_some() {
         anyhow::bail!("--metrics-addr: not available with assignment: group yet");
     }
+    if args.ui.is_some() {
+        anyhow::bail!("--ui: not available with assignment: group yet");
+    }
     let interval_ms = match checkpoint_interval(args, &valid.spec)? {
         Some(ms) if ms > 0 => ms,
         _ => anyhow::bail!(
@@ -405,6 +412,8 @@ pub(crate) fn run(
     };
     let name = valid.spec.name.clone();
     let config = checkpoint_config(&args, &valid.spec, data_dir, runner.as_ref())?;
+    let checkpoint_dir = config.checkpoint.as_ref().map(|c| c.dir.clone());
+    let restored_from = config.restore.as_ref().map(|r| r.path.clone());
     let built = spec::build_on(&valid, config, job_log)
         .with_context(|| format!("{}: cannot build the job", args.spec.display()))?;
     // Everything that can fail is done before the job starts writing anywhere.
@@ -425,6 +434,22 @@ pub(crate) fn run(
                 }
                 text
             })?)
+        }
+        None => None,
+    };
+    let _ui = match args.ui {
+        Some(addr) => {
+            let mut job = brook::ui::local::LocalJob::new(&name, metrics.clone());
+            job.parallelism = valid.spec.parallelism;
+            job.checkpoint_dir = checkpoint_dir.unwrap_or_default();
+            job.restored_from = restored_from;
+            let server = brook::ui::local::serve_local(addr, job).context("--ui")?;
+            // The one way in: a link that works once (its token is no API token).
+            eprintln!(
+                "dashboard of job {name}: open {} (the link works once)",
+                server.link
+            );
+            Some(server)
         }
         None => None,
     };

@@ -1,4 +1,5 @@
-//! `brook runner` and its clients: `brook submit`, `jobs`, `job`, `cancel`, `resume`.
+//! `brook runner` and its clients: `brook submit`, `jobs`, `job`, `cancel`, `resume`,
+//! `ui`.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -122,6 +123,15 @@ pub(crate) struct ResumeArgs {
     /// Resume from this savepoint (default: the job's newest savepoint or checkpoint).
     #[arg(long, value_name = "PATH")]
     from_savepoint: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Arguments of `brook ui`.
+#[derive(Debug, Args)]
+pub(crate) struct UiArgs {
+    /// Open this job's page after the login (default: the Jobs page).
+    job: Option<String>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -380,6 +390,18 @@ fn show_job(d: &JobDetail) -> Result<()> {
                     watermark(sp.watermark_ms)
                 );
             }
+            // Who holds the watermark back (brook::ui::holdback), as the dashboard.
+            for g in brook::ui::gates(st) {
+                for h in &g.held_by {
+                    outln!(
+                        "watermark of {} held back by {} {} ({})",
+                        g.operator,
+                        h.source,
+                        h.split,
+                        h.reason
+                    );
+                }
+            }
         }
         let c = &st.checkpoints;
         outln!(
@@ -433,6 +455,17 @@ pub(crate) fn job(args: JobArgs, data_dir: &Path) -> Result<()> {
         return print_json(&d);
     }
     show_job(&d)
+}
+
+/// `brook ui`: prints a one-time link into the runner's dashboard (it works once,
+/// within 5 minutes; the browser then holds a session cookie).
+pub(crate) fn ui(args: UiArgs, data_dir: &Path) -> Result<()> {
+    let link = rt()?.block_on(client(&args.client, data_dir).ui_link(args.job.as_deref()))?;
+    if args.client.json {
+        return print_json(&serde_json::json!({ "url": link }));
+    }
+    outln!("{link}");
+    Ok(())
 }
 
 /// `brook cancel`.

@@ -9,6 +9,10 @@
 //! | `POST /jobs/{id}/cancel` | [`CancelRequest`] | [`JobDetail`] |
 //! | `POST /jobs/{id}/resume` | [`ResumeRequest`] | [`JobDetail`] |
 //! | `GET /metrics` | | Prometheus text: the jobs' series (a `job` label); with `--broker-listen` the log's per-partition gauges (`topic`, `partition`: brook::log_metrics) |
+//! | `POST /ui/links` | [`LinkRequest`](crate::ui::LinkRequest) | [`LinkBody`](crate::ui::LinkBody): a one-time login link of the dashboard (`brook ui`) |
+//!
+//! The dashboard's pages and data (`/`, `/ui/...`: [`crate::ui`]) are served on the same
+//! address, with a session cookie instead of the token.
 //!
 //! Every request carries `Authorization: Bearer <token>`; POST bodies are sent with
 //! `Content-Type: application/json` (an empty body is `{}`'s defaults for cancel and

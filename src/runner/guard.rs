@@ -83,18 +83,17 @@ fn bearer(value: &str) -> Option<&str> {
 }
 
 /// Compares in time independent of where the texts differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Admits a request to the runner listening on `listen` with `token`, or says why not
-/// (see the [module docs](self)).
-pub(crate) fn admit(
-    method: &Method,
+/// Steps 1 and 2 of the [module docs](self): the `Host` names the runner listening on
+/// `listen`, and an `Origin`, if any, is the runner's own. The dashboard (crate::ui)
+/// admits its requests by these too.
+pub(crate) fn admit_origin(
     uri: &Uri,
     headers: &HeaderMap,
     listen: SocketAddr,
-    token: &str,
 ) -> Result<(), Refusal> {
     let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
     // HTTP/2 carries the host in the URI's authority instead.
@@ -119,10 +118,30 @@ pub(crate) fn admit(
             );
         }
     }
-    if !text(header::AUTHORIZATION)
+    Ok(())
+}
+
+/// Whether the request carries `Authorization: Bearer <token>` (step 3).
+pub(crate) fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
         .and_then(bearer)
         .is_some_and(|given| same(given.as_bytes(), token.as_bytes()))
-    {
+}
+
+/// Admits a request to the runner listening on `listen` with `token`, or says why not
+/// (see the [module docs](self)).
+pub(crate) fn admit(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    listen: SocketAddr,
+    token: &str,
+) -> Result<(), Refusal> {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    admit_origin(uri, headers, listen)?;
+    if !has_token(headers, token) {
         return refuse(
             StatusCode::UNAUTHORIZED,
             super::RunnerError::Unauthorized.to_string(),

@@ -21,12 +21,12 @@
 pub mod api;
 pub mod child;
 pub mod client;
-mod guard;
+pub(crate) mod guard;
 pub mod lock;
 mod service;
 pub mod status;
-mod supervisor;
-mod token;
+pub(crate) mod supervisor;
+pub(crate) mod token;
 
 use std::path::PathBuf;
 

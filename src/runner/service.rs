@@ -74,6 +74,8 @@ impl IntoResponse for RunnerError {
 #[derive(Debug, Clone)]
 struct AppState {
     supervisor: Arc<Supervisor>,
+    /// The dashboard at `/` (crate::ui), for `POST /ui/links`.
+    dashboard: Arc<crate::ui::Dashboard>,
     token: Arc<str>,
     /// The address the runner listens on (with the port it got), for the `Host` check.
     listen: SocketAddr,
@@ -106,6 +108,30 @@ fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> ApiResult<T> 
     }
     serde_json::from_slice(bytes)
         .map_err(|e| RunnerError::Invalid(format!("bad request body: {e}")))
+}
+
+/// `POST /ui/links` (`brook ui`): a one-time login link of the dashboard.
+async fn ui_link(State(app): State<AppState>, bytes: axum::body::Bytes) -> ApiResult<Response> {
+    let req: crate::ui::LinkRequest = body(&bytes)?;
+    if let Some(id) = &req.job {
+        // A link to a page that does not exist would only show an error.
+        app.supervisor.detail(id)?;
+    }
+    Ok(Json(app.dashboard.new_link(req.job.as_deref())?).into_response())
+}
+
+impl crate::ui::JobSource for Supervisor {
+    fn jobs(&self) -> Vec<super::api::JobDetail> {
+        self.list()
+            .iter()
+            .filter_map(|j| self.detail(&j.id).ok())
+            .collect()
+    }
+
+    fn job(&self, id: &str) -> Option<super::api::JobDetail> {
+        validate_job_id(id).ok()?;
+        self.detail(id).ok()
+    }
 }
 
 async fn submit(State(app): State<AppState>, bytes: axum::body::Bytes) -> ApiResult<Response> {
@@ -241,6 +267,32 @@ async fn metrics(State(app): State<AppState>) -> Response {
         }
         series(name, kind, help, rows);
     }
+    // The splits' watermarks, labelled `idle` as `brook run --metrics-addr` labels
+    // them: which split holds a window back, from /metrics alone.
+    let mut rows = Vec::new();
+    for (j, st) in &live {
+        for sp in &st.splits {
+            if let Some(w) = sp.watermark_ms {
+                rows.push((
+                    format!(
+                        "{},operator=\"{}\",subtask=\"{}\",split=\"{}\",idle=\"{}\"",
+                        job_label(&j.id),
+                        escape(&sp.operator),
+                        sp.subtask,
+                        escape(&sp.split),
+                        sp.idle
+                    ),
+                    w as f64,
+                ));
+            }
+        }
+    }
+    series(
+        "brook_split_watermark_ms",
+        "gauge",
+        "Watermark of a source split (ms)",
+        rows,
+    );
     type SplitGet = fn(&super::status::SplitStatus) -> Option<f64>;
     let splits: [(&str, &str, SplitGet); 2] = [
         (
@@ -374,9 +426,12 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
     };
     let supervisor = Supervisor::load(config.data_dir.clone(), config.exe.clone())?;
     supervisor.recover();
+    let token: Arc<str> = Arc::from(token);
+    let dashboard = crate::ui::Dashboard::new(supervisor.clone(), addr, Arc::clone(&token));
     let app = AppState {
         supervisor,
-        token: Arc::from(token),
+        dashboard: Arc::clone(&dashboard),
+        token,
         listen: addr,
         log: broker.as_ref().map(|(_, log)| log.clone()),
     };
@@ -386,8 +441,11 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/resume", post(resume))
         .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(app.clone(), guard))
-        .with_state(app);
+        .route("/ui/links", post(ui_link))
+        .route_layer(middleware::from_fn_with_state(app.clone(), guard))
+        .with_state(app)
+        // The dashboard has its own guard: the session cookie or the token.
+        .merge(dashboard.router());
     super::status::write_atomic(&root.join("address"), addr.to_string().as_bytes())?;
     eprintln!("brook runner listening on http://{addr}{told}");
     let api = async {

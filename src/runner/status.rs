@@ -39,6 +39,10 @@ pub struct JobStatus {
     pub operators: Vec<OperatorStatus>,
     /// Per source split (log partition, file).
     pub splits: Vec<SplitStatus>,
+    /// The job graph's edges between [`JobStatus::operators`] (by index), as planned;
+    /// empty in reports of older versions.
+    #[serde(default)]
+    pub edges: Vec<EdgeStatus>,
     /// Checkpoint statistics of this process (not of earlier attempts).
     pub checkpoints: CheckpointStatus,
     /// The outcome of a savepoint the runner asked for, if any.
@@ -68,6 +72,38 @@ pub struct OperatorStatus {
     pub busy_ms: u64,
     /// Records too late for their windows.
     pub late_records: u64,
+    /// The same figures per subtask, in subtask order (empty in reports of older
+    /// versions).
+    #[serde(default)]
+    pub subtasks: Vec<SubtaskStatus>,
+}
+
+/// One subtask of an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubtaskStatus {
+    /// Records received.
+    pub records_in: u64,
+    /// Records emitted.
+    pub records_out: u64,
+    /// Its watermark (ms), absent before the first.
+    pub watermark_ms: Option<i64>,
+    /// Time blocked sending downstream (ms).
+    pub backpressure_ms: u64,
+    /// Time spent processing (ms).
+    pub busy_ms: u64,
+}
+
+/// An edge of the job graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeStatus {
+    /// Index of the upstream operator in [`JobStatus::operators`].
+    pub from: usize,
+    /// Index of the downstream operator.
+    pub to: usize,
+    /// `forward`, `rebalance`, `hash` or `broadcast`.
+    pub partitioner: String,
+    /// Both operators run in one task (chained: no channel between them).
+    pub chained: bool,
 }
 
 /// Where a source subtask is in one split.
@@ -104,6 +140,26 @@ pub struct CheckpointStatus {
     pub last_size_bytes: Option<u64>,
     /// When it completed (ms since the epoch).
     pub last_completed_ms: Option<i64>,
+    /// The last checkpoints, completed or aborted, oldest first (at most
+    /// [`brook_engine::metrics::CHECKPOINT_HISTORY`]).
+    #[serde(default)]
+    pub history: Vec<CheckpointEntry>,
+}
+
+/// One checkpoint of [`CheckpointStatus::history`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointEntry {
+    /// Its id.
+    pub id: u64,
+    /// When it was triggered (ms since the epoch); for an aborted one, when it was
+    /// aborted.
+    pub trigger_ms: i64,
+    /// How long it took (ms); absent when aborted.
+    pub duration_ms: Option<u64>,
+    /// Bytes of its task files; absent when aborted.
+    pub size_bytes: Option<u64>,
+    /// Why it was aborted; absent when it completed.
+    pub error: Option<String>,
 }
 
 /// The result of a savepoint.
@@ -144,6 +200,18 @@ impl JobStatus {
                 backpressure_ms: t.backpressure_ms,
                 busy_ms: t.busy_ms,
                 late_records: t.late_records,
+                subtasks: v
+                    .subtasks
+                    .iter()
+                    .map(|m| SubtaskStatus {
+                        records_in: m.records_in.load(Ordering::Relaxed),
+                        records_out: m.records_out.load(Ordering::Relaxed),
+                        watermark_ms: Some(m.watermark.load(Ordering::Relaxed))
+                            .filter(|w| *w != i64::MIN),
+                        backpressure_ms: m.backpressure_ns.load(Ordering::Relaxed) / 1_000_000,
+                        busy_ms: m.busy_ns.load(Ordering::Relaxed) / 1_000_000,
+                    })
+                    .collect(),
             });
             for (i, m) in v.subtasks.iter().enumerate() {
                 let sp = m.splits.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,7 +237,28 @@ impl JobStatus {
             last_duration_ms: (last_id > 0).then(|| c.last_duration_ms.load(Ordering::Relaxed)),
             last_size_bytes: (last_id > 0).then(|| c.last_size_bytes.load(Ordering::Relaxed)),
             last_completed_ms: (last_id > 0).then(|| c.last_completed_ms.load(Ordering::Relaxed)),
+            history: c
+                .history()
+                .into_iter()
+                .map(|r| CheckpointEntry {
+                    id: r.id,
+                    trigger_ms: r.trigger_ms,
+                    duration_ms: r.duration_ms,
+                    size_bytes: r.size_bytes,
+                    error: r.error,
+                })
+                .collect(),
         };
+        let edges = metrics
+            .edges()
+            .into_iter()
+            .map(|e| EdgeStatus {
+                from: e.from,
+                to: e.to,
+                partitioner: e.partitioner,
+                chained: e.chained,
+            })
+            .collect();
         JobStatus {
             job_id: job_id.to_string(),
             pid: std::process::id(),
@@ -177,6 +266,7 @@ impl JobStatus {
             state,
             operators,
             splits,
+            edges,
             checkpoints,
             savepoint: None,
             error: None,

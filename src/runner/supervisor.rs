@@ -91,7 +91,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunnerError + '_ {
 }
 
 /// Lowercase letters, digits and '-' of a name, for ids.
-fn id_stem(name: &str) -> String {
+pub(crate) fn id_stem(name: &str) -> String {
     let mut s: String = name
         .chars()
         .map(|c| {

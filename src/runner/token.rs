@@ -43,7 +43,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunnerError + '_ {
 }
 
 /// A new random token from the operating system's generator.
-fn generate() -> Result<String, RunnerError> {
+pub(crate) fn generate() -> Result<String, RunnerError> {
     let mut bytes = [0u8; TOKEN_BYTES];
     rand::rngs::OsRng
         .try_fill_bytes(&mut bytes)

@@ -4,12 +4,14 @@
 pub mod binary;
 #[cfg(feature = "broker")]
 pub mod broker;
+pub mod browser;
 pub mod child_lines;
 #[cfg(feature = "log")]
 pub mod consumed;
 pub mod files;
 #[cfg(feature = "log")]
 pub mod future_segment;
+pub mod http;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "log")]
@@ -17,5 +19,6 @@ pub mod log_job;
 pub mod metrics;
 pub mod operator;
 pub mod process;
+pub mod runner;
 #[cfg(feature = "broker")]
 pub mod wire;

@@ -18,7 +18,7 @@ use super::control::{Ack, CheckpointControl};
 use super::coordinator::{Action, CheckpointCoordinator, CoordinatorConfig, Event};
 use super::snapshot::FORMAT_VERSION;
 use super::storage::{checkpoint_dirs, remove_unreferenced_shared_files, write_metadata, Metadata};
-use crate::metrics::CheckpointStats;
+use crate::metrics::{CheckpointRecord, CheckpointStats};
 
 /// How often the shell looks at the clock and the control: a finished job is not kept
 /// waiting longer, and a savepoint or the final checkpoint starts within it.
@@ -155,6 +155,13 @@ impl CoordinatorThread {
                 stats
                     .last_completed_ms
                     .store(completed_ms, Ordering::Relaxed);
+                stats.record(CheckpointRecord {
+                    id,
+                    trigger_ms: completed_ms - ms,
+                    duration_ms: Some(u64::try_from(ms).unwrap_or(0)),
+                    size_bytes: Some(size_bytes),
+                    error: None,
+                });
                 info!(checkpoint = id, ms, "checkpoint complete");
             }
             Action::CleanUp { newest } => {
@@ -175,6 +182,13 @@ impl CoordinatorThread {
             } => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 let reason = reason.as_str();
+                self.stats.record(CheckpointRecord {
+                    id,
+                    trigger_ms: self.clock.now_ms(),
+                    duration_ms: None,
+                    size_bytes: None,
+                    error: Some(reason.to_string()),
+                });
                 if ending {
                     debug!(checkpoint = id, reason, "checkpoint aborted");
                 } else {

@@ -1,0 +1,298 @@
+//! The web dashboard: server-rendered pages with a small script that polls JSON about
+//! every second and draws the operator graph as SVG. Served by the runner at `/` on
+//! its HTTP address (all its jobs) and by `brook run --ui ADDR` (its one job). Every
+//! asset is inside the binary (`include_str!`): it works offline, without a CDN.
+//!
+//! | method and path | who | answer |
+//! |---|---|---|
+//! | `GET /ui/login?t=<link>` | anyone with a one-time link | 303 to the link's page, with the session cookie |
+//! | `GET /` | session or token | the Jobs page |
+//! | `GET /ui/jobs/{id}` | session or token | a job's page: graph, operators, watermarks, checkpoints, attempts |
+//! | `GET /ui/assets/{app.js,style.css}` | session or token | the script and the style sheet |
+//! | `GET /ui/api/jobs` | session or token | `[`[`JobDetail`]`]` |
+//! | `GET /ui/api/jobs/{id}` | session or token | [`JobView`] |
+//! | `POST /ui/links` | the runner's API token only | [`LinkBody`] (`brook ui`) |
+//!
+//! Security, as the runner's API (crate::runner::guard) plus a browser's login: every
+//! request's `Host` must name the server and an `Origin` must be its own (403
+//! otherwise; no CORS headers are ever sent); a page or data request needs the
+//! session cookie or `Authorization: Bearer <token>` (401 otherwise). A browser gets in
+//! through a one-time link ([`session`]): its token is exchanged once for a session id
+//! in an `HttpOnly; SameSite=Strict` cookie and the redirect drops it from the address
+//! bar; the API token is never in a URL, a page or a log (requests are logged by path,
+//! never by query). The dashboard only reads: it has no request that changes state,
+//! so it needs no CSRF token yet (the cancel/resume actions of a later step must carry
+//! one); the API's POSTs take the bearer token only, never the cookie. Pages send a
+//! Content-Security-Policy allowing the server's own script and style only.
+
+pub mod holdback;
+pub mod local;
+mod pages;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path as UrlPath, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::runner::api::{ErrorBody, JobDetail};
+use crate::runner::guard;
+use crate::runner::status::now_ms;
+use crate::runner::RunnerError;
+
+pub use holdback::{gates, Gate};
+pub use session::Sessions;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "brook_session";
+
+/// Where the dashboard's jobs come from: the runner's supervisor, or the one job of
+/// `brook run --ui`.
+pub trait JobSource: Send + Sync + 'static {
+    /// Every job, oldest first.
+    fn jobs(&self) -> Vec<JobDetail>;
+    /// One job; `None` when there is no such job.
+    fn job(&self, id: &str) -> Option<JobDetail>;
+}
+
+/// `GET /ui/api/jobs/{id}`: the job with the answer to "who holds the watermark back".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// The job, with its process's current report.
+    pub job: JobDetail,
+    /// Per operator downstream of a source, the splits holding its watermark back
+    /// (empty without a report).
+    pub gates: Vec<Gate>,
+    /// When this answer was made (ms since the epoch), for uptimes.
+    pub now_ms: i64,
+}
+
+/// `POST /ui/links`: a one-time login link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBody {
+    /// `/ui/login?t=<link token>`: open it once, on the server's address, within
+    /// [`session::LINK_TTL_MS`].
+    pub path: String,
+}
+
+/// `POST /ui/links`'s body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkRequest {
+    /// Open this job's page after the login (default: the Jobs page).
+    #[serde(default)]
+    pub job: Option<String>,
+}
+
+/// The dashboard of one server.
+pub struct Dashboard {
+    source: Arc<dyn JobSource>,
+    /// The server's address (with its port), for the `Host` check.
+    listen: SocketAddr,
+    /// The API token, also accepted instead of a session.
+    token: Arc<str>,
+    sessions: Mutex<Sessions>,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Dashboard")
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dashboard {
+    /// The dashboard of the server listening on `listen` whose API token is `token`.
+    pub fn new(source: Arc<dyn JobSource>, listen: SocketAddr, token: Arc<str>) -> Arc<Self> {
+        Arc::new(Dashboard {
+            source,
+            listen,
+            token,
+            sessions: Mutex::new(Sessions::default()),
+        })
+    }
+
+    /// A new one-time login link leading to `job`'s page (the Jobs page without one).
+    ///
+    /// # Errors
+    /// [`RunnerError::Invalid`] for a malformed job id or when the system has no
+    /// randomness to give.
+    pub fn new_link(&self, job: Option<&str>) -> Result<LinkBody, RunnerError> {
+        let target = match job {
+            Some(id) => {
+                crate::runner::api::validate_job_id(id)?;
+                format!("/ui/jobs/{id}")
+            }
+            None => "/".to_string(),
+        };
+        let token = crate::runner::token::generate()?;
+        let path = format!("/ui/login?t={token}");
+        self.sessions().add_link(token, target, now_ms());
+        Ok(LinkBody { path })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The routes of the dashboard (see the [module docs](self)), with their guards;
+    /// `POST /ui/links` is the caller's to route behind its API guard.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let guarded = Router::new()
+            .route("/", get(jobs_page))
+            .route("/ui/jobs/{id}", get(job_page))
+            .route("/ui/assets/{name}", get(asset))
+            .route("/ui/api/jobs", get(jobs_json))
+            .route("/ui/api/jobs/{id}", get(job_json))
+            .route_layer(middleware::from_fn_with_state(
+                Arc::clone(self),
+                session_guard,
+            ));
+        let login = Router::new().route("/ui/login", get(login)).route_layer(
+            middleware::from_fn_with_state(Arc::clone(self), origin_guard),
+        );
+        guarded.merge(login).with_state(Arc::clone(self))
+    }
+}
+
+fn refused(status: StatusCode, message: String) -> Response {
+    (status, Json(ErrorBody { error: message })).into_response()
+}
+
+/// The session id in a `Cookie` header, if any.
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(cookie::Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == COOKIE)
+        .map(|c| c.value().to_string())
+}
+
+/// `Host` and `Origin` as the API's, then the session cookie or the API token.
+async fn session_guard(State(d): State<Arc<Dashboard>>, req: Request, next: Next) -> Response {
+    if let Err(r) = guard::admit_origin(req.uri(), req.headers(), d.listen) {
+        tracing::warn!(path = %req.uri().path(), status = r.status.as_u16(), reason = %r.message, "dashboard request refused");
+        return refused(r.status, r.message);
+    }
+    let by_session =
+        session_cookie(req.headers()).is_some_and(|s| d.sessions().is_valid(&s, now_ms()));
+    if !by_session && !guard::has_token(req.headers(), &d.token) {
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "no session: open the link `brook ui` prints (a link works once)".into(),
+        );
+    }
+    with_page_headers(next.run(req).await)
+}
+
+/// `Host` and `Origin` only: the login's link token is its credential.
+async fn origin_guard(State(d): State<Arc<Dashboard>>, req: Request, next: Next) -> Response {
+    if let Err(r) = guard::admit_origin(req.uri(), req.headers(), d.listen) {
+        // The path only: the query holds the link token.
+        tracing::warn!(path = %req.uri().path(), status = r.status.as_u16(), reason = %r.message, "dashboard login refused");
+        return refused(r.status, r.message);
+    }
+    with_page_headers(next.run(req).await)
+}
+
+/// Headers of every dashboard answer: the server's own script and style only, no
+/// framing, no caching, no referrer (a page's address never leaves it).
+fn with_page_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    let set = |h: &mut HeaderMap, k: header::HeaderName, v: &'static str| {
+        h.insert(k, HeaderValue::from_static(v));
+    };
+    set(
+        h,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    );
+    set(h, header::CACHE_CONTROL, "no-store");
+    set(h, header::REFERRER_POLICY, "no-referrer");
+    set(h, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(h, header::X_FRAME_OPTIONS, "DENY");
+    r
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginQuery {
+    #[serde(default)]
+    t: String,
+}
+
+/// Exchanges a one-time link for a session cookie and redirects to the link's page.
+async fn login(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> Response {
+    let session = match crate::runner::token::generate() {
+        Ok(s) => s,
+        Err(e) => return refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let Some(target) = d.sessions().redeem(&q.t, session.clone(), now_ms()) else {
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "this login link is used or expired: run `brook ui` for a new one".into(),
+        );
+    };
+    let cookie = cookie::Cookie::build((COOKIE, session))
+        .path("/")
+        .http_only(true)
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::milliseconds(
+            session::SESSION_TTL_MS,
+        ))
+        .build();
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, target)]).into_response();
+    match HeaderValue::from_str(&cookie.to_string()) {
+        Ok(v) => {
+            r.headers_mut().insert(header::SET_COOKIE, v);
+            r
+        }
+        Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn jobs_page() -> Response {
+    pages::html(pages::jobs_page())
+}
+
+async fn job_page(State(d): State<Arc<Dashboard>>, UrlPath(id): UrlPath<String>) -> Response {
+    match d.source.job(&id) {
+        Some(job) => pages::html(pages::job_page(&job.summary.id, &job.summary.name)),
+        None => refused(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+async fn asset(UrlPath(name): UrlPath<String>) -> Response {
+    match pages::asset(&name) {
+        Some((mime, body)) => ([(header::CONTENT_TYPE, mime)], body).into_response(),
+        None => refused(StatusCode::NOT_FOUND, format!("no asset {name}")),
+    }
+}
+
+async fn jobs_json(State(d): State<Arc<Dashboard>>) -> Response {
+    Json(d.source.jobs()).into_response()
+}
+
+async fn job_json(State(d): State<Arc<Dashboard>>, UrlPath(id): UrlPath<String>) -> Response {
+    match d.source.job(&id) {
+        Some(job) => {
+            let gates = job.status.as_ref().map(gates).unwrap_or_default();
+            Json(JobView {
+                job,
+                gates,
+                now_ms: now_ms(),
+            })
+            .into_response()
+        }
+        None => refused(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}

@@ -1,0 +1,106 @@
+//! The dashboard's HTML pages and assets. A page is a shell rendered here (its title
+//! and the job it shows, escaped by `html-escape`); `assets/app.js` fills it from the
+//! JSON API and redraws it about every second. Nothing dynamic is ever written into a
+//! page unescaped, and the script builds the DOM with `textContent` and SVG elements,
+//! never with HTML strings.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
+
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// An asset by name: its content type and text.
+pub(super) fn asset(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "app.js" => Some(("text/javascript; charset=utf-8", APP_JS)),
+        "style.css" => Some(("text/css; charset=utf-8", STYLE_CSS)),
+        _ => None,
+    }
+}
+
+/// An HTML answer.
+pub(super) fn html(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+/// The frame of every page: `page` and `job` tell the script what to show.
+fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · brook</title>
+<link rel="stylesheet" href="/ui/assets/style.css">
+</head>
+<body data-page="{page}" data-job="{job}">
+<header><a href="/" class="brand">brook</a><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
+<main>
+{main}
+</main>
+<script src="/ui/assets/app.js"></script>
+</body>
+</html>
+"#,
+        title = text(title),
+        page = attr(page),
+        job = attr(job),
+    )
+}
+
+/// The Jobs page.
+pub(super) fn jobs_page() -> String {
+    frame(
+        "Jobs",
+        "jobs",
+        "",
+        r#"<section><h2>Jobs</h2>
+<table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>uptime</th><th>attempts</th><th>records in/s (sources)</th><th>last failure</th></tr></thead><tbody></tbody></table>
+<p id="empty" class="note" hidden>No jobs yet: <code>brook submit job.yaml</code>.</p>
+</section>"#,
+    )
+}
+
+/// A job's page.
+pub(super) fn job_page(id: &str, name: &str) -> String {
+    frame(
+        &format!("{name} ({id})"),
+        "job",
+        id,
+        r#"<section id="summary"></section>
+<section><h2>Operator graph</h2>
+<p class="note">One box per task (chained operators run in one task); per operator: parallelism, records in and out per second, busy and backpressured time per subtask.</p>
+<svg id="graph" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="operator graph"></svg></section>
+<section><h2>Operators and subtasks</h2>
+<table id="operators"><thead><tr><th>operator</th><th>subtask</th><th>records in</th><th>records out</th><th>in/s</th><th>out/s</th><th>busy</th><th>backpressured</th><th>watermark</th><th>skew</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Watermarks</h2>
+<h3>Who holds the watermark back</h3>
+<table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>why</th></tr></thead><tbody></tbody></table>
+<h3>Source splits</h3>
+<table id="splits"><thead><tr><th>source</th><th>subtask</th><th>split</th><th>watermark</th><th>behind the newest split</th><th>idle</th><th>offset</th><th>lag (records)</th></tr></thead><tbody></tbody></table>
+<h3>Operators</h3>
+<table id="watermarks"><thead><tr><th>operator</th><th>watermark</th><th>late records</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Checkpoints</h2>
+<p id="cp-summary" class="note"></p>
+<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>status</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Attempts</h2>
+<table id="attempts"><thead><tr><th>#</th><th>started</th><th>ended</th><th>outcome</th><th>restored from</th><th>end of stderr</th></tr></thead><tbody></tbody></table></section>"#,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_escaped_in_the_page() {
+        let page = job_page("a-1", "<script>x</script>\"");
+        assert!(!page.contains("<script>x"), "{page}");
+        assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"), "{page}");
+        let framed = frame("t", "job", "\"><img src=x>", "");
+        assert!(!framed.contains("\"><img"), "{framed}");
+    }
+}
