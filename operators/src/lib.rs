@@ -7,8 +7,9 @@
 //! - [`window`]: windows as Flink's `WindowOperator`: assigners (tumbling, sliding,
 //!   session; event or processing time), triggers, incremental aggregates and process
 //!   window functions, allowed lateness and late records for a side output.
-//! - [`row`]: operators on dynamic JSON rows with CEL expressions (filter, map,
-//!   select), used by YAML job specs.
+//! - [`row`]: dynamic JSON rows, the records of YAML job specs (keys, joined rows).
+//! - [`row_sql`]: their `filter`, `map` and `select` steps: SQL expressions (brook-sql,
+//!   DataFusion's dialect) evaluated over each batch of rows as Arrow columns.
 //! - [`row_time`]: event time read from a row field (epoch ms or s, RFC 3339, or a
 //!   strftime pattern in an IANA time zone).
 //! - [`row_aggregate`]: named aggregates over row fields (`count()`, `sum(price)`, ...)
@@ -34,5 +35,6 @@ pub mod join;
 pub mod process;
 pub mod row;
 pub mod row_aggregate;
+pub mod row_sql;
 pub mod row_time;
 pub mod window;

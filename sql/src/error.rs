@@ -95,3 +95,29 @@ pub enum EvalError {
         planned: String,
     },
 }
+
+impl PlanError {
+    /// Where the expression is (`filter`, `map.dollars`): the spec layer puts the step in
+    /// front of it.
+    pub fn at(&self) -> &str {
+        match self {
+            PlanError::Syntax { at, .. }
+            | PlanError::UnknownColumn { at, .. }
+            | PlanError::TypeMismatch { at, .. }
+            | PlanError::NotBool { at, .. }
+            | PlanError::Invalid { at, .. }
+            | PlanError::Fields { at, .. } => at,
+        }
+    }
+
+    /// The message without its place (what follows `at: `).
+    pub fn reason(&self) -> String {
+        let text = self.to_string();
+        // Every message is `{at}: {reason}`.
+        let prefix = format!("{}: ", self.at());
+        match text.strip_prefix(&prefix) {
+            Some(rest) => rest.to_string(),
+            None => text.clone(),
+        }
+    }
+}

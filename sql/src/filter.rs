@@ -2,7 +2,7 @@
 //! condition drops the row, as SQL's `WHERE` does (Flink SQL, DataFusion).
 
 use arrow_array::cast::AsArray;
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::compile::{Compiled, Compiler};
@@ -43,19 +43,28 @@ impl Filter {
         &self.schema
     }
 
+    /// The condition on every row of `batch`: a row passes where the mask is true (not
+    /// where it is false or null).
+    ///
+    /// # Errors
+    /// As [`Filter::apply`].
+    pub fn mask(&self, batch: &RecordBatch) -> Result<BooleanArray, EvalError> {
+        crate::projection::check_schema("filter", &self.schema, batch)?;
+        let mask = self.condition.evaluate(batch)?;
+        Ok(match mask.data_type() {
+            DataType::Boolean => mask.as_boolean().clone(),
+            // `filter: "null"`: no row passes.
+            _ => BooleanArray::new_null(batch.num_rows()),
+        })
+    }
+
     /// The rows of `batch` for which the condition is true, in their order.
     ///
     /// # Errors
     /// [`EvalError`] if the condition fails on the batch, or the batch has another schema
     /// than the planned one.
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch, EvalError> {
-        crate::projection::check_schema("filter", &self.schema, batch)?;
-        let mask = self.condition.evaluate(batch)?;
-        let mask = match mask.data_type() {
-            DataType::Boolean => mask.as_boolean().clone(),
-            // `filter: "null"`: no row passes.
-            _ => arrow_array::BooleanArray::new_null(batch.num_rows()),
-        };
+        let mask = self.mask(batch)?;
         arrow_select::filter::filter_record_batch(batch, &mask)
             .map_err(|e| self.condition.eval_error(e.to_string()))
     }

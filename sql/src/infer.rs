@@ -36,6 +36,32 @@ pub fn infer_json(sample: &[u8], max_records: Option<usize>) -> Result<SchemaRef
     )
 }
 
+/// As [`infer_json`], but a field whose values a schema cannot hold (nested objects or
+/// arrays) is left out of the schema instead of failing, and named in the second value:
+/// for rows that keep such fields but whose expressions cannot read them (`brook run`'s
+/// row steps, issue 18 step 2).
+///
+/// # Errors
+/// As [`infer_json`], without `UnsupportedType`.
+pub fn infer_json_scalars(
+    sample: &[u8],
+    max_records: Option<usize>,
+) -> Result<(SchemaRef, Vec<String>), SchemaError> {
+    let (schema, _) = arrow_json::reader::infer_json_schema(Cursor::new(sample), max_records)
+        .map_err(|e| SchemaError::Sample(e.to_string()))?;
+    let mut left_out = Vec::new();
+    let fields = schema.fields().iter().filter(|f| {
+        let keep =
+            matches!(f.data_type(), DataType::Null) || FieldType::of(f.data_type()).is_some();
+        if !keep {
+            left_out.push(f.name().clone());
+        }
+        keep
+    });
+    let schema = narrow(fields.map(|f| (f.name().as_str(), f.data_type())))?;
+    Ok((schema, left_out))
+}
+
 /// Infers the schema of CSV records with a header line (the field names) from the first
 /// `max_records` records of `sample` (all if `None`).
 ///

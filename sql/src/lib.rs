@@ -1,13 +1,15 @@
 //! brook-sql: the records of declarative (YAML, later SQL) jobs as Arrow
 //! [`RecordBatch`](arrow_array::RecordBatch)es with a schema fixed when the job is
 //! planned, and their expressions as SQL expressions (DataFusion's dialect) evaluated
-//! over whole columns (issue 18, step 1: the layer itself; `brook run` does not use it
-//! yet).
+//! over whole columns (issue 18). `brook run` plans YAML jobs' `filter`, `map` and
+//! `select` with it and evaluates them over each batch of rows
+//! (`brook_operators::row_sql`); the rest of a YAML job still carries JSON rows.
 //!
 //! - [`schema`]: a schema declared in a spec (`schema: {item: string, price_cents:
 //!   int64}`); [`infer`]: one inferred from a sample of JSON or CSV records.
 //! - [`decode`]: JSON / CSV records into batches of that schema; a record that does not
 //!   fit is reported with its position and field (for `on_bad_record`).
+//! - [`values`]: a computed cell back as a JSON value, for rows.
 //! - [`Filter`] (`filter: "item = 'chocolate milk'"`) and [`Projection`] (`map:
 //!   {dollars: "price_cents / 100.0"}`, `select`): planned against the input schema, with
 //!   an unknown column or a type mismatch a [`PlanError`] naming the expression's place
@@ -108,6 +110,7 @@ pub mod filter;
 pub mod infer;
 pub mod projection;
 pub mod schema;
+pub mod values;
 
 mod compile;
 mod functions;

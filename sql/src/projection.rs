@@ -109,6 +109,27 @@ impl Projection {
         &self.output
     }
 
+    /// The names of the computed fields, in the order given.
+    pub fn field_names(&self) -> impl Iterator<Item = &str> + '_ {
+        // Each field was compiled at `<step>.<name>`.
+        self.fields.iter().map(|c| {
+            c.at.strip_prefix(self.step)
+                .and_then(|r| r.strip_prefix('.'))
+                .unwrap_or(c.at.as_str())
+        })
+    }
+
+    /// Only the computed fields' columns of `batch`, in the order given: for a caller
+    /// that keeps its own rows and adds the computed values to them (`brook run`'s row
+    /// steps, issue 18 step 2).
+    ///
+    /// # Errors
+    /// As [`Projection::apply`].
+    pub fn evaluate_fields(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, EvalError> {
+        check_schema(self.step, &self.input, batch)?;
+        self.fields.iter().map(|f| f.evaluate(batch)).collect()
+    }
+
     /// The output batch of `batch`: one row per input row.
     ///
     /// # Errors

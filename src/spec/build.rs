@@ -11,7 +11,8 @@ use brook_connectors::{
 };
 use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy, BadRecords, DeadLetterWriter};
 use brook_core::element::Batch;
-use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
+use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
+use brook_core::sink::{Sink, SinkWriter};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
@@ -19,8 +20,9 @@ use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
-use brook_operators::row::{join_rows, row_key, Row, RowFilter, RowMap, StoredRow};
+use brook_operators::row::{join_rows, row_key, Row, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
+use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
 use brook_operators::window::WindowResult;
 use serde_json::json;
@@ -115,6 +117,27 @@ impl Operator for CheckRows {
                 Err(reason) => self.bad.handle(&r.value.to_string(), &self.step, &reason)?,
             }
         }
+        Ok(())
+    }
+}
+
+/// The `blackhole` sink: drops every row (the engine counts them as written).
+#[derive(Debug, Clone, Copy)]
+struct Blackhole;
+
+impl Sink for Blackhole {
+    type In = Row;
+
+    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = Row>>> {
+        Ok(Box::new(Blackhole))
+    }
+}
+
+impl SinkWriter for Blackhole {
+    type In = Row;
+
+    fn write_batch(&mut self, batch: Batch<Row>) -> OpResult {
+        drop(batch);
         Ok(())
     }
 }
@@ -406,22 +429,10 @@ fn build_with(
         };
         let handler = bad(Some(step.policy));
         let out = match &step.op {
-            StepOp::Filter(e) => {
-                let e = e.clone();
+            StepOp::Sql(sql, planned) => {
+                let (sql, planned) = (sql.clone(), planned.clone());
                 Stream::Plain(transform(input, &step.name, move || {
-                    RowFilter::new(e.clone(), handler.clone())
-                }))
-            }
-            StepOp::Map(fields) => {
-                let fields = fields.clone();
-                Stream::Plain(transform(input, &step.name, move || {
-                    RowMap::map(fields.clone(), handler.clone())
-                }))
-            }
-            StepOp::Select(fields) => {
-                let fields = fields.clone();
-                Stream::Plain(transform(input, &step.name, move || {
-                    RowMap::select(fields.clone(), handler.clone())
+                    RowSql::new(sql.clone(), planned.clone(), handler.clone())
                 }))
             }
             StepOp::Join(j) => {
@@ -645,6 +656,7 @@ fn build_with(
             }
             // One writer, so printed lines never interleave.
             SinkSpec::Stdout { .. } => (stream.sink(StdoutSink::<Row>::new()), Some(1)),
+            SinkSpec::Blackhole { parallelism, .. } => (stream.sink(Blackhole), *parallelism),
             SinkSpec::Log {
                 topic,
                 key_field,

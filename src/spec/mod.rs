@@ -8,8 +8,8 @@
 //!     connector: file
 //!     path: examples/data/snack_sales.jsonl
 //! steps:
-//!   - filter: 'item == "chocolate milk"'
-//!   - map: { dollars: "double(price_cents) / 100.0" }
+//!   - filter: "item = 'chocolate milk'"
+//!   - map: { dollars: "price_cents / 100.0" }
 //!   - key_by: [student]
 //! sinks:
 //!   - name: out
@@ -17,8 +17,10 @@
 //! ```
 //!
 //! A step's input is the previous step (or the only source) unless `input` names one
-//! or more sources or steps (several = a union). Expressions are CEL, with the row's
-//! fields as variables. Every spec is checked before anything runs: unknown fields,
+//! or more sources or steps (several = a union). Expressions are SQL
+//! (DataFusion's dialect) over the row's fields, planned against the input's schema
+//! (`schema.rs`: declared, inferred from a file's first records, or derived from the
+//! steps before). Every spec is checked before anything runs: unknown fields,
 //! missing inputs, bad expressions, missing files and invalid names are errors that
 //! name the field, as `steps[1] (choc).filter: ...`.
 
@@ -26,16 +28,18 @@ mod build;
 mod http;
 mod lookup;
 mod overrides;
+mod schema;
 mod served;
 mod time;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
-use brook_operators::row::Expr;
+use brook_operators::row_sql::{PlannedSql, SqlStep};
 use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -191,6 +195,12 @@ pub enum SourceSpec {
         /// Bad-record policy for lines that do not parse.
         #[serde(default)]
         on_bad_record: Option<BadRecordPolicy>,
+        /// The rows' fields and types (`{item: string, price_cents: int64}`; types:
+        /// string, int64, float64, bool, timestamp), fixed when the job is planned.
+        /// Default: a file's is inferred from its first records; a log or Kafka topic's
+        /// is found when the job runs.
+        #[serde(default)]
+        schema: Option<IndexMap<String, String>>,
         /// Parallel readers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -220,6 +230,12 @@ pub enum SourceSpec {
         /// Bad-record policy for values that are not JSON objects.
         #[serde(default)]
         on_bad_record: Option<BadRecordPolicy>,
+        /// The rows' fields and types (`{item: string, price_cents: int64}`; types:
+        /// string, int64, float64, bool, timestamp), fixed when the job is planned.
+        /// Default: a file's is inferred from its first records; a log or Kafka topic's
+        /// is found when the job runs.
+        #[serde(default)]
+        schema: Option<IndexMap<String, String>>,
         /// Parallel readers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -269,6 +285,12 @@ pub enum SourceSpec {
         /// Bad-record policy for values that are not JSON objects.
         #[serde(default)]
         on_bad_record: Option<BadRecordPolicy>,
+        /// The rows' fields and types (`{item: string, price_cents: int64}`; types:
+        /// string, int64, float64, bool, timestamp), fixed when the job is planned.
+        /// Default: a file's is inferred from its first records; a log or Kafka topic's
+        /// is found when the job runs.
+        #[serde(default)]
+        schema: Option<IndexMap<String, String>>,
         /// Parallel readers.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -384,13 +406,13 @@ pub struct StepSpec {
     /// Policy for rows the step cannot evaluate.
     #[serde(default)]
     pub on_bad_record: Option<BadRecordPolicy>,
-    /// Keep rows for which this CEL expression is true.
+    /// Keep rows for which this SQL condition is true (not false or null).
     #[serde(default)]
     pub filter: Option<String>,
-    /// Add or replace fields: name -> CEL expression.
+    /// Add or replace fields: name -> SQL expression over the input row.
     #[serde(default)]
     pub map: Option<BTreeMap<String, String>>,
-    /// Keep only these fields: name -> CEL expression.
+    /// Keep only these fields: name -> SQL expression over the input row.
     #[serde(default)]
     pub select: Option<BTreeMap<String, String>>,
     /// Partition by these fields: each key's rows go to one subtask, in order.
@@ -646,6 +668,18 @@ pub enum SinkSpec {
         #[serde(default)]
         input: Option<String>,
     },
+    /// Discard every row (Flink's `blackhole` connector): to measure a job without
+    /// the cost of writing its output.
+    Blackhole {
+        /// Name.
+        name: String,
+        /// Input; default the last step (or the only source).
+        #[serde(default)]
+        input: Option<String>,
+        /// Parallel instances.
+        #[serde(default)]
+        parallelism: Option<u32>,
+    },
     /// Append rows as JSON to a topic of the embedded log.
     Log {
         /// Name.
@@ -705,6 +739,7 @@ impl SinkSpec {
         match self {
             SinkSpec::File { name, .. }
             | SinkSpec::Stdout { name, .. }
+            | SinkSpec::Blackhole { name, .. }
             | SinkSpec::Log { name, .. }
             | SinkSpec::Kafka { name, .. } => name,
         }
@@ -714,6 +749,7 @@ impl SinkSpec {
         match self {
             SinkSpec::File { input, .. }
             | SinkSpec::Stdout { input, .. }
+            | SinkSpec::Blackhole { input, .. }
             | SinkSpec::Log { input, .. }
             | SinkSpec::Kafka { input, .. } => input.as_ref(),
         }
@@ -723,9 +759,9 @@ impl SinkSpec {
 /// What a validated step does.
 #[derive(Debug, Clone)]
 pub(crate) enum StepOp {
-    Filter(Expr),
-    Map(Vec<(String, Expr)>),
-    Select(Vec<(String, Expr)>),
+    /// `filter`, `map` or `select`, planned against its input schema when that is known
+    /// at plan time (else on its first batch).
+    Sql(SqlStep, Option<Arc<PlannedSql>>),
     KeyBy(Vec<String>),
     Union,
     Window(Box<WindowStep>),
@@ -1014,18 +1050,57 @@ fn check_parallelism(field: &str, p: Option<u32>) -> Result<(), SpecError> {
     }
 }
 
-fn compile(field: String, src: &str) -> Result<Expr, SpecError> {
-    Expr::compile(src)
-        .map_err(|e| SpecError::new(field, format!("invalid expression {src:?}: {e}")))
-}
-
-fn fields(field: &str, m: &BTreeMap<String, String>) -> Result<Vec<(String, Expr)>, SpecError> {
+fn sql_fields(
+    field: &str,
+    m: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, SpecError> {
     if m.is_empty() {
         return Err(SpecError::new(field, "needs at least one field"));
     }
-    m.iter()
-        .map(|(k, v)| Ok((k.clone(), compile(format!("{field}.{k}"), v)?)))
-        .collect()
+    Ok(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+/// Plans a `filter`/`map`/`select` against its input schema, if known; an error names
+/// the step and the expression's place (`steps[0] (milk).filter: unknown column ...`).
+fn plan_sql(
+    field: &str,
+    step: &SqlStep,
+    input: Option<&arrow_schema::SchemaRef>,
+) -> Result<Option<Arc<PlannedSql>>, SpecError> {
+    let Some(schema) = input else {
+        return Ok(None);
+    };
+    step.plan(schema)
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| SpecError::new(format!("{field}.{}", e.at()), e.reason()))
+}
+
+/// A key field the input does not have is a plan-time error.
+fn check_fields(
+    field: &str,
+    names: &[String],
+    schema: &arrow_schema::SchemaRef,
+) -> Result<(), SpecError> {
+    for n in names {
+        if schema.index_of(n).is_err() {
+            let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(SpecError::new(
+                field,
+                format!("unknown field `{n}` (fields: {})", columns.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The schema of several inputs merged by a union: theirs when all are known and the
+/// same, else unknown at plan time.
+fn union_schema(inputs: &[Option<arrow_schema::SchemaRef>]) -> Option<arrow_schema::SchemaRef> {
+    let first = inputs.first()?.as_ref()?;
+    inputs
+        .iter()
+        .all(|s| s.as_ref().is_some_and(|s| s.fields() == first.fields()))
+        .then(|| first.clone())
 }
 
 /// Checks a spec completely, before anything runs.
@@ -1062,6 +1137,8 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     });
     let mut names: HashSet<String> = HashSet::new();
     let mut source_time = Vec::with_capacity(spec.sources.len());
+    // The schema of each source's and step's rows, where known at plan time.
+    let mut schemas: HashMap<String, Option<arrow_schema::SchemaRef>> = HashMap::new();
     let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
     for (i, s) in spec.sources.iter().enumerate() {
         let field = format!("sources[{i}] ({})", s.name());
@@ -1071,6 +1148,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
             return Err(SpecError::new(format!("{field}.name"), "is used twice"));
         }
         source_time.push(source_event_time(&field, s)?);
+        schemas.insert(s.name().to_string(), schema::source_schema(&field, s)?);
         match s {
             SourceSpec::File {
                 path,
@@ -1282,11 +1360,14 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 late_output: s.late_output.clone(),
             }))
         } else if let Some(f) = &s.filter {
-            StepOp::Filter(compile(format!("{field}.filter"), f)?)
+            StepOp::Sql(SqlStep::Filter(f.clone()), None)
         } else if let Some(m) = &s.map {
-            StepOp::Map(fields(&format!("{field}.map"), m)?)
+            StepOp::Sql(SqlStep::Map(sql_fields(&format!("{field}.map"), m)?), None)
         } else if let Some(m) = &s.select {
-            StepOp::Select(fields(&format!("{field}.select"), m)?)
+            StepOp::Sql(
+                SqlStep::Select(sql_fields(&format!("{field}.select"), m)?),
+                None,
+            )
         } else if let Some(k) = &s.key_by {
             if k.is_empty() {
                 return Err(SpecError::new(
@@ -1338,6 +1419,40 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 ));
             }
         }
+        let input_schemas: Vec<Option<arrow_schema::SchemaRef>> = inputs
+            .iter()
+            .map(|i| schemas.get(i).cloned().flatten())
+            .collect();
+        let input_schema = union_schema(&input_schemas);
+        let (op, output_schema) = match op {
+            StepOp::Sql(step, _) => {
+                let planned = plan_sql(&field, &step, input_schema.as_ref())?;
+                let out = planned.as_ref().map(|p| p.output_schema().clone());
+                (StepOp::Sql(step, planned), out)
+            }
+            StepOp::KeyBy(keys) => {
+                if let Some(schema) = &input_schema {
+                    check_fields(&format!("{field}.key_by"), &keys, schema)?;
+                }
+                (StepOp::KeyBy(keys), input_schema)
+            }
+            StepOp::Union => (StepOp::Union, input_schema),
+            StepOp::Join(j) => {
+                // Every kind of join makes its rows with join_rows.
+                let out = match &input_schemas[..] {
+                    [Some(left), Some(right)] => {
+                        check_fields(&format!("{field}.join.on"), &j.on, left)?;
+                        check_fields(&format!("{field}.join.on"), &j.on, right)?;
+                        Some(schema::join_schema(left, right, &j.on, &j.right_prefix))
+                    }
+                    _ => None,
+                };
+                (StepOp::Join(j), out)
+            }
+            // Not derived yet (issue 18): planned downstream on the first batch.
+            other => (other, None),
+        };
+        schemas.insert(name.clone(), output_schema);
         let policy = s.on_bad_record.unwrap_or(default_policy);
         uses_dead_letter |= policy == BadRecordPolicy::DeadLetter;
         previous = Some(name.clone());
@@ -1415,6 +1530,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 connect_timeout_ms(connect_timeout, &format!("{field}.connect_timeout"))?;
             }
             SinkSpec::Stdout { .. } => {}
+            SinkSpec::Blackhole { parallelism, .. } => check_parallelism(&field, *parallelism)?,
         }
         sink_inputs.push(input);
     }

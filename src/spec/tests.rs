@@ -8,8 +8,8 @@ sources:
     path: examples/data/snack_sales.jsonl
 steps:
   - name: milk
-    filter: 'item == "chocolate milk"'
-  - map: { dollars: "double(price_cents) / 100.0" }
+    filter: "item = 'chocolate milk'"
+  - map: { dollars: "price_cents / 100.0" }
   - key_by: [student]
 sinks:
   - name: out
@@ -125,7 +125,7 @@ fn broken_specs_are_rejected_naming_the_field() {
         ),
         (
             "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value >'}\nsinks:\n  - {name: o, connector: stdout}\n",
-            "steps[0] (step-1).filter: invalid expression \"value >\"",
+            "steps[0] (step-1).filter: cannot parse `value >`",
         ),
         (
             "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'value > 1', map: {a: '1'}}\nsinks:\n  - {name: o, connector: stdout}\n",
@@ -193,11 +193,11 @@ fn broken_specs_are_rejected_naming_the_field() {
 fn set_overrides_by_name_and_index() {
     let mut doc: serde_norway::Value = serde_norway::from_str(GOOD).unwrap();
     apply_set(&mut doc, "parallelism=3").unwrap();
-    apply_set(&mut doc, "steps.milk.filter=item == \"pretzel\"").unwrap();
+    apply_set(&mut doc, "steps.milk.filter=item = 'pretzel'").unwrap();
     apply_set(&mut doc, "sinks.0.name=printed").unwrap();
     let spec: JobSpec = serde_norway::from_value(doc.clone()).unwrap();
     assert_eq!(spec.parallelism, Some(3));
-    assert_eq!(spec.steps[0].filter.as_deref(), Some("item == \"pretzel\""));
+    assert_eq!(spec.steps[0].filter.as_deref(), Some("item = 'pretzel'"));
     assert_eq!(spec.sinks[0].name(), "printed");
     let e = apply_set(&mut doc, "sources.nope.path=x")
         .unwrap_err()
@@ -502,6 +502,79 @@ fn a_join_step_takes_a_late_output() {
     assert!(
         e.to_string()
             .contains("steps[2] (step-3).late_output: is only allowed with window or join"),
+        "{e}"
+    );
+}
+
+/// Expressions are planned against their input's schema (a file's inferred from its
+/// first records, a generator's known fields, a declared one), so a mistake is found
+/// before anything runs, naming the step and the field (issue 18).
+#[test]
+fn sql_mistakes_are_plan_time_errors_naming_step_and_field() {
+    let table: &[(&str, &str)] = &[
+        (
+            "  - name: milk\n    filter: \"item = 'chocolate milk'\"\n  - map: { dollars: \"price / 100.0\" }\n  - key_by: [student]\n",
+            "steps[1] (step-2).map.dollars: unknown column `price` in `price / 100.0` (columns: ",
+        ),
+        (
+            "  - name: milk\n    filter: \"item * 2\"\n",
+            "steps[0] (milk).filter: type mismatch in `item * 2`",
+        ),
+        (
+            "  - name: milk\n    filter: \"price_cents + 1\"\n",
+            "steps[0] (milk).filter: `price_cents + 1` is of type Int64, a filter must be a bool",
+        ),
+        (
+            "  - select: { cents: price_cents }\n  - filter: \"item = 'x'\"\n",
+            "steps[1] (step-2).filter: unknown column `item` in `item = 'x'` (columns: cents)",
+        ),
+        (
+            "  - key_by: [studnet]\n",
+            "steps[0] (step-1).key_by: unknown field `studnet` (fields: ",
+        ),
+    ];
+    let head = GOOD.split("steps:\n").next().expect("GOOD has steps");
+    let tail = GOOD.split("sinks:\n").nth(1).expect("GOOD has sinks");
+    for (steps, expected) in table {
+        let yaml = format!("{head}steps:\n{steps}sinks:\n{tail}");
+        let err = check(&yaml).expect_err(steps).to_string();
+        assert!(
+            err.starts_with(expected),
+            "spec:\n{yaml}\nexpected: {expected}\ngot:      {err}"
+        );
+    }
+    // A generator's fields are known; a declared schema is used as written.
+    let generated = "name: x\nsources:\n  - {name: s, connector: generator, count: 5}\nsteps:\n  - {filter: 'valeu > 1'}\nsinks:\n  - {name: o, connector: stdout}\n";
+    assert_eq!(
+        check(generated).expect_err("typo").to_string(),
+        "steps[0] (step-1).filter: unknown column `valeu` in `valeu > 1` (columns: key, ts, value)"
+    );
+    let declared = "name: x\nsources:\n  - {name: s, connector: log, topic: t, schema: {n: int64}}\nsteps:\n  - {map: {half: 'n / 2.0', m: 'm'}}\nsinks:\n  - {name: o, connector: stdout}\n";
+    assert_eq!(
+        check(declared).expect_err("no m").to_string(),
+        "steps[0] (step-1).map.m: unknown column `m` in `m` (columns: n)"
+    );
+    // Without a schema a log source's steps are planned when the job runs.
+    check(&declared.replace(", schema: {n: int64}", "")).expect("planned later");
+}
+
+#[test]
+fn a_joins_fields_are_both_inputs_fields() {
+    let yaml = JOIN
+        .replace(
+            "    late_output: late\n",
+            "    late_output: late\n  - {name: both, input: paired, filter: \"item = b_item AND price_cents > 0\"}\n",
+        )
+        .replace("input: paired }", "input: both }");
+    let v = check(&yaml).expect("the join's rows have both sides' fields");
+    let StepOp::Sql(_, Some(p)) = &v.steps[1].op else {
+        panic!("not planned: {:?}", v.steps[1].op)
+    };
+    assert!(p.output_schema().index_of("b_ts").is_ok());
+    let e = check(&yaml.replace("b_item", "b_thing")).expect_err("no such field");
+    assert!(
+        e.to_string()
+            .starts_with("steps[1] (both).filter: unknown column `b_thing`"),
         "{e}"
     );
 }

@@ -1,0 +1,240 @@
+//! The schema of each source and step's rows, fixed when the spec is validated, so a
+//! `filter`, `map` or `select` is planned (and its mistakes found) before anything runs
+//! (issue 18, docs/semantics.md §5a).
+//!
+//! - A source's `schema: {field: type}` when declared; otherwise a file source's is
+//!   inferred from the first [`SAMPLE_RECORDS`] records of its (first) file, and a
+//!   generator's is its known fields `{key, ts, value}` (all `int64`).
+//! - Each step's output follows from its input: `filter`, `key_by`: the same; `map`,
+//!   `select`: brook-sql's projection; a union: its inputs' when they are all the same.
+//! - Unknown at plan time (`None`): a log or Kafka source without `schema:` (read only
+//!   when the job runs), and the output of `window`, `join`, `enrich` and
+//!   `async_enrich` steps (not derived yet). A `filter`/`map`/`select` on such an input is
+//!   planned on its first batch ([`brook_operators::row_sql`]).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use arrow_schema::SchemaRef;
+use brook_sql::schema::SchemaError;
+use indexmap::IndexMap;
+
+use super::{file_format, FileFormat, SourceSpec, SpecError};
+
+/// How many records of a file its schema is inferred from (as Flink's and DataFusion's
+/// default sample size for schema inference, 1000).
+pub(crate) const SAMPLE_RECORDS: usize = 1000;
+
+/// The schema of a source's rows, if known at plan time.
+///
+/// # Errors
+/// A declared schema with an unknown type or a repeated field; a file whose first
+/// records are not JSON / CSV.
+pub(crate) fn source_schema(field: &str, s: &SourceSpec) -> Result<Option<SchemaRef>, SpecError> {
+    if let Some(declared) = declared_fields(s) {
+        return declared_schema(field, declared).map(Some);
+    }
+    match s {
+        SourceSpec::File { path, format, .. } => {
+            let Some(file) = first_file(path) else {
+                return Ok(None);
+            };
+            let format = format
+                .or_else(|| file_format(&file))
+                .unwrap_or(FileFormat::Jsonl);
+            let sample = read_sample(&file).map_err(|e| {
+                SpecError::new(
+                    format!("{field}.path"),
+                    format!("cannot read {}: {e}", file.display()),
+                )
+            })?;
+            // Lines that are not JSON objects are the source's bad records, not
+            // part of the schema.
+            let sample = match format {
+                FileFormat::Jsonl => json_objects(&sample),
+                FileFormat::Csv => sample,
+            };
+            if sample.iter().all(u8::is_ascii_whitespace) {
+                // Nothing to infer from (a file still to be written, with `follow`).
+                return Ok(None);
+            }
+            let inferred = match format {
+                FileFormat::Jsonl => brook_sql::infer::infer_json_scalars(&sample, None)
+                    .map(|(schema, _nested)| schema),
+                FileFormat::Csv => brook_sql::infer::infer_csv(&sample, None),
+            };
+            inferred.map(Some).map_err(|e| {
+                SpecError::new(
+                    format!("{field}.schema"),
+                    format!(
+                        "cannot infer it from the first records of {}: {e}; declare it (`schema: {{field: type}}`)",
+                        file.display()
+                    ),
+                )
+            })
+        }
+        SourceSpec::Generator { .. } => {
+            brook_sql::schema::declared([("key", "int64"), ("ts", "int64"), ("value", "int64")])
+                .map(Some)
+                .map_err(|e| schema_error(field, &e))
+        }
+        SourceSpec::Log { .. } | SourceSpec::Kafka { .. } => Ok(None),
+    }
+}
+
+/// The schema of a join's rows ([`brook_operators::row::join_rows`]): the left's fields,
+/// then the right's except the key fields, a right field whose name the left has
+/// written as `right_prefix` + name; every field nullable (a left outer join's
+/// unmatched rows have no right fields).
+pub(crate) fn join_schema(
+    left: &SchemaRef,
+    right: &SchemaRef,
+    on: &[String],
+    right_prefix: &str,
+) -> SchemaRef {
+    let mut fields: Vec<arrow_schema::Field> = left
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    for f in right.fields() {
+        if on.contains(f.name()) {
+            continue;
+        }
+        let name = if left.index_of(f.name()).is_ok() {
+            format!("{right_prefix}{}", f.name())
+        } else {
+            f.name().clone()
+        };
+        // A prefixed name the left also has: the row keeps one value (the right's
+        // overwrites), so the schema keeps one field.
+        if let Some(i) = fields.iter().position(|g| g.name() == &name) {
+            fields[i] = arrow_schema::Field::new(name, f.data_type().clone(), true);
+        } else {
+            fields.push(arrow_schema::Field::new(name, f.data_type().clone(), true));
+        }
+    }
+    std::sync::Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// The lines of `sample` that are JSON objects.
+fn json_objects(sample: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sample.len());
+    for line in sample.split(|b| *b == b'\n') {
+        if serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line).is_ok() {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// The `schema:` a source declares.
+fn declared_fields(s: &SourceSpec) -> Option<&IndexMap<String, String>> {
+    match s {
+        SourceSpec::File { schema, .. }
+        | SourceSpec::Log { schema, .. }
+        | SourceSpec::Kafka { schema, .. } => schema.as_ref(),
+        SourceSpec::Generator { .. } => None,
+    }
+}
+
+fn declared_schema(field: &str, fields: &IndexMap<String, String>) -> Result<SchemaRef, SpecError> {
+    brook_sql::schema::declared(fields.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| schema_error(field, &e))
+}
+
+/// `sources[0] (s).schema.price: unknown type ...`: the schema error's own place
+/// (`schema.price`) after the source's.
+fn schema_error(field: &str, e: &SchemaError) -> SpecError {
+    let text = e.to_string();
+    match text.split_once(": ") {
+        Some((at, reason)) if at.starts_with("schema") && !at.contains(' ') => {
+            SpecError::new(format!("{field}.{at}"), reason)
+        }
+        _ => SpecError::new(format!("{field}.schema"), text),
+    }
+}
+
+/// The file a source reads first: the file itself, or the first file of a directory in
+/// name order (as the file source reads them).
+fn first_file(path: &Path) -> Option<PathBuf> {
+    if path.is_file() {
+        return Some(path.to_path_buf());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files.into_iter().next()
+}
+
+/// The first lines of `file` (gunzipped for `.gz`): a CSV header and [`SAMPLE_RECORDS`]
+/// records, or as many JSON lines.
+fn read_sample(file: &Path) -> std::io::Result<Vec<u8>> {
+    let f = File::open(file)?;
+    let gz = file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    let reader: Box<dyn Read> = if gz {
+        Box::new(flate2::read::MultiGzDecoder::new(f))
+    } else {
+        Box::new(f)
+    };
+    let mut reader = BufReader::new(reader);
+    let mut sample = Vec::new();
+    for _ in 0..=SAMPLE_RECORDS {
+        if reader.read_until(b'\n', &mut sample)? == 0 {
+            break;
+        }
+    }
+    Ok(sample)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn a_file_schema_is_inferred_from_its_first_records() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sales.jsonl");
+        let mut f = File::create(&path).expect("create");
+        writeln!(f, r#"{{"item": "milk", "price_cents": 250, "tags": [1]}}"#).expect("write");
+        writeln!(f, "not json").expect("write");
+        writeln!(f, r#"{{"item": "tea", "price_cents": 120.5}}"#).expect("write");
+        let spec = super::super::parse(&format!(
+            "name: x\nsources:\n  - {{name: s, connector: file, path: {}}}\nsinks:\n  - {{name: o, connector: stdout}}\n",
+            path.display()
+        ))
+        .expect("parses");
+        let schema = source_schema("sources[0] (s)", &spec.sources[0])
+            .expect("infers")
+            .expect("known");
+        let fields: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect();
+        // Nested fields are left out: an expression cannot read them.
+        assert_eq!(fields, ["item: Utf8", "price_cents: Float64"]);
+    }
+
+    #[test]
+    fn a_declared_schema_error_names_the_field() {
+        let spec = super::super::parse(
+            "name: x\nsources:\n  - {name: s, connector: log, topic: t, schema: {price: integer}}\nsinks:\n  - {name: o, connector: stdout}\n",
+        )
+        .expect("parses");
+        let err = source_schema("sources[0] (s)", &spec.sources[0]).expect_err("bad type");
+        assert_eq!(
+            err.to_string(),
+            "sources[0] (s).schema.price: unknown type `integer` (types: string, int64, float64, bool, timestamp)"
+        );
+    }
+}
