@@ -269,7 +269,7 @@ fn job(args: &VerifyArgs) -> Result<Job> {
                 "sinks[{i}] ({}): Kafka sinks cannot be verified yet (the runs would write to the Kafka topic)",
                 s.name()
             ),
-            SinkSpec::File { .. } | SinkSpec::Stdout { .. } => {}
+            SinkSpec::File { .. } | SinkSpec::Stdout { .. } | SinkSpec::Blackhole { .. } => {}
         }
     }
     for step in &spec.steps {
@@ -303,21 +303,23 @@ fn job(args: &VerifyArgs) -> Result<Job> {
     })
 }
 
-/// The sinks compared: (label, index in `sinks`).
+/// The sinks compared: (label, index in `sinks`). A blackhole sink keeps nothing to
+/// compare.
 fn checked_sinks(job: &Job) -> Vec<(String, usize)> {
     job.spec
         .sinks
         .iter()
         .enumerate()
-        .map(|(i, s)| {
+        .filter_map(|(i, s)| {
             let what = match s {
+                SinkSpec::Blackhole { .. } => return None,
                 SinkSpec::File { path, .. } => format!("file {}", path.display()),
                 SinkSpec::Log { topic, .. } => format!("log topic {topic}, read committed"),
                 SinkSpec::Stdout { .. } if job.stdout_as_is => "stdout, as printed".to_string(),
                 SinkSpec::Stdout { .. } => "stdout, through a file sink".to_string(),
                 SinkSpec::Kafka { topic, .. } => format!("Kafka topic {topic}"),
             };
-            (format!("{} ({what})", s.name()), i)
+            Some((format!("{} ({what})", s.name()), i))
         })
         .collect()
 }
@@ -380,7 +382,10 @@ fn redirects(job: &Job, run: &RunDir) -> Vec<String> {
                     quoted(&run.sink(i).join("rows.jsonl"))
                 ));
             }
-            SinkSpec::Stdout { .. } | SinkSpec::Log { .. } | SinkSpec::Kafka { .. } => {}
+            SinkSpec::Stdout { .. }
+            | SinkSpec::Log { .. }
+            | SinkSpec::Kafka { .. }
+            | SinkSpec::Blackhole { .. } => {}
         }
     }
     if job.spec.dead_letter.is_some() {
@@ -561,7 +566,7 @@ fn sink_rows(job: &Job, run: &RunDir, i: usize) -> Result<Vec<String>> {
         SinkSpec::Log { topic, .. } => topic_rows(&run.data(), topic),
         SinkSpec::Stdout { .. } if job.stdout_as_is => lines(&run.stdout()),
         SinkSpec::File { .. } | SinkSpec::Stdout { .. } => file_rows(&run.sink(i)),
-        SinkSpec::Kafka { .. } => Ok(Vec::new()),
+        SinkSpec::Kafka { .. } | SinkSpec::Blackhole { .. } => Ok(Vec::new()),
     }
 }
 
