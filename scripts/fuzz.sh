@@ -19,6 +19,9 @@
 #
 # The build is its own (fuzz/target, instrumented with sanitizer coverage) and the
 # first one is long: DataFusion, the Kafka client's C library and RocksDB's bindings.
+# FUZZ_FEATURES=" " builds only the light targets (not spec, whose build is all of
+# brook's, nor sql_decode, DataFusion's, nor broker_frame, kafka-protocol's); "spec",
+# "sql" or "broker" adds one.
 # Set ROCKSDB_LIB_DIR (and ROCKSDB_STATIC=1) to an already built RocksDB to skip its
 # C++ build, as for clippy (see the engineers' notes).
 set -euo pipefail
@@ -44,8 +47,8 @@ build() {
   flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth"
   # The stable-toolchain check of `cfg(fuzzing)` would otherwise warn in every crate.
   flags+=" --check-cfg=cfg(fuzzing)"
-  CARGO_INCREMENTAL=0 RUSTFLAGS="$flags" nice -n 19 cargo build --release \
-    --manifest-path "$fuzz/Cargo.toml" --target "$triple" --bins
+  CARGO_INCREMENTAL=0 RUSTFLAGS="$flags" nice -n "${FUZZ_BUILD_NICE:-19}" cargo build --release \
+    --manifest-path "$fuzz/Cargo.toml" --target "$triple" --bins ${FUZZ_FEATURES:+--no-default-features --features "$FUZZ_FEATURES"}
 }
 
 run_one() {

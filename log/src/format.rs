@@ -540,7 +540,10 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
     // Offsets are dense from 0, so no batch the log wrote ends past the largest offset;
     // a header that says so is damage, and its next offset (and its records' offsets)
     // would overflow. Found by fuzzing (fuzz/, target log_batch).
-    if h.base_offset.checked_add(u64::from(h.record_count)).is_none() {
+    if h.base_offset
+        .checked_add(u64::from(h.record_count))
+        .is_none()
+    {
         return Err(FormatError::BadHeader(format!(
             "base offset {} and record count {} pass the largest offset",
             h.base_offset, h.record_count
@@ -1068,7 +1071,12 @@ mod tests {
         // with overflow checks, a wrapped offset without) when a segment is scanned
         // or read. Found by fuzzing (fuzz/, target log_batch).
         let mut buf = Vec::new();
-        encode_batch(&mut buf, 0, &[ProducerRecord::new("x"), ProducerRecord::new("y")], 1);
+        encode_batch(
+            &mut buf,
+            0,
+            &[ProducerRecord::new("x"), ProducerRecord::new("y")],
+            1,
+        );
         buf[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
         assert!(
             matches!(parse_header(&buf), Err(FormatError::BadHeader(ref m)) if m.contains("largest offset")),
