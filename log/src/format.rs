@@ -539,6 +539,18 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, FormatError> {
             h.record_count, h.batch_len
         )));
     }
+    // Offsets are dense from 0, so no batch the log wrote ends past the largest offset;
+    // a header that says so is damage, and its next offset (and its records' offsets)
+    // would overflow. Found by fuzzing (fuzz/, target log_batch).
+    if h.base_offset
+        .checked_add(u64::from(h.record_count))
+        .is_none()
+    {
+        return Err(FormatError::BadHeader(format!(
+            "base offset {} and record count {} pass the largest offset",
+            h.base_offset, h.record_count
+        )));
+    }
     Ok(h)
 }
 
@@ -1053,6 +1065,29 @@ mod tests {
         let crc = crc32c::crc32c(&buf[CRC_START..]);
         buf[12..16].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(check_batch(&buf), Err(FormatError::BadHeader(_))));
+    }
+
+    #[test]
+    fn a_batch_ending_past_the_largest_offset_is_a_bad_header() {
+        // A damaged base offset near u64::MAX: its next offset would overflow (a panic
+        // with overflow checks, a wrapped offset without) when a segment is scanned
+        // or read. Found by fuzzing (fuzz/, target log_batch).
+        let mut buf = Vec::new();
+        encode_batch(
+            &mut buf,
+            0,
+            &[ProducerRecord::new("x"), ProducerRecord::new("y")],
+            1,
+        );
+        buf[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        assert!(
+            matches!(parse_header(&buf), Err(FormatError::BadHeader(ref m)) if m.contains("largest offset")),
+            "{:?}",
+            parse_header(&buf)
+        );
+        // The last offset itself is u64::MAX - 1: still a batch.
+        buf[..8].copy_from_slice(&(u64::MAX - 2).to_le_bytes());
+        assert_eq!(parse_header(&buf).map(|h| h.next_offset()), Ok(u64::MAX));
     }
 
     #[test]
