@@ -9,7 +9,8 @@
 //! latest results. Environment:
 //!
 //! - `BROOK_BENCH_SCALE` (default 1.0) multiplies the record count (1 M; 0.1 for a
-//!   smoke run);
+//!   short run); without `--bench` (as `cargo test --all-targets` runs it) it is a
+//!   smoke run of 8 000 records and one rep;
 //! - `BROOK_BENCH_REPS` (default 3) is how many times each measurement and its
 //!   baseline run, interleaved; the table shows medians;
 //! - `BROOK_BENCH_ONLY=fetch` runs only the acks=1 produce and the fetches (for
@@ -214,7 +215,10 @@ fn rdkafka_fetch_batched(addr: SocketAddr, topic: &str, partitions: i32, n: usiz
         for &m in &batch[..k as usize] {
             // SAFETY: librdkafka filled the first `k` slots with valid messages.
             unsafe {
-                assert_eq!((*m).err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+                assert_eq!(
+                    (*m).err,
+                    rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                );
                 bytes += (*m).len;
                 rd::rd_kafka_message_destroy(m);
             }
@@ -325,8 +329,20 @@ fn produce_latency(
 }
 
 fn main() {
-    let scale = env_f64("BROOK_BENCH_SCALE", 1.0);
-    let reps = env_f64("BROOK_BENCH_REPS", 3.0).max(1.0) as usize;
+    // `cargo test --all-targets` runs this binary without `--bench`: a smoke run that
+    // shows every case works (8 000 records, one rep, a short latency run), as the
+    // other benches do.
+    let bench = std::env::args().any(|a| a == "--bench");
+    let scale = if bench {
+        env_f64("BROOK_BENCH_SCALE", 1.0)
+    } else {
+        0.008
+    };
+    let reps = if bench {
+        env_f64("BROOK_BENCH_REPS", 3.0).max(1.0) as usize
+    } else {
+        1
+    };
     let n = ((1_000_000.0 * scale) as usize).max(8_000) / 8 * 8;
     let dir = tempfile::tempdir().unwrap();
     let mut options = LogOptions::default();

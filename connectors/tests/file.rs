@@ -373,3 +373,50 @@ fn a_checkpointed_position_it_did_not_write_fails_the_restore_naming_the_file() 
         )
     );
 }
+
+/// Found by the `file_records` fuzz target (fuzz/crashes/): a checkpointed CSV position
+/// that falls inside the header (a file changed since the checkpoint) made the reader's
+/// next snapshot subtract past zero (a panic in debug builds, a wrapped offset in
+/// release). The restore must fail or read on, and every snapshot stay a valid position.
+#[test]
+fn a_csv_position_inside_the_header_never_breaks_the_snapshot() {
+    use brook_core::operator::Output;
+    use brook_core::source::InputStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    // A header row ended by a lone `\r` with the next row on the same line, then rows.
+    let mut content = b"\n3\x1c\x9e\x01\x00{\"order\": 0,\" method\": \"cash\", \"ts\": 1767\r\x00\x00\x00\x00\x00\x00\x0026?8980000}\n".to_vec();
+    content.extend_from_slice(b"{\"order\": 1, \"method\": \"card\", \"ts\": 1767269400001}\n");
+    fs::write(&path, &content).unwrap();
+    // Version 1, offset 7 (inside the header), line 0x2c307b622c610200, csv_header set:
+    // the position the fuzzer made.
+    let position = [
+        0x01, 0x07, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0x61, 0x2c, 0x62, 0x7b, 0x30, 0x2c, 0x32,
+    ];
+    let src = FileSource::csv::<Value>(&path).on_bad_record(BadRecords::fail());
+    let splits = src.enumerate_splits(1).unwrap();
+    let info = SubtaskInfo {
+        name: "source".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    let positions = HashMap::from([(path.display().to_string(), position.to_vec())]);
+    let Ok(mut reader) = src.restore_reader(&info, splits, &positions) else {
+        return;
+    };
+    let mut out = Output::new();
+    for _ in 0..100 {
+        match reader.poll_next(&mut out) {
+            Ok(InputStatus::End) | Err(_) => {
+                let _ = reader.snapshot_positions();
+                return;
+            }
+            Ok(_) => {
+                out.drain();
+                let _ = reader.snapshot_positions();
+            }
+        }
+    }
+    panic!("a bounded file source did not end");
+}

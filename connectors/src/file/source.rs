@@ -474,20 +474,29 @@ impl Cursor {
         }
         let input = match &mut self.input {
             Some(i) => i,
-            None => match self.resume.take() {
+            None => match self.resume {
                 None => self.input.insert(open_input(&self.path)?),
                 Some(p) => {
-                    if p.csv_header {
-                        if let Some(csv) = &mut self.csv {
-                            read_csv_header(&self.path, csv)?;
-                            let headers = csv.headers.take();
-                            *csv = CsvState::new();
-                            csv.headers = headers;
-                        }
+                    // Nothing of the cursor changes until the restore has succeeded: a
+                    // failed one (a header that no longer parses, a file now shorter)
+                    // leaves the checkpointed position as this reader's position, so a
+                    // snapshot after the error is still that position (the fuzzer found
+                    // a half-read header making the snapshot subtract past zero).
+                    let mut headers = None;
+                    if p.csv_header && self.csv.is_some() {
+                        let mut csv = CsvState::new();
+                        read_csv_header(&self.path, &mut csv)?;
+                        headers = csv.headers;
                     }
+                    let input = open_at(&self.path, p.offset)?;
+                    if let Some(csv) = &mut self.csv {
+                        *csv = CsvState::new();
+                        csv.headers = headers;
+                    }
+                    self.resume = None;
                     self.offset = p.offset;
                     self.line_no = p.line;
-                    self.input.insert(open_at(&self.path, p.offset)?)
+                    self.input.insert(input)
                 }
             },
         };
