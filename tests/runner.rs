@@ -23,6 +23,7 @@ const EVENTS: i64 = 30_000;
 const BROOK: &str = env!("CARGO_BIN_EXE_brook");
 
 use brook_testkit::binary::{example_binary, run_brook, run_brook_err, run_brook_ok};
+use brook_testkit::http::raw_request;
 use brook_testkit::log_job::{self, outputs};
 use brook_testkit::process::wait_for;
 
@@ -506,22 +507,6 @@ fn with_a_token_requests_without_it_are_refused() {
             .env("BROOK_RUNNER_TOKEN", "s3cret"),
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
-}
-
-/// A raw HTTP/1.1 request (any `Host` header); the answer's status and text.
-fn raw_request(url: &str, request: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the runner");
-    s.write_all(request.as_bytes()).expect("send the request");
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).expect("read the answer");
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, answer)
 }
 
 #[test]
