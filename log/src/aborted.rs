@@ -16,8 +16,12 @@
 //! batch records (a transaction may write nothing before its first record, or
 //! nothing at all), and a scan of every segment for markers would make opening a
 //! partition cost as much as reading it. The index stays consistent without being
-//! rewritten: retention only deletes whole segments below the log start offset, and
-//! a read never starts there, so entries below it are never selected; compaction
+//! rewritten but for one thing: retention deletes whole segments from the log start,
+//! and the entries whose abort markers were in them are then dropped, from memory at
+//! once and from the file by rewriting it (as Kafka deletes a segment's transaction
+//! index with the segment; an entry left by a crash in between is never selected, as
+//! a read never starts below the log start, and goes at the next retention pass);
+//! compaction
 //! removes the aborted records but keeps offsets and markers, so a range still means
 //! the same; recovery truncates only a torn tail after the last fsync, and an entry
 //! is written only once its marker is durable (an abort a crash interrupted is

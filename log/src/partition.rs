@@ -311,6 +311,35 @@ fn load_aborted(path: &Path) -> Result<Vec<AbortedTxn>> {
     Ok(out)
 }
 
+/// Rewrites the aborted-transaction index at `path` without the entries whose abort
+/// marker lies below `log_start` (their records are deleted: retention removed the
+/// segments holding them, as Kafka deletes a segment's transaction index with it).
+/// Written aside, fsynced and renamed into place (fsyncs skipped when not `durable`),
+/// so a crash leaves the old index or the new one; the caller holds the index file's
+/// lock, so no entry appended meanwhile is lost.
+fn prune_aborted_file(path: &Path, log_start: u64, durable: bool) -> Result<()> {
+    let kept: Vec<u8> = load_aborted(path)?
+        .iter()
+        .filter(|a| a.last_offset >= log_start)
+        .flat_map(encode_aborted)
+        .collect();
+    let tmp = path.with_extension("txnindex.tmp");
+    {
+        let mut f = fs::File::create(&tmp).ctx("create", &tmp)?;
+        f.write_all(&kept).ctx("write", &tmp)?;
+        if durable {
+            f.sync_data().ctx("fsync", &tmp)?;
+        }
+    }
+    fs::rename(&tmp, path).ctx("rename", &tmp)?;
+    if durable {
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
+}
+
 /// One partition of a topic. Appends are serialised by a lock; reads take the lock
 /// only to find their segments and then read the files without it.
 #[derive(Debug)]
@@ -334,6 +363,10 @@ pub struct Partition {
     /// Rolls whose flush has not finished (queued in `State::rolled` or running):
     /// an append under `always` waits for them only when there are any.
     rolls_unflushed: AtomicUsize,
+    /// Held while the aborted-transaction index file is appended to (under the
+    /// partition's lock) or rewritten by retention's pruning (without it), so a
+    /// rewrite never drops an entry appended meanwhile.
+    aborted_file: Mutex<()>,
     #[cfg(test)]
     roll_flush_hook: flush::FlushHook,
 }
@@ -451,6 +484,7 @@ impl Partition {
             last_batch: Mutex::new(None),
             flush_lock: Mutex::new(()),
             rolls_unflushed: AtomicUsize::new(0),
+            aborted_file: Mutex::new(()),
             #[cfg(test)]
             roll_flush_hook: flush::FlushHook::default(),
         })
@@ -864,6 +898,10 @@ impl Partition {
                 last_offset: info.base_offset,
             };
             let path = self.dir.join(ABORTED_INDEX);
+            let _file = self
+                .aborted_file
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let mut f = OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -1472,6 +1510,12 @@ impl Partition {
             st.segments.remove(0);
             deleted += 1;
         }
+        // The aborted transactions whose markers were in the deleted segments: their
+        // records are gone too (the file is rewritten below, without the lock).
+        let log_start = st.segments.first().map_or(0, |s| s.base_offset);
+        let indexed = st.txns.aborted.len();
+        st.txns.aborted.retain(|a| a.last_offset >= log_start);
+        let pruned = st.txns.aborted.len() < indexed;
         let mut held = 0;
         if let Some(ms) = config.retention_ms {
             let closed = st.segments.len().saturating_sub(1);
@@ -1496,6 +1540,18 @@ impl Partition {
             }
         }
         st.held_by_future = held;
+        drop(st);
+        if pruned {
+            let _file = self
+                .aborted_file
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            prune_aborted_file(
+                &self.dir.join(ABORTED_INDEX),
+                log_start,
+                self.fsync != FsyncPolicy::Never,
+            )?;
+        }
         Ok(deleted)
     }
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use brook_core::time::ManualClock;
+use brook_core::time::{Clock as _, ManualClock};
 use brook_log::{FsyncPolicy, Log, LogOptions, ProducerRecord, TopicConfig};
 
 const T0: i64 = 1_700_000_000_000;
@@ -235,4 +235,63 @@ fn transaction_markers_do_not_roll_segments_of_old_records() {
     assert_eq!(p.info().segments, 1, "a marker rolled the segment");
     assert_eq!(log.run_maintenance().unwrap(), 0);
     assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 6));
+}
+
+/// The aborted-transaction index (`aborted.txnindex`) loses the entries of the
+/// transactions whose abort markers were in the segments retention deleted (as Kafka
+/// deletes a segment's transaction index with it); the entry of an abort in a kept
+/// segment stays. Before, the file kept every entry forever.
+#[test]
+fn retention_prunes_the_aborted_transaction_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = open(dir.path(), &clock);
+    log.create_topic("t", 1, config()).unwrap();
+    let p = log.topic("t").unwrap().partition(0).unwrap();
+    let index = p.dir().join("aborted.txnindex");
+    let mut writer = log.init_transactions("w").unwrap();
+    // An aborted transaction in the first segment, another in the second (each
+    // segment starts an hour and a bit after the last: `segment.ms` rolls it).
+    for i in 0..2 {
+        let ts = clock.now_ms();
+        p.append(&[ProducerRecord::new(format!("plain{i}")).with_timestamp(ts)])
+            .unwrap();
+        writer.begin().unwrap();
+        writer
+            .send(
+                "t",
+                vec![ProducerRecord::new(format!("aborted{i}")).with_timestamp(ts)],
+            )
+            .unwrap();
+        writer.abort_transaction().unwrap();
+        clock.advance(HOUR + 1);
+    }
+    assert_eq!(p.info().segments, 2);
+    let entry = 36;
+    assert_eq!(std::fs::metadata(&index).unwrap().len(), 2 * entry);
+    // The first segment is past its retention (2 hours after its records), the
+    // second not; an append rolls the second, so it may be deleted too.
+    let ts = clock.now_ms();
+    p.append(&[ProducerRecord::new("last").with_timestamp(ts)])
+        .unwrap();
+    assert_eq!(log.run_maintenance().unwrap(), 1, "one segment deleted");
+    assert_eq!(p.log_start_offset(), 3);
+    assert_eq!(
+        std::fs::metadata(&index).unwrap().len(),
+        entry,
+        "the deleted segment's aborted transaction is still in the index"
+    );
+    // What is left is the second transaction's entry, and the log opens with it.
+    drop((writer, p));
+    log.close().unwrap();
+    drop(log);
+    let log = open(dir.path(), &clock);
+    let p = log.topic("t").unwrap().partition(0).unwrap();
+    let bytes = std::fs::read(&index).unwrap();
+    let first_offset = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    assert_eq!(
+        first_offset, 4,
+        "the kept entry is the second transaction's"
+    );
+    assert_eq!(p.log_start_offset(), 3);
 }
