@@ -12,9 +12,11 @@
 //! that stall: 56 ms at half load).
 //!
 //! A segment roll flushes the closed segment the same way ([`RollFlush`]): the roll
-//! only creates the new segment under the lock, and the closed segment's data fsync,
-//! its index files and the directory's fsync run after it, without the lock, as
-//! Kafka's `UnifiedLog.roll` schedules `flush-log` for the rolled segment. Under
+//! only creates the new segment (and places the producer-state snapshot, unsynced)
+//! under the lock, and the closed segment's data fsync, the snapshot's fsync, the
+//! closed segment's index files and the directory's fsync run after it, without the
+//! lock, as Kafka's `UnifiedLog.roll` schedules `flush-log` for the rolled segment
+//! and its producer snapshot. Under
 //! `always` the append that rolled runs it before it returns, and so does every
 //! append behind it until it has run (an acknowledged record's segment must be in the
 //! directory for good); otherwise the maintenance runs it, and `flush` and `close`. The
@@ -28,6 +30,7 @@ use std::sync::Arc;
 
 use crate::error::{IoContext as _, Result};
 use crate::options::FsyncPolicy;
+use crate::producer_snapshot::RollSnapshot;
 use crate::segment::write_index_files;
 
 /// Whether an append fsyncs before it returns: under `always` only.
@@ -93,6 +96,9 @@ pub(crate) struct RollFlush {
     /// Whether to fsync (any policy but `never`); the index files are written either
     /// way.
     durable: bool,
+    /// The producer-state snapshot the roll placed at the new segment's base without
+    /// fsync, when there was producer state.
+    snapshot: Option<RollSnapshot>,
 }
 
 /// What [`RollFlush`] does to the closed segment.
@@ -106,11 +112,17 @@ pub(crate) struct ClosedSegment {
 }
 
 impl RollFlush {
-    pub(crate) fn new(closed: ClosedSegment, dir: PathBuf, durable: bool) -> Self {
+    pub(crate) fn new(
+        closed: ClosedSegment,
+        snapshot: Option<RollSnapshot>,
+        dir: PathBuf,
+        durable: bool,
+    ) -> Self {
         RollFlush {
             closed: Some(closed),
             dir,
             durable,
+            snapshot,
         }
     }
 
@@ -127,17 +139,33 @@ impl RollFlush {
         }
     }
 
-    /// fsyncs the closed segment's data, then writes its index files (fsynced), then
-    /// fsyncs the directory; without fsyncs when not durable.
+    /// fsyncs the closed segment's data and the producer-state snapshot (with the
+    /// directory, so the snapshot's rename is durable), then writes the closed
+    /// segment's index files (fsynced), then fsyncs the directory, then deletes the
+    /// snapshots the new one replaces; without fsyncs when not durable. The index
+    /// files come last: a closed segment with index files had its data and the
+    /// snapshot at the next segment's base on disk (`rebuild_producers` relies on
+    /// it after a machine crash).
     pub(crate) fn run(&self) -> Result<()> {
         if let Some(c) = &self.closed {
             if self.durable {
                 c.file.sync_data().ctx("fsync", &c.path)?;
             }
+        }
+        if let Some(s) = &self.snapshot {
+            s.sync(self.durable)?;
+            if self.durable {
+                crate::partition::sync_dir(&self.dir)?;
+            }
+        }
+        if let Some(c) = &self.closed {
             write_index_files(&c.index_files, self.durable)?;
         }
         if self.durable {
             crate::partition::sync_dir(&self.dir)?;
+        }
+        if let Some(s) = &self.snapshot {
+            s.prune_older(&self.dir)?;
         }
         Ok(())
     }

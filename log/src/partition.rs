@@ -20,7 +20,7 @@ use crate::format::{
     self, BatchHeader, ControlType, FormatError, ProducerMark, RecordRef, TxnMark,
 };
 use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
-use crate::producer_snapshot;
+use crate::producer_snapshot::{self, RollSnapshot};
 use crate::producer_state::{ProducerEntry, ProducerStates};
 use crate::record::{ProducerRecord, Record};
 use crate::segment::{LastBatch, ReadProgress, Segment, SegmentView};
@@ -997,11 +997,16 @@ impl Partition {
         let closed = active.closed_flush();
         let next = active.next_offset;
         // Before the new segment exists: a segment at `next` implies its snapshot
-        // when there is producer state (but with fsync never), which bounds the
-        // rebuild on open to the active segment (see `rebuild_producers`).
-        if !st.producers.is_empty() {
-            producer_snapshot::write(&self.dir, next, &st.producers, durable, next)?;
-        }
+        // when there is producer state (after a process crash; after a machine crash
+        // once the roll's flush ran), which bounds the rebuild on open to the active
+        // segment (see `rebuild_producers`). Placed without fsync: the roll's flush
+        // fsyncs it without the lock (crate::flush).
+        let snapshot = if st.producers.is_empty() {
+            None
+        } else {
+            let path = producer_snapshot::place(&self.dir, next, &st.producers, false)?;
+            Some(RollSnapshot { offset: next, path })
+        };
         debug!(topic = %self.topic, partition = self.id, base_offset = next, "rolling to a new segment");
         st.segments.push(Segment::create(
             &self.dir,
@@ -1010,7 +1015,7 @@ impl Partition {
             now,
         )?);
         st.rolled
-            .push(RollFlush::new(closed, self.dir.clone(), durable));
+            .push(RollFlush::new(closed, snapshot, self.dir.clone(), durable));
         self.rolls_unflushed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -1727,7 +1732,8 @@ const REBUILD_CHUNK_BYTES: usize = 1 << 20;
 /// when the newest snapshot lies before the active segment (or there is none: a log
 /// without producer batches) there was no state when the active segment began: the
 /// rebuild then reads the active segment alone, from an empty state. Either way it
-/// reads at most the active segment. Batches after the snapshot count as appended at
+/// reads at most the active segment, and the closed segments whose roll's flush did
+/// not run (a machine crash: their snapshots may be lost). Batches after the snapshot count as appended at
 /// `now` (see [`ProducerEntry::last_append_ms`]).
 fn rebuild_producers(
     dir: &Path,
@@ -1735,10 +1741,19 @@ fn rebuild_producers(
     end_offset: u64,
     now: i64,
 ) -> Result<ProducerStates> {
-    let active_base = segments.last().map_or(0, |s| s.base_offset);
+    // A roll's snapshot is durable once the roll's flush ran, which writes the
+    // closed segment's index files last (crate::flush::RollFlush): after a machine
+    // crash the flushes of the last rolls may not have, and their snapshots may be
+    // lost, so a missing snapshot means "no state" only from the first segment after
+    // the last closed one whose index files were found (normally the active one).
+    let mut first = segments.len().saturating_sub(1);
+    while first > 0 && !segments[first - 1].indexes_found {
+        first -= 1;
+    }
+    let trusted_base = segments.get(first).map_or(0, |s| s.base_offset);
     let (from, mut states) = match producer_snapshot::load_latest(dir, end_offset)? {
-        Some((offset, states)) if offset >= active_base => (offset, states),
-        _ => (active_base, ProducerStates::default()),
+        Some((offset, states)) if offset >= trusted_base => (offset, states),
+        _ => (trusted_base, ProducerStates::default()),
     };
     for seg in segments.iter().filter(|s| s.next_offset > from) {
         // Snapshots are taken at batch boundaries, so this is the start of a batch.

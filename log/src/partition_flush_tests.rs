@@ -9,6 +9,7 @@ use std::time::Duration;
 use brook_core::time::{Clock as _, ManualClock};
 
 use super::{Partition, ReadLimit};
+use crate::format::ProducerMark;
 use crate::options::{ConfigCell, FsyncPolicy, TopicConfig};
 use crate::record::ProducerRecord;
 
@@ -48,6 +49,28 @@ fn unsynced(p: &Partition) -> bool {
 fn append(p: &Partition) {
     p.append(&[ProducerRecord::new(vec![b'v'; 40])])
         .expect("append");
+}
+
+/// Appends one record as batch `sequence` of producer 7.
+fn append_produced(p: &Partition, sequence: i32) {
+    let producer = ProducerMark {
+        producer_id: 7,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    p.append_with_producer(&[ProducerRecord::new(vec![b'v'; 40])], producer)
+        .expect("append");
+}
+
+/// The batches the partition remembers of producer 7.
+fn remembered(p: &Partition) -> usize {
+    p.with_producer_state(7, |e| e.map_or(0, |e| e.batches.len()))
+        .expect("open partition")
+}
+
+fn snapshot_file(dir: &std::path::Path, offset: u64) -> std::path::PathBuf {
+    dir.join("0")
+        .join(crate::segment::segment_stem(offset) + crate::producer_snapshot::SUFFIX)
 }
 
 fn values(p: &Partition) -> usize {
@@ -194,4 +217,87 @@ fn appends_during_an_interval_fsync_wait_for_the_next_one() {
     clock.advance(1_000);
     p.flush_if_due(clock.now_ms()).expect("flush");
     assert!(!unsynced(&p));
+}
+
+/// A roll with producer state places the producer-state snapshot under the lock (a
+/// process crash keeps it) but fsyncs it in the roll's flush, without the lock: while
+/// the flush is held in its hook, the snapshot is in place and reads and producers'
+/// appends go on (under `always`, reads). Before, the roll fsynced the snapshot and
+/// the directory under the partition's lock, and every produce request waited.
+#[test]
+fn a_roll_syncs_the_producer_snapshot_without_holding_the_partition() {
+    for policy in [FsyncPolicy::Interval(1_000), FsyncPolicy::Always] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::new(10_000);
+        let p = Arc::new(open_with(dir.path(), &clock, policy, false));
+        append_produced(&p, 0);
+        let (entered, in_flush) = mpsc::channel::<()>();
+        let (release, held) = mpsc::channel::<()>();
+        let held = Mutex::new(held);
+        *p.roll_flush_hook.0.lock().expect("hook") = Some(Box::new(move || {
+            let _ = entered.send(());
+            let _ = held.lock().expect("held").recv();
+        }));
+        let roller = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                // Rolls (producer state: a snapshot at offset 1), then the flush.
+                append_produced(&p, 1);
+                p.flush_rolled().expect("flush the roll");
+            })
+        };
+        in_flush
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the roll's flush started");
+        assert!(
+            snapshot_file(dir.path(), 1).exists(),
+            "{policy}: the roll placed its snapshot"
+        );
+        let (done, finished) = mpsc::channel();
+        let other = {
+            let p = Arc::clone(&p);
+            thread::spawn(move || {
+                let read = values(&p);
+                if policy != FsyncPolicy::Always {
+                    append_produced(&p, 2);
+                }
+                let _ = done.send(read);
+            })
+        };
+        let read = finished.recv_timeout(Duration::from_secs(10));
+        release.send(()).expect("release the flush");
+        drop(release);
+        roller.join().expect("roller");
+        other.join().expect("reader");
+        assert_eq!(
+            read,
+            Ok(2),
+            "{policy}: the reader waited for the roll's snapshot"
+        );
+    }
+}
+
+/// A machine crash before a roll's flush may lose the snapshot the roll placed (it
+/// was not fsynced yet): the closed segment has no index files then, and the rebuild
+/// on open reads it too, from the snapshot before it (none here: no state when it
+/// began), so the producer's batches in it are remembered.
+#[test]
+fn a_snapshot_lost_before_its_roll_flush_is_rebuilt_from_the_closed_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(10_000);
+    let p = open(dir.path(), &clock);
+    append_produced(&p, 0);
+    append_produced(&p, 1);
+    assert_eq!(remembered(&p), 2);
+    // The crash image: the roll's flush (interval: the maintenance's) never ran,
+    // and the snapshot's unsynced file is gone.
+    assert!(!index_file(dir.path(), 0).exists());
+    drop(p);
+    std::fs::remove_file(snapshot_file(dir.path(), 1)).expect("lose the snapshot");
+    let p = open_with(dir.path(), &clock, FsyncPolicy::Interval(1_000), true);
+    assert_eq!(
+        remembered(&p),
+        2,
+        "the batch in the closed segment was forgotten"
+    );
 }

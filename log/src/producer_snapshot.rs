@@ -151,6 +151,26 @@ pub(crate) fn write(
     durable: bool,
     active_base: u64,
 ) -> Result<()> {
+    place(dir, offset, states, durable)?;
+    if durable {
+        crate::partition::sync_dir(dir)?;
+    }
+    prune(dir, offset, active_base)
+}
+
+/// Writes the snapshot of `states` at `offset` aside and renames it into place (a
+/// crash leaves the whole file or none), fsyncing its data before the rename when
+/// `durable`; returns its path. Without `durable` nothing is fsynced: a segment
+/// roll writes its snapshot so under the partition's lock (it survives a process
+/// crash, as the page cache does) and its [`RollSnapshot`] fsyncs it later without
+/// the lock, as Kafka's `UnifiedLog.roll` takes the snapshot without a flush and
+/// leaves that to the scheduled `flush-log`.
+pub(crate) fn place(
+    dir: &Path,
+    offset: u64,
+    states: &ProducerStates,
+    durable: bool,
+) -> Result<PathBuf> {
     let final_path = path(dir, offset);
     let tmp = dir.join(format!(
         "{}{TMP_SUFFIX}",
@@ -164,10 +184,15 @@ pub(crate) fn write(
         }
     }
     fs::rename(&tmp, &final_path).ctx("rename", &tmp)?;
-    if durable {
-        crate::partition::sync_dir(dir)?;
-    }
-    let all = list(dir)?;
+    Ok(final_path)
+}
+
+/// Deletes the snapshots older than `offset` (the one just written) but the [`KEEP`] newest and the newest at or below `active_base` (the active
+/// segment's base: the one a rebuild falls back to when recovery cuts the batches
+/// after the newer ones). Snapshots newer than `offset` (taken by later rolls whose
+/// fsync has not run yet) are neither counted nor deleted.
+fn prune(dir: &Path, offset: u64, active_base: u64) -> Result<()> {
+    let all: Vec<u64> = list(dir)?.into_iter().filter(|o| *o <= offset).collect();
     let anchor = all.iter().rev().find(|o| **o <= active_base).copied();
     for old in &all[..all.len().saturating_sub(KEEP)] {
         if Some(*old) == anchor {
@@ -177,6 +202,34 @@ pub(crate) fn write(
         fs::remove_file(&p).ctx("remove", &p)?;
     }
     Ok(())
+}
+
+/// The snapshot a segment roll placed without fsync ([`place`]) under the
+/// partition's lock, finished by the roll's flush without the lock
+/// ([`crate::flush::RollFlush`]).
+#[derive(Debug)]
+pub(crate) struct RollSnapshot {
+    /// Its offset: the base of the segment the roll created.
+    pub(crate) offset: u64,
+    pub(crate) path: PathBuf,
+}
+
+impl RollSnapshot {
+    /// fsyncs the snapshot's data when `durable` (the directory's fsync that makes
+    /// its rename durable is the caller's).
+    pub(crate) fn sync(&self, durable: bool) -> Result<()> {
+        if durable {
+            fs::File::open(&self.path)
+                .and_then(|f| f.sync_data())
+                .ctx("fsync", &self.path)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the older snapshots ([`prune`]), once this one is durable.
+    pub(crate) fn prune_older(&self, dir: &Path) -> Result<()> {
+        prune(dir, self.offset, self.offset)
+    }
 }
 
 /// The newest intact snapshot at or below `end_offset` and its offset. Snapshots above

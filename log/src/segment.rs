@@ -155,6 +155,10 @@ pub(crate) struct Segment {
     pub(crate) future_hold_reported: bool,
     /// Whether opening it cut a torn or corrupt tail away ([`Segment::open`]).
     pub(crate) tail_truncated: bool,
+    /// Whether opening it found its index files (a closed segment: its roll's flush
+    /// ran to its end, [`crate::flush::RollFlush`]); false for a segment created or
+    /// compacted by this process.
+    pub(crate) indexes_found: bool,
     file: Arc<File>,
     path: PathBuf,
     index_path: PathBuf,
@@ -239,6 +243,7 @@ impl Segment {
             last_write_ms: now_ms,
             future_hold_reported: false,
             tail_truncated: false,
+            indexes_found: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -292,6 +297,7 @@ impl Segment {
             last_write_ms: modified_ms,
             future_hold_reported: false,
             tail_truncated: false,
+            indexes_found: false,
             file: Arc::new(file),
             path,
             index_path,
@@ -301,7 +307,8 @@ impl Segment {
             bytes_since_index: 0,
             index_interval,
         };
-        if (recover && is_last) || size == 0 || !seg.load_indexes()? {
+        seg.indexes_found = !(recover && is_last) && size > 0 && seg.load_indexes()?;
+        if !seg.indexes_found {
             seg.tail_truncated = seg.scan(!is_last, is_last || recover)?;
         } else if is_last {
             // The index files do not hold it; only the active segment needs it.
@@ -342,6 +349,7 @@ impl Segment {
             last_write_ms: now_ms,
             future_hold_reported: false,
             tail_truncated: false,
+            indexes_found: false,
             file: Arc::new(file),
             path: cleaned,
             index_path,
