@@ -17,7 +17,11 @@
 //!   profiling the fetch path); `=latency` only the 1-partition acks=all produce (the
 //!   latency runs' maximum) and the latency runs;
 //! - `BROOK_BENCH_FSYNC` (`never` or a number of ms for `interval`) replaces the log's
-//!   default fsync policy (`interval=1000`), to see what the flushes cost.
+//!   default fsync policy (`interval=1000`), to see what the flushes cost;
+//! - `BROOK_BENCH_BOOTSTRAP` (`host:port`): the rdkafka cases go to that broker
+//!   instead (another Kafka-protocol broker, e.g. the one `scripts/kafka-broker.sh`
+//!   starts; topics created with the admin API), the in-process cases stay on brook's
+//!   log: the same client's ceiling against another broker on the same machine.
 //!
 //! Records: 100-byte values, no key (partitions chosen round-robin by the bench),
 //! `linger.ms=5` (the latency case also 1: [`LATENCY_LINGERS_MS`]), no compression.
@@ -77,13 +81,13 @@ fn serve(log: Log) -> SocketAddr {
     rx.recv().unwrap()
 }
 
-fn client(addr: SocketAddr) -> ClientConfig {
+fn client(addr: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", addr.to_string());
+    c.set("bootstrap.servers", addr);
     c
 }
 
-fn producer_config(addr: SocketAddr, acks: &str) -> ClientConfig {
+fn producer_config(addr: &str, acks: &str) -> ClientConfig {
     let mut c = client(addr);
     c.set("acks", acks)
         .set("linger.ms", "5")
@@ -96,7 +100,7 @@ fn producer_config(addr: SocketAddr, acks: &str) -> ClientConfig {
 }
 
 /// rdkafka: `n` records round-robin into `partitions`, then flush. Seconds.
-fn rdkafka_produce(addr: SocketAddr, topic: &str, partitions: i32, acks: &str, n: usize) -> f64 {
+fn rdkafka_produce(addr: &str, topic: &str, partitions: i32, acks: &str, n: usize) -> f64 {
     let producer: ThreadedProducer<DefaultProducerContext> =
         producer_config(addr, acks).create().unwrap();
     let value = [b'v'; VALUE_LEN];
@@ -118,6 +122,23 @@ fn rdkafka_produce(addr: SocketAddr, topic: &str, partitions: i32, acks: &str, n
     }
     producer.flush(Duration::from_secs(120)).unwrap();
     start.elapsed().as_secs_f64()
+}
+
+/// Creates `topic` with `partitions` on the broker at `addr` (the admin API), for
+/// an external broker (`BROOK_BENCH_BOOTSTRAP`).
+fn create_remote_topic(addr: &str, topic: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let created =
+        futures::executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
+    for r in created {
+        r.unwrap();
+    }
 }
 
 /// In-process: the same records appended to the same log, in batches. Seconds.
@@ -143,7 +164,7 @@ fn log_append(log: &Log, topic: &str, partitions: u32, n: usize) -> f64 {
 }
 
 /// A consumer assigned every partition of `topic` from the start.
-fn fetch_consumer(addr: SocketAddr, topic: &str, partitions: i32) -> BaseConsumer {
+fn fetch_consumer(addr: &str, topic: &str, partitions: i32) -> BaseConsumer {
     let consumer: BaseConsumer = client(addr)
         .set("group.id", "bench")
         .set("enable.auto.commit", "false")
@@ -164,7 +185,7 @@ fn fetch_consumer(addr: SocketAddr, topic: &str, partitions: i32) -> BaseConsume
 
 /// rdkafka: a consumer assigned every partition from the start reads `n` records,
 /// one `poll` per record.
-fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+fn rdkafka_fetch(addr: &str, topic: &str, partitions: i32, n: usize) -> f64 {
     let consumer = fetch_consumer(addr, topic, partitions);
     let start = Instant::now();
     let mut got = 0usize;
@@ -196,7 +217,7 @@ fn rdkafka_fetch(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f6
 /// clock reads; the fetch, parsing and the broker's work are the same. The rdkafka
 /// crate has no safe wrapper for the batch call, hence the FFI.
 #[allow(unsafe_code)]
-fn rdkafka_fetch_batched(addr: SocketAddr, topic: &str, partitions: i32, n: usize) -> f64 {
+fn rdkafka_fetch_batched(addr: &str, topic: &str, partitions: i32, n: usize) -> f64 {
     use rdkafka::bindings as rd;
     let consumer = fetch_consumer(addr, topic, partitions);
     // SAFETY: the consumer outlives the queue handle, which is destroyed below; every
@@ -293,7 +314,7 @@ const LATENCY_LINGERS_MS: [&str; 2] = ["5", "1"];
 /// Produces at `rate` records/s for `secs` (acks=all, one partition, `linger_ms`) and
 /// returns the latency histogram (µs).
 fn produce_latency(
-    addr: SocketAddr,
+    addr: &str,
     topic: &str,
     rate: f64,
     secs: f64,
@@ -352,7 +373,14 @@ fn main() {
         _ => {}
     }
     let log = Log::open(dir.path(), options).unwrap();
-    let addr = serve(log.clone());
+    let external = std::env::var("BROOK_BENCH_BOOTSTRAP")
+        .ok()
+        .filter(|a| !a.is_empty());
+    let addr = match &external {
+        Some(a) => a.clone(),
+        None => serve(log.clone()).to_string(),
+    };
+    let addr = addr.as_str();
     println!(
         "broker bench: {n} records of {VALUE_LEN} bytes, {reps} reps (medians), broker on {addr}"
     );
@@ -378,8 +406,12 @@ fn main() {
                 topic_no += 1;
                 let a = format!("bench-{topic_no}-broker");
                 let b = format!("bench-{topic_no}-local");
-                log.create_topic(&a, partitions, TopicConfig::default())
-                    .unwrap();
+                if external.is_some() {
+                    create_remote_topic(addr, &a, partitions as i32);
+                } else {
+                    log.create_topic(&a, partitions, TopicConfig::default())
+                        .unwrap();
+                }
                 log.create_topic(&b, partitions, TopicConfig::default())
                     .unwrap();
                 remote.push(n as f64 / rdkafka_produce(addr, &a, partitions as i32, acks, n));
@@ -390,7 +422,9 @@ fn main() {
                         .push(n as f64 / rdkafka_fetch_batched(addr, &a, partitions as i32, n));
                     fetch_local.push(n as f64 / log_read(&log, &b, partitions, n));
                 }
-                log.delete_topic(&a).unwrap();
+                if external.is_none() {
+                    log.delete_topic(&a).unwrap();
+                }
                 log.delete_topic(&b).unwrap();
             }
             let (r, l) = (median(remote), median(local));
@@ -424,7 +458,11 @@ fn main() {
     println!();
     for linger in LATENCY_LINGERS_MS {
         let topic = format!("bench-latency-linger-{linger}");
-        log.create_topic(&topic, 1, TopicConfig::default()).unwrap();
+        if external.is_some() {
+            create_remote_topic(addr, &topic, 1);
+        } else {
+            log.create_topic(&topic, 1, TopicConfig::default()).unwrap();
+        }
         let h = produce_latency(addr, &topic, rate, secs, linger);
         println!(
             "produce latency (acks=all, 1 partition, linger.ms={linger}) at {:.0} K rec/s (half of the maximum above), {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
@@ -435,6 +473,8 @@ fn main() {
             h.value_at_quantile(0.999) as f64 / 1e3,
             h.max() as f64 / 1e3,
         );
-        log.delete_topic(&topic).unwrap();
+        if external.is_none() {
+            log.delete_topic(&topic).unwrap();
+        }
     }
 }
