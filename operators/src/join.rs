@@ -15,7 +15,9 @@
 //! - [`TemporalJoin`] (Flink SQL's event-time temporal join, `FOR SYSTEM_TIME AS OF`):
 //!   each left record joins the right record (a *version* of a changing table row)
 //!   with the greatest timestamp `<=` its own, once the watermark says that version
-//!   is final.
+//!   is final. [`TemporalJoinOperator`] runs it, on typed per-key records and
+//!   versions and one timer entry per key when the state backend is in memory (issue
+//!   21), else as a keyed process function.
 //!
 //! Inner or left outer ([`JoinType`]): an unmatched left record is emitted with `None`
 //! once the watermark has passed the last moment a match could arrive. A record is
@@ -40,10 +42,13 @@ use crate::window::TimeWindow;
 
 mod interval_heap;
 mod interval_operator;
+mod temporal_heap;
+mod temporal_operator;
 mod window_heap;
 mod window_operator;
 
 pub use interval_operator::IntervalJoinOperator;
+pub use temporal_operator::TemporalJoinOperator;
 pub use window_operator::WindowJoinOperator;
 
 /// A record of the left (`Left`) or right (`Right`) input of a join.

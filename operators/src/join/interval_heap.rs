@@ -185,7 +185,7 @@ impl<A, B> Buffers<A, B> {
 
 /// Inserts `e` after every entry of the same or an earlier time (in-order input:
 /// at the back).
-fn insert_by_time<T>(q: &mut VecDeque<T>, e: T, time: impl Fn(&T) -> Millis) {
+pub(super) fn insert_by_time<T>(q: &mut VecDeque<T>, e: T, time: impl Fn(&T) -> Millis) {
     let t = time(&e);
     if q.back().is_none_or(|b| time(b) <= t) {
         q.push_back(e);
