@@ -23,7 +23,10 @@
 //! thousand records, that each join is right. `BROOK_BENCH_SCALE` (default 1.0) scales
 //! the record count, `BROOK_BENCH_REPS` (default 3) the rounds (medians shown),
 //! `BROOK_BENCH_ONLY` picks joins (`window`, or `window@1` for one parallelism; comma
-//! separated).
+//! separated). `BROOK_BENCH_PATH=general` keeps the joins' state in an in-memory
+//! backend that holds encoded bytes (as RocksDB would), so they take their general
+//! path (a keyed process function over keyed state) instead of their heap fast paths:
+//! the before of issue 21.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -37,8 +40,9 @@ use brook::core::sink::{Sink, SinkWriter};
 use brook::core::source::{InputStatus, Source, SourceReader, Split};
 use brook::core::time::Millis;
 use brook::core::watermark::WatermarkStrategy;
-use brook::engine::{JobConfig, StreamEnvironment};
+use brook::engine::{JobConfig, StateBackendFactory, StreamEnvironment};
 use brook::operators::window::assigner::TumblingEventTimeWindows;
+use brook::state::MemoryStateBackend;
 
 const KEYS: u64 = 10_000;
 const MULTIPLIER: u64 = 2_654_435_761;
@@ -214,8 +218,14 @@ impl SinkWriter for Count {
 }
 
 /// brook: returns (seconds, pairs, checksum).
-fn brook(join: Join, n: u64, parallelism: u32) -> (f64, u64, u64) {
-    let env = StreamEnvironment::new(JobConfig::with_parallelism(parallelism));
+fn brook(join: Join, n: u64, parallelism: u32, general: bool) -> (f64, u64, u64) {
+    let mut config = JobConfig::with_parallelism(parallelism);
+    if general {
+        config.state_backend = StateBackendFactory::new("memory-bytes", |_| {
+            Ok(Box::new(MemoryStateBackend::serialized()))
+        });
+    }
+    let env = StreamEnvironment::new(config);
     let strategy = || WatermarkStrategy::for_bounded_out_of_orderness(7);
     let orders = env
         .from_source(RangeSource { n, f: order }, strategy())
@@ -419,6 +429,7 @@ fn main() {
     };
     let records = n + (0..n).filter(|i| i % 4 != 3).count() as u64;
     let only = std::env::var("BROOK_BENCH_ONLY").unwrap_or_default();
+    let general = std::env::var("BROOK_BENCH_PATH").is_ok_and(|p| p == "general");
     let wanted = |join: Join, p: u32| {
         only.is_empty()
             || only
@@ -426,7 +437,8 @@ fn main() {
                 .any(|w| w == join.name() || w == format!("{}@{p}", join.name()))
     };
     println!(
-        "join: {n} orders with their payments ({records} records in), median of {rounds}; interval [{LOWER}, {UPPER}] ms, window tumbling {WINDOW} ms, temporal"
+        "join: {n} orders with their payments ({records} records in), median of {rounds}; interval [{LOWER}, {UPPER}] ms, window tumbling {WINDOW} ms, temporal; {} path",
+        if general { "general" } else { "heap fast" }
     );
     println!(
         "{:<10} {:<12} {:>10} {:>14} {:>14} {:>8}",
@@ -445,7 +457,7 @@ fn main() {
                     Join::Window => window_loop(n),
                     Join::Temporal => temporal_loop(n),
                 };
-                let (bt, bp, bc) = brook(join, n, p);
+                let (bt, bp, bc) = brook(join, n, p, general);
                 assert_eq!(lp, want, "the {} loop is wrong", join.name());
                 assert_eq!(
                     (bp, bc),
