@@ -9,11 +9,15 @@
 //!   function.
 //! - [`WindowJoin`] (Flink's `DataStream.join(..).window(..)`, or `coGroup` for the
 //!   outer join): `a` and `b` of one key in the same window; emitted when the window
-//!   fires. Tumbling and sliding event-time windows.
+//!   fires. Tumbling and sliding event-time windows. [`WindowJoinOperator`] runs it,
+//!   on typed per-window buffers and one timer entry per key when the state backend
+//!   is in memory (issue 21), else as a keyed process function.
 //! - [`TemporalJoin`] (Flink SQL's event-time temporal join, `FOR SYSTEM_TIME AS OF`):
 //!   each left record joins the right record (a *version* of a changing table row)
 //!   with the greatest timestamp `<=` its own, once the watermark says that version
-//!   is final.
+//!   is final. [`TemporalJoinOperator`] runs it, on typed per-key records and
+//!   versions and one timer entry per key when the state backend is in memory (issue
+//!   21), else as a keyed process function.
 //!
 //! Inner or left outer ([`JoinType`]): an unmatched left record is emitted with `None`
 //! once the watermark has passed the last moment a match could arrive. A record is
@@ -38,8 +42,14 @@ use crate::window::TimeWindow;
 
 mod interval_heap;
 mod interval_operator;
+mod temporal_heap;
+mod temporal_operator;
+mod window_heap;
+mod window_operator;
 
 pub use interval_operator::IntervalJoinOperator;
+pub use temporal_operator::TemporalJoinOperator;
+pub use window_operator::WindowJoinOperator;
 
 /// A record of the left (`Left`) or right (`Right`) input of a join.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

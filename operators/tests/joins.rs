@@ -9,10 +9,13 @@
 
 use std::collections::BTreeMap;
 
+use brook_core::checkpoint::StateSnapshot;
+use brook_core::operator::Operator;
 use brook_core::time::Millis;
 use brook_core::watermark::BoundedOutOfOrderness;
 use brook_operators::join::{
-    Either, IntervalJoin, IntervalJoinOperator, JoinOutput, JoinType, TemporalJoin, WindowJoin,
+    Either, IntervalJoin, IntervalJoinOperator, JoinOutput, JoinType, TemporalJoin,
+    TemporalJoinOperator, WindowJoin, WindowJoinOperator,
 };
 use brook_operators::process::{KeyedProcessFunction, KeyedProcessOperator};
 use brook_operators::window::assigner::{SlidingEventTimeWindows, TumblingEventTimeWindows};
@@ -485,7 +488,8 @@ fn state_stays_bounded_under_a_long_steady_input() {
     );
 }
 
-// ---- the interval join operator: heap fast path against the general path ----------
+// ---- the interval and window join operators: heap fast paths against the general ---
+// ---- paths ------------------------------------------------------------------------
 
 type IntervalOp = IntervalJoinOperator<
     u8,
@@ -506,7 +510,7 @@ fn interval_operator(
     (lower, upper, jt): (Millis, Millis, JoinType),
     backend: TestBackend,
     (index, parallelism): (u32, u32),
-    restore: Option<&brook_core::checkpoint::StateSnapshot>,
+    restore: Option<&StateSnapshot>,
 ) -> OperatorHarness<IntervalOp> {
     let mut h = HarnessSetup::new("join")
         .subtask(index, parallelism)
@@ -523,7 +527,76 @@ fn interval_operator(
     h
 }
 
-fn take_emitted(h: &mut OperatorHarness<IntervalOp>, out: &mut Vec<Emit>) {
+type WindowOp = WindowJoinOperator<
+    u8,
+    Rec,
+    Rec,
+    (u32, Option<u32>),
+    fn(&Rec, Option<&Rec>) -> (u32, Option<u32>),
+    fn(&In) -> u8,
+>;
+
+/// An opened (or, with `restore`, restored then opened) [`WindowJoinOperator`] on
+/// sliding windows `(size, slide)` (tumbling when equal) as subtask `index` of
+/// `parallelism` on `backend`.
+fn window_operator(
+    (size, slide, jt): (Millis, Millis, JoinType),
+    backend: TestBackend,
+    (index, parallelism): (u32, u32),
+    restore: Option<&StateSnapshot>,
+) -> OperatorHarness<WindowOp> {
+    let mut h = HarnessSetup::new("join")
+        .subtask(index, parallelism)
+        .keyed(backend, |b| {
+            let windows = SlidingEventTimeWindows::of(size, slide).unwrap();
+            let join = WindowJoin::new(windows, jt, pair as fn(&Rec, Option<&Rec>) -> _);
+            WindowJoinOperator::new(join.unwrap(), key as fn(&In) -> u8, b)
+        })
+        .unwrap();
+    assert_eq!(h.operator().is_heap(), backend == TestBackend::Heap);
+    if let Some(snap) = restore {
+        h.restore(std::slice::from_ref(snap)).unwrap();
+    }
+    h.open().unwrap();
+    h
+}
+
+type TemporalOp = TemporalJoinOperator<
+    u8,
+    Rec,
+    Rec,
+    (u32, Option<u32>),
+    fn(&Rec, Option<&Rec>) -> (u32, Option<u32>),
+    fn(&In) -> u8,
+>;
+
+/// An opened (or, with `restore`, restored then opened) [`TemporalJoinOperator`] as
+/// subtask `index` of `parallelism` on `backend`.
+fn temporal_operator(
+    jt: JoinType,
+    backend: TestBackend,
+    (index, parallelism): (u32, u32),
+    restore: Option<&StateSnapshot>,
+) -> OperatorHarness<TemporalOp> {
+    let mut h = HarnessSetup::new("join")
+        .subtask(index, parallelism)
+        .keyed(backend, |b| {
+            let join = TemporalJoin::new(jt, pair as fn(&Rec, Option<&Rec>) -> _);
+            TemporalJoinOperator::new(join, key as fn(&In) -> u8, b)
+        })
+        .unwrap();
+    assert_eq!(h.operator().is_heap(), backend == TestBackend::Heap);
+    if let Some(snap) = restore {
+        h.restore(std::slice::from_ref(snap)).unwrap();
+    }
+    h.open().unwrap();
+    h
+}
+
+fn take_emitted<Op: Operator<In = In, Out = Out>>(
+    h: &mut OperatorHarness<Op>,
+    out: &mut Vec<Emit>,
+) {
     for r in h.take_records() {
         out.push(match r.value {
             JoinOutput::Joined((a, b)) => (0, a, b, r.timestamp),
@@ -560,8 +633,54 @@ fn run_with_restore(
     first: TestBackend,
     then: (TestBackend, u32),
 ) -> (Vec<Emit>, u64) {
+    let open = |backend, subtask, restore: Option<&StateSnapshot>| {
+        interval_operator(iv, backend, subtask, restore)
+    };
+    run_op_with_restore(open, IntervalOp::state_size, steps, cut, first, then)
+}
+
+/// [`run_with_restore`] for the window join on sliding windows `(size, slide)`.
+fn run_window_with_restore(
+    w: (Millis, Millis, JoinType),
+    steps: &[Step],
+    cut: usize,
+    first: TestBackend,
+    then: (TestBackend, u32),
+) -> (Vec<Emit>, u64) {
+    let open = |backend, subtask, restore: Option<&StateSnapshot>| {
+        window_operator(w, backend, subtask, restore)
+    };
+    run_op_with_restore(open, WindowOp::state_size, steps, cut, first, then)
+}
+
+/// [`run_with_restore`] for the temporal join, without the final state check (its
+/// last version per key stays, on either path, as Flink's).
+fn run_temporal_with_restore(
+    jt: JoinType,
+    steps: &[Step],
+    cut: usize,
+    first: TestBackend,
+    then: (TestBackend, u32),
+) -> (Vec<Emit>, u64) {
+    let open = |backend, subtask, restore: Option<&StateSnapshot>| {
+        temporal_operator(jt, backend, subtask, restore)
+    };
+    run_op_with_restore(open, |_: &TemporalOp| (0, 0), steps, cut, first, then)
+}
+
+/// [`run_with_restore`] for the operator `open` makes (on a backend, as a subtask
+/// `(index, parallelism)`, restored from a snapshot); `size` is its state size,
+/// `(0, 0)` once empty.
+fn run_op_with_restore<Op: Operator<In = In, Out = Out>>(
+    open: impl Fn(TestBackend, (u32, u32), Option<&StateSnapshot>) -> OperatorHarness<Op>,
+    size: impl Fn(&Op) -> (usize, usize),
+    steps: &[Step],
+    cut: usize,
+    first: TestBackend,
+    then: (TestBackend, u32),
+) -> (Vec<Emit>, u64) {
     let mut out = Vec::new();
-    let mut h = interval_operator(iv, first, (0, 1), None);
+    let mut h = open(first, (0, 1), None);
     let mut wm = None;
     for step in &steps[..cut] {
         match step {
@@ -576,9 +695,7 @@ fn run_with_restore(
     let snap = h.snapshot(1).unwrap();
     let mut late = h.context().late_records();
     let (backend, p) = then;
-    let mut hs: Vec<_> = (0..p)
-        .map(|i| interval_operator(iv, backend, (i, p), Some(&snap)))
-        .collect();
+    let mut hs: Vec<_> = (0..p).map(|i| open(backend, (i, p), Some(&snap))).collect();
     for h in &mut hs {
         if let Some(w) = wm {
             h.process_watermark(w).unwrap();
@@ -609,7 +726,7 @@ fn run_with_restore(
         h.end_input().unwrap();
         take_emitted(h, &mut out);
         late += h.context().late_records();
-        assert_eq!(h.operator().state_size(), (0, 0), "state is cleaned up");
+        assert_eq!(size(h.operator()), (0, 0), "state is cleaned up");
     }
     out.sort_unstable();
     (out, late)
@@ -642,6 +759,59 @@ proptest! {
         let cut = cut.index(steps.len() + 1);
         let general = run_with_restore(iv, &steps, steps.len(), TestBackend::Serialized, (TestBackend::Serialized, 1));
         let ran = run_with_restore(iv, &steps, cut, first, (then, p));
+        prop_assert_eq!(ran, general);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Issue 21: the window join's heap fast path emits what the general path does
+    /// (results at their windows' max timestamps, late records), on random
+    /// out-of-order input with late records and tumbling or sliding windows, and a
+    /// checkpoint taken on either path at any point restores into either path, at
+    /// parallelism 1 or 2.
+    #[test]
+    fn window_join_heap_path_equals_the_general_path_across_restores(
+        input in input(),
+        size in 5i64..40,
+        slide_div in 1i64..4,
+        jt in join_type(),
+        cut in any::<prop::sample::Index>(),
+        first in backend(),
+        then in backend(),
+        p in 1u32..=2,
+    ) {
+        let w = (size, (size / slide_div).max(1), jt);
+        let steps = steps_of(&input);
+        let cut = cut.index(steps.len() + 1);
+        let general = run_window_with_restore(w, &steps, steps.len(), TestBackend::Serialized, (TestBackend::Serialized, 1));
+        let ran = run_window_with_restore(w, &steps, cut, first, (then, p));
+        prop_assert_eq!(ran, general);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Issue 21: the temporal join's heap fast path emits what the general path does
+    /// (each left record with its version at its timestamp, late left records), on
+    /// random out-of-order input with late records and versions behind the
+    /// watermark, and a checkpoint taken on either path at any point restores into
+    /// either path, at parallelism 1 or 2.
+    #[test]
+    fn temporal_join_heap_path_equals_the_general_path_across_restores(
+        input in input(),
+        jt in join_type(),
+        cut in any::<prop::sample::Index>(),
+        first in backend(),
+        then in backend(),
+        p in 1u32..=2,
+    ) {
+        let steps = steps_of(&input);
+        let cut = cut.index(steps.len() + 1);
+        let general = run_temporal_with_restore(jt, &steps, steps.len(), TestBackend::Serialized, (TestBackend::Serialized, 1));
+        let ran = run_temporal_with_restore(jt, &steps, cut, first, (then, p));
         prop_assert_eq!(ran, general);
     }
 }

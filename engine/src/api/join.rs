@@ -9,7 +9,8 @@ use std::sync::Arc;
 use brook_core::time::Millis;
 use brook_operators::join::{
     check_interval, check_join_windows, Either, IntervalJoin, IntervalJoinOperator,
-    JoinConfigError, JoinOutput, JoinType, TemporalJoin, WindowJoin,
+    JoinConfigError, JoinOutput, JoinType, TemporalJoin, TemporalJoinOperator, WindowJoin,
+    WindowJoinOperator,
 };
 use brook_operators::window::assigner::WindowAssigner;
 use serde::de::DeserializeOwned;
@@ -227,16 +228,42 @@ where
                         ))
                     })
             }
-            Kind::Window(windows) => keyed.process(move || {
-                let f = f.clone();
-                // `window_join` checked the windows.
-                WindowJoin::new(windows, join_type, move |a: &A, b: Option<&B>| f(a, b))
-                    .unwrap_or_else(|e| unreachable!("{e}"))
-            }),
-            Kind::Temporal => keyed.process(move || {
-                let f = f.clone();
-                TemporalJoin::new(join_type, move |a: &A, b: Option<&B>| f(a, b))
-            }),
+            // Its own operator: typed windows on the heap with an in-memory backend.
+            Kind::Window(windows) => {
+                let key = Arc::clone(&keyed.key);
+                keyed
+                    .stream
+                    .add_operator("process", move |info, env, vertex| {
+                        let (f, key) = (f.clone(), Arc::clone(&key));
+                        // `window_join` checked the windows.
+                        let g = move |a: &A, b: Option<&B>| f(a, b);
+                        let join = WindowJoin::new(windows, join_type, g)
+                            .unwrap_or_else(|e| unreachable!("{e}"));
+                        let backend = env.keyed_backend(vertex, info)?;
+                        Ok(WindowJoinOperator::new(
+                            join,
+                            move |e: &Either<A, B>| key(e),
+                            backend,
+                        ))
+                    })
+            }
+            // Its own operator: typed versions on the heap with an in-memory backend.
+            Kind::Temporal => {
+                let key = Arc::clone(&keyed.key);
+                keyed
+                    .stream
+                    .add_operator("process", move |info, env, vertex| {
+                        let (f, key) = (f.clone(), Arc::clone(&key));
+                        let join =
+                            TemporalJoin::new(join_type, move |a: &A, b: Option<&B>| f(a, b));
+                        let backend = env.keyed_backend(vertex, info)?;
+                        Ok(TemporalJoinOperator::new(
+                            join,
+                            move |e: &Either<A, B>| key(e),
+                            backend,
+                        ))
+                    })
+            }
         };
         let joined = with_parallelism(joined.name(&name), parallelism);
         if let Some(tag) = late_left {

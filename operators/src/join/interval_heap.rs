@@ -185,7 +185,7 @@ impl<A, B> Buffers<A, B> {
 
 /// Inserts `e` after every entry of the same or an earlier time (in-order input:
 /// at the back).
-fn insert_by_time<T>(q: &mut VecDeque<T>, e: T, time: impl Fn(&T) -> Millis) {
+pub(super) fn insert_by_time<T>(q: &mut VecDeque<T>, e: T, time: impl Fn(&T) -> Millis) {
     let t = time(&e);
     if q.back().is_none_or(|b| time(b) <= t) {
         q.push_back(e);
@@ -427,7 +427,7 @@ where
 
 /// `(key group, encoded key)` of a backend entry's full key (`brook_state::backend::
 /// compose_key`: key group u16 BE | key length u32 BE | key | namespace ...).
-fn split_full_key(full: &[u8]) -> Option<(KeyGroup, Vec<u8>)> {
+pub(super) fn split_full_key(full: &[u8]) -> Option<(KeyGroup, Vec<u8>)> {
     let (kg, rest) = full.split_first_chunk::<2>()?;
     let (len, rest) = rest.split_first_chunk::<4>()?;
     let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
