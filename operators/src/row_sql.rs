@@ -62,6 +62,14 @@ enum Planned {
     Select(Projection),
 }
 
+/// A step applied to a batch of its input ([`PlannedSql::apply`]).
+pub(crate) enum Applied {
+    /// A filter's condition per row (a row passes where it is true).
+    Mask(BooleanArray),
+    /// A map's or select's output rows, one per input row.
+    Batch(RecordBatch),
+}
+
 /// A step's values on a batch.
 enum Evaluated {
     Mask(BooleanArray),
@@ -102,6 +110,18 @@ impl PlannedSql {
         match &self.kind {
             Planned::Filter(f) => f.schema(),
             Planned::Map(p) | Planned::Select(p) => p.schema(),
+        }
+    }
+
+    /// The step on a batch of its input schema, as the batch path evaluates it
+    /// ([`crate::batch_sql`]): a filter's mask, or a map's or select's output batch.
+    ///
+    /// # Errors
+    /// As [`Filter::mask`] and [`Projection::apply`].
+    pub(crate) fn apply(&self, batch: &RecordBatch) -> Result<Applied, EvalError> {
+        match &self.kind {
+            Planned::Filter(f) => f.mask(batch).map(Applied::Mask),
+            Planned::Map(p) | Planned::Select(p) => p.apply(batch).map(Applied::Batch),
         }
     }
 
