@@ -1,9 +1,10 @@
 //! `filter`, `map` and `select` steps of YAML jobs: SQL expressions (DataFusion's
 //! dialect, planned by brook-sql) evaluated over a whole batch of rows at once.
 //!
-//! Records of YAML jobs still travel as JSON rows ([`Row`]) between operators (issue 18
-//! step 2: sources, keyed exchanges, windows and joins are not columnar yet). So this
-//! operator takes the engine's batch of rows, turns it **once per batch** into an Arrow
+//! This is the row path: where a step's input comes as JSON rows ([`Row`]: after a
+//! source that does not yield batches yet, a keyed exchange, a window or a join; issue
+//! 18 step 3 put the rest on batches, [`crate::batch_sql`]), this operator takes the
+//! engine's batch of rows, turns it **once per batch** into an Arrow
 //! `RecordBatch` of the step's input schema (the rows serialised into one reused buffer
 //! and decoded by brook-sql's decoder), evaluates the planned expressions with arrow's
 //! kernels over the columns, and then:
