@@ -12,6 +12,8 @@ use brook_core::operator::{
 };
 use brook_core::sink::SinkWriter;
 use brook_core::time::{Millis, Stopwatch, Watermark};
+// Records in and out count a YAML job's batch of rows as its rows (issue 18).
+use brook_operators::row_batch::rows_of;
 use std::sync::atomic::Ordering;
 
 use crate::checkpoint::TaskSnapshot;
@@ -132,9 +134,10 @@ impl<O: Operator> OperatorLink<O> {
         if n == 0 {
             return Ok(());
         }
-        OperatorMetrics::add(&self.metrics.records_out, n as u64);
         if n <= LARGE_OUTPUT {
-            return self.next.batch(self.out.take());
+            let b = self.out.take();
+            OperatorMetrics::add(&self.metrics.records_out, rows_of(&b));
+            return self.next.batch(b);
         }
         // A large output (a watermark firing many windows) goes on in chunks from a
         // buffer that keeps its capacity: freshly grown megabyte buffers at every
@@ -145,6 +148,7 @@ impl<O: Operator> OperatorLink<O> {
             if chunk.is_empty() {
                 return Ok(());
             }
+            OperatorMetrics::add(&self.metrics.records_out, rows_of(&chunk));
             self.next.batch(chunk)?;
             // Millions of rows from one call take a while downstream: a cancelled job
             // stops between chunks.
@@ -205,7 +209,7 @@ impl<O: Operator> Link<O::In> for OperatorLink<O> {
     }
 
     fn batch(&mut self, batch: Batch<O::In>) -> TaskResult {
-        OperatorMetrics::add(&self.metrics.records_in, batch.len() as u64);
+        OperatorMetrics::add(&self.metrics.records_in, rows_of(&batch));
         OperatorMetrics::add(&self.metrics.batches_in, 1);
         self.timed(|op, ctx, out| op.process_batch(batch, ctx, out))?;
         self.emit()
@@ -296,7 +300,7 @@ impl<T: Send + 'static> Link<T> for SinkLink<T> {
     }
 
     fn batch(&mut self, batch: Batch<T>) -> TaskResult {
-        OperatorMetrics::add(&self.metrics.records_in, batch.len() as u64);
+        OperatorMetrics::add(&self.metrics.records_in, rows_of(&batch));
         OperatorMetrics::add(&self.metrics.batches_in, 1);
         let sw = Stopwatch::start();
         let w = &mut self.writer;

@@ -21,6 +21,7 @@ use crate::checkpoint::{CheckpointControl, SourceSnapshot, TaskSnapshot};
 use crate::error::{TaskFailure, TaskResult};
 use crate::ids::VertexId;
 use crate::metrics::{OperatorMetrics, SplitMetrics};
+use brook_operators::row_batch::rows_of;
 
 /// How long a task waits for input before checking timers and cancellation (ms).
 const POLL_MS: i64 = 50;
@@ -209,7 +210,7 @@ impl<T: Send + 'static> SourceTask<T> {
                 runs.clear();
                 runs.extend(out.split_runs());
                 let b = out.take();
-                OperatorMetrics::add(&self.metrics.records_out, b.len() as u64);
+                OperatorMetrics::add(&self.metrics.records_out, rows_of(&b));
                 self.emit_records(b, &runs, &mut wms, &mut counts, per_record, now)?;
             }
             for s in out.take_finished_splits() {

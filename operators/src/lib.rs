@@ -30,11 +30,14 @@
 
 pub mod async_enrich;
 pub mod basic;
+pub mod batch_rows;
+pub mod batch_sql;
 pub mod enrich;
 pub mod join;
 pub mod process;
 pub mod row;
 pub mod row_aggregate;
+pub mod row_batch;
 pub mod row_sql;
 pub mod row_time;
 pub mod window;

@@ -1,9 +1,10 @@
 //! `filter`, `map` and `select` steps of YAML jobs: SQL expressions (DataFusion's
 //! dialect, planned by brook-sql) evaluated over a whole batch of rows at once.
 //!
-//! Records of YAML jobs still travel as JSON rows ([`Row`]) between operators (issue 18
-//! step 2: sources, keyed exchanges, windows and joins are not columnar yet). So this
-//! operator takes the engine's batch of rows, turns it **once per batch** into an Arrow
+//! This is the row path: where a step's input comes as JSON rows ([`Row`]: after a
+//! source that does not yield batches yet, a keyed exchange, a window or a join; issue
+//! 18 step 3 put the rest on batches, [`crate::batch_sql`]), this operator takes the
+//! engine's batch of rows, turns it **once per batch** into an Arrow
 //! `RecordBatch` of the step's input schema (the rows serialised into one reused buffer
 //! and decoded by brook-sql's decoder), evaluates the planned expressions with arrow's
 //! kernels over the columns, and then:
@@ -62,6 +63,14 @@ enum Planned {
     Select(Projection),
 }
 
+/// A step applied to a batch of its input ([`PlannedSql::apply`]).
+pub(crate) enum Applied {
+    /// A filter's condition per row (a row passes where it is true).
+    Mask(BooleanArray),
+    /// A map's or select's output rows, one per input row.
+    Batch(RecordBatch),
+}
+
 /// A step's values on a batch.
 enum Evaluated {
     Mask(BooleanArray),
@@ -102,6 +111,18 @@ impl PlannedSql {
         match &self.kind {
             Planned::Filter(f) => f.schema(),
             Planned::Map(p) | Planned::Select(p) => p.schema(),
+        }
+    }
+
+    /// The step on a batch of its input schema, as the batch path evaluates it
+    /// ([`crate::batch_sql`]): a filter's mask, or a map's or select's output batch.
+    ///
+    /// # Errors
+    /// As [`Filter::mask`] and [`Projection::apply`].
+    pub(crate) fn apply(&self, batch: &RecordBatch) -> Result<Applied, EvalError> {
+        match &self.kind {
+            Planned::Filter(f) => f.mask(batch).map(Applied::Mask),
+            Planned::Map(p) | Planned::Select(p) => p.apply(batch).map(Applied::Batch),
         }
     }
 

@@ -2,8 +2,9 @@
 //! [`RecordBatch`](arrow_array::RecordBatch)es with a schema fixed when the job is
 //! planned, and their expressions as SQL expressions (DataFusion's dialect) evaluated
 //! over whole columns (issue 18). `brook run` plans YAML jobs' `filter`, `map` and
-//! `select` with it and evaluates them over each batch of rows
-//! (`brook_operators::row_sql`); the rest of a YAML job still carries JSON rows.
+//! `select` with it and evaluates them over each batch of rows: on Arrow batches from
+//! a source that yields them (`brook_operators::batch_sql`, issue 18 step 3), or over
+//! JSON rows elsewhere (`brook_operators::row_sql`).
 //!
 //! - [`schema`]: a schema declared in a spec (`schema: {item: string, price_cents:
 //!   int64}`); [`infer`]: one inferred from a sample of JSON or CSV records.

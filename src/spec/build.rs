@@ -19,14 +19,17 @@ use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
+use brook_operators::batch_rows::ToRows;
+use brook_operators::batch_sql::BatchSql;
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
 use brook_operators::row::{join_rows, row_key, Row, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
+use brook_operators::row_batch::RowBatch;
 use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
 use brook_operators::window::WindowResult;
-use serde_json::json;
 
+use super::columnar::{self, BatchBlackhole, GeneratorBatches};
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
@@ -55,6 +58,9 @@ pub struct BuiltJob {
 enum Stream {
     Plain(DataStream<Row>),
     Keyed(DataStream<Row>, Vec<String>),
+    /// Batches of rows (the batch path, issue 18 step 3) of the named source or step:
+    /// a `filter`/`map`/`select` takes them as they are, anything else gets rows.
+    Batches(DataStream<RowBatch>, String),
 }
 
 fn key_by(s: DataStream<Row>, fields: Vec<String>) -> KeyedStream<String, Row> {
@@ -66,8 +72,14 @@ impl Stream {
         match self {
             Stream::Plain(s) => s,
             Stream::Keyed(s, fields) => key_by(s, fields).into_stream(),
+            Stream::Batches(s, name) => to_rows(s, &name),
         }
     }
+}
+
+/// The boundary of the batch path: batches into rows, chained to their producer.
+fn to_rows(s: DataStream<RowBatch>, producer: &str) -> DataStream<Row> {
+    s.transform_chained(&format!("{producer}-rows"), |_| ToRows)
 }
 
 /// The watermark strategy of a source of rows.
@@ -401,8 +413,15 @@ fn build_with(
                 };
                 let events =
                     with_parallelism(env.from_source(src, strategy), *parallelism).name(name);
-                let rows = events.map(|e| json!({ "key": e.key, "ts": e.ts, "value": e.value }));
-                with_parallelism(rows, *parallelism).name(&format!("{name}-rows"))
+                let schema = columnar::generator_schema()
+                    .map_err(|e| SpecError::new(field.clone(), e.to_string()))?;
+                let batches = events.transform_chained(&format!("{name}-batches"), move |_| {
+                    GeneratorBatches {
+                        schema: Arc::clone(&schema),
+                    }
+                });
+                streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
+                continue;
             }
         };
         streams.insert(s.name().to_string(), Stream::Plain(stream));
@@ -429,12 +448,23 @@ fn build_with(
         };
         let handler = bad(Some(step.policy));
         let out = match &step.op {
-            StepOp::Sql(sql, planned) => {
-                let (sql, planned) = (sql.clone(), planned.clone());
-                Stream::Plain(transform(input, &step.name, move || {
-                    RowSql::new(sql.clone(), planned.clone(), handler.clone())
-                }))
-            }
+            // On batches where they come as batches and the step was planned (their
+            // schema is known at plan time); on rows otherwise.
+            StepOp::Sql(sql, planned) => match (input, planned) {
+                (Stream::Batches(s, _), Some(planned)) => {
+                    let planned = Arc::clone(planned);
+                    let batches = s.transform(&step.name, move |_| {
+                        BatchSql::new(Arc::clone(&planned), handler.clone())
+                    });
+                    Stream::Batches(batches, step.name.clone())
+                }
+                (input, planned) => {
+                    let (sql, planned) = (sql.clone(), planned.clone());
+                    Stream::Plain(transform(input, &step.name, move || {
+                        RowSql::new(sql.clone(), planned.clone(), handler.clone())
+                    }))
+                }
+            },
             StepOp::Join(j) => {
                 let side = |name: &str| -> Result<KeyedStream<String, StoredRow>, SpecError> {
                     let s = streams
@@ -579,7 +609,7 @@ fn build_with(
                 // Without key_by: one window for all rows (Flink's windowAll).
                 let (rows, key_fields) = match input {
                     Stream::Keyed(s, f) => (s, f),
-                    Stream::Plain(s) => (s, Vec::new()),
+                    other => (other.plain(), Vec::new()),
                 };
                 let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())
                     .map_err(|e| SpecError::new(format!("{}.aggregate", step.name), e))?;
@@ -623,6 +653,7 @@ fn build_with(
         };
         let out = match (out, step.parallelism) {
             (Stream::Plain(s), Some(p)) => Stream::Plain(s.set_parallelism(p)),
+            (Stream::Batches(s, name), Some(p)) => Stream::Batches(s.set_parallelism(p), name),
             (s, _) => s,
         };
         streams.insert(step.name.clone(), out);
@@ -631,13 +662,21 @@ fn build_with(
     let mut sinks = Vec::new();
     for (i, (s, input)) in spec.sinks.iter().zip(&v.sink_inputs).enumerate() {
         let field = format!("sinks[{i}] ({})", s.name());
-        let stream = streams
-            .get(input)
-            .cloned()
-            .ok_or_else(|| {
-                SpecError::new(format!("{field}.input"), format!("unknown input {input}"))
-            })?
-            .plain();
+        let input = streams.get(input).cloned().ok_or_else(|| {
+            SpecError::new(format!("{field}.input"), format!("unknown input {input}"))
+        })?;
+        // Sinks that take batches as they are.
+        if let (SinkSpec::Blackhole { parallelism, .. }, Stream::Batches(b, _)) = (s, &input) {
+            let handle = b.clone().sink(BatchBlackhole);
+            let handle = match parallelism {
+                Some(p) => handle.set_parallelism(*p),
+                None => handle,
+            };
+            handle.name(s.name());
+            sinks.push(s.name().to_string());
+            continue;
+        }
+        let stream = input.plain();
         let (handle, parallelism) = match s {
             SinkSpec::File {
                 path,
@@ -761,7 +800,7 @@ where
     F: Fn() -> O + Send + Sync + 'static,
 {
     match input {
-        Stream::Plain(s) => s.transform(name, move |_| make()),
         Stream::Keyed(s, fields) => key_by(s, fields).transform(name, move |_| make()),
+        other => other.plain().transform(name, move |_| make()),
     }
 }

@@ -25,6 +25,7 @@
 //! name the field, as `steps[1] (choc).filter: ...`.
 
 mod build;
+mod columnar;
 mod http;
 mod lookup;
 mod overrides;

@@ -74,11 +74,9 @@ pub(crate) fn source_schema(field: &str, s: &SourceSpec) -> Result<Option<Schema
                 )
             })
         }
-        SourceSpec::Generator { .. } => {
-            brook_sql::schema::declared([("key", "int64"), ("ts", "int64"), ("value", "int64")])
-                .map(Some)
-                .map_err(|e| schema_error(field, &e))
-        }
+        SourceSpec::Generator { .. } => super::columnar::generator_schema()
+            .map(Some)
+            .map_err(|e| schema_error(field, &e)),
         SourceSpec::Log { .. } | SourceSpec::Kafka { .. } => Ok(None),
     }
 }
