@@ -48,6 +48,7 @@ mod config;
 mod error;
 mod execute;
 mod graph;
+pub mod hot_keys;
 mod ids;
 pub mod metrics;
 mod plan;

@@ -147,6 +147,9 @@ pub struct VertexMetrics {
     pub name: String,
     /// One entry per subtask.
     pub subtasks: Vec<Arc<OperatorMetrics>>,
+    /// Keyed vertices: the hottest keys of its input (crate::hot_keys); no writer
+    /// otherwise.
+    pub hot_keys: Arc<crate::hot_keys::HotKeyBoard>,
 }
 
 /// Totals of one vertex.
@@ -197,8 +200,17 @@ impl JobMetrics {
         v.push(VertexMetrics {
             name: name.to_string(),
             subtasks: subtasks.clone(),
+            hot_keys: Arc::default(),
         });
         subtasks
+    }
+
+    /// The hot-key board of vertex `vertex` (by registration order).
+    pub(crate) fn hot_keys_of(&self, vertex: usize) -> Arc<crate::hot_keys::HotKeyBoard> {
+        let v = self.vertices.lock().unwrap_or_else(|e| e.into_inner());
+        v.get(vertex)
+            .map(|v| Arc::clone(&v.hot_keys))
+            .unwrap_or_default()
     }
 
     pub(crate) fn set_edges(&self, edges: Vec<EdgeMetrics>) {

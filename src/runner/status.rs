@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use brook_engine::hot_keys::{HotKey, TOP};
 use brook_engine::metrics::JobMetrics;
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,7 @@ pub struct JobStatus {
 }
 
 /// Totals of one operator over its subtasks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorStatus {
     /// The operator's name.
     pub name: String,
@@ -76,6 +77,11 @@ pub struct OperatorStatus {
     /// versions).
     #[serde(default)]
     pub subtasks: Vec<SubtaskStatus>,
+    /// Keyed operators: the hottest keys of the last minute (30 to 60 s), hottest
+    /// first, at most [`brook_engine::hot_keys::TOP`]; estimated from a sample
+    /// (brook_engine::hot_keys). Empty for other operators.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot_keys: Vec<HotKey>,
 }
 
 /// One subtask of an operator.
@@ -212,6 +218,7 @@ impl JobStatus {
                         busy_ms: m.busy_ns.load(Ordering::Relaxed) / 1_000_000,
                     })
                     .collect(),
+                hot_keys: v.hot_keys.top(TOP),
             });
             for (i, m) in v.subtasks.iter().enumerate() {
                 let sp = m.splits.lock().unwrap_or_else(|e| e.into_inner());
