@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok};
+use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok, run_brook_with_input};
 use brook_testkit::http::{body, header, raw_request};
 use brook_testkit::process::{wait_for, KillOnDrop};
 use brook_testkit::runner::RunnerProcess;
@@ -191,6 +191,102 @@ fn the_dashboard_admits_a_browser_through_a_one_time_link_only() {
     assert!(!log.contains(&link_token), "{log}");
 }
 
+/// A runner holding the log (`--broker-listen`) shows its topics with partitions,
+/// offsets and sizes, and its groups with their lag per partition, the figures
+/// `brook topic describe` and `brook group describe` print.
+#[test]
+fn the_topics_page_shows_partitions_offsets_and_group_lag_of_the_runners_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let brook = |args: &[&str]| brook_command(Path::new(BROOK), &data, args);
+    run_brook_ok(&mut brook(&[
+        "topic",
+        "create",
+        "clicks",
+        "--partitions",
+        "2",
+    ]));
+    let lines: String = (0..10).map(|i| format!("{i}\n")).collect();
+    let out = run_brook_with_input(
+        &mut brook(&["produce", "clicks", "--key", "k"]),
+        lines.as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The group reads 4 of the 10 records and commits.
+    run_brook_ok(&mut brook(&[
+        "consume",
+        "clicks",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max",
+        "4",
+    ]));
+    let r = RunnerProcess::start(
+        brook_command(Path::new(BROOK), &data, &[]),
+        &data,
+        &["--broker-listen", "127.0.0.1:0"],
+        &dir.path().join("runner.log"),
+    );
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let (status, page) = request(&r.url, "GET", "/ui/topics", None, &bearer);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-page=\"topics\""), "{page}");
+    let (status, answer) = request(&r.url, "GET", "/ui/api/topics", None, &bearer);
+    assert_eq!(status, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    assert_eq!(v["log"], true, "{v}");
+    let topic = v["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .find(|t| t["name"] == "clicks")
+        .expect("the topic")
+        .clone();
+    let parts = topic["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 2, "{topic}");
+    // One key: every record in one partition.
+    let ends: Vec<u64> = parts
+        .iter()
+        .map(|p| p["end"].as_u64().expect("end"))
+        .collect();
+    assert_eq!(ends.iter().sum::<u64>(), 10, "{topic}");
+    assert!(
+        parts.iter().any(|p| p["size_bytes"].as_u64() > Some(0)),
+        "{topic}"
+    );
+    assert_eq!(parts[0]["start"], 0, "{topic}");
+    let group = v["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group"] == "readers")
+        .expect("the group")
+        .clone();
+    assert_eq!(group["state"], "Empty", "{group}");
+    let lags: Vec<(u64, u64)> = group["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| Some((p["committed"].as_u64()?, p["lag"].as_u64()?)))
+        .collect();
+    assert!(lags.contains(&(4, 6)), "committed 4, lag 6: {group}");
+
+    // Without a log: the page says so, the lists are empty.
+    drop(r);
+    let plain = runner(&dir.path().join("other"));
+    let (status, answer) = request(
+        &plain.url,
+        "GET",
+        "/ui/api/topics",
+        None,
+        &format!("Authorization: Bearer {}\r\n", plain.token),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    assert_eq!(v["log"], false, "{v}");
+}
+
 /// orders (with rows) and payments (no row yet) joined on `order`, both files
 /// followed: the join's watermark waits for payments.
 const JOIN: &str = r#"
@@ -214,7 +310,13 @@ fn run_with_ui(dir: &Path) -> (KillOnDrop, String) {
         .collect();
     std::fs::write(dir.join("orders.jsonl"), orders).expect("orders");
     std::fs::write(dir.join("payments.jsonl"), "").expect("payments");
-    std::fs::write(dir.join("job.yaml"), JOIN).expect("spec");
+    run_spec_with_ui(dir, JOIN)
+}
+
+/// `brook run --ui 127.0.0.1:0` on `spec` (written to `dir`/job.yaml): the process
+/// and the login link it printed.
+fn run_spec_with_ui(dir: &Path, spec: &str) -> (KillOnDrop, String) {
+    std::fs::write(dir.join("job.yaml"), spec).expect("spec");
     let mut child = KillOnDrop(
         brook_command(
             Path::new(BROOK),
@@ -299,6 +401,75 @@ fn brook_run_serves_its_job_page_on_loopback_only_after_a_login() {
         .arg(dir.path().join("job.yaml")),
     );
     assert!(err.contains("loopback only"), "{err}");
+}
+
+/// Clicks keyed by user into a window, over two subtasks; the file is followed so the
+/// job keeps running.
+const CLICKS: &str = r#"
+name: ui-hot
+parallelism: 2
+sources:
+  - {name: clicks, connector: file, path: clicks.jsonl, follow: true, event_time: ts, watermark: {out_of_orderness: 0s, interval: 0}}
+steps:
+  - key_by: [user]
+  - name: per_user
+    window: {kind: tumbling, size: 1m}
+    aggregate: {n: count()}
+sinks:
+  - {name: out, connector: file, path: counts.jsonl, input: per_user}
+"#;
+
+/// A session cookie header line from the link `brook run --ui` printed.
+fn login(link: &str) -> (String, String) {
+    let (base, path) = link.split_at(link.find("/ui/").expect("a path"));
+    let (status, answer) = request(base, "GET", path, None, "");
+    assert_eq!(status, 303, "{answer}");
+    let cookie = header(&answer, "set-cookie").expect("cookie");
+    (
+        base.to_string(),
+        format!("Cookie: {}\r\n", cookie.split(';').next().expect("pair")),
+    )
+}
+
+/// A key planted in a third of the input, among 2000 keys seen once or twice, is the
+/// keyed operator's hottest key in the job's status, with its share; the operator
+/// that is not keyed has no hot keys.
+#[test]
+fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clicks: String = (0..6000)
+        .map(|i| {
+            let user = if i % 3 == 0 {
+                "hot".to_string()
+            } else {
+                format!("u{}", i % 2000)
+            };
+            format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
+    let (base, cookie) = login(&link);
+    let op = wait_for("the window's hot keys", Duration::from_secs(20), || {
+        let (status, answer) = request(&base, "GET", "/ui/api/jobs/ui-hot", None, &cookie);
+        assert_eq!(status, 200, "{answer}");
+        let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+        let ops = v["job"]["status"]["operators"].as_array()?.clone();
+        let w = ops.iter().find(|o| o["name"] == "per_user")?.clone();
+        (w["records_in"].as_u64()? >= 6000 && !w["hot_keys"].as_array()?.is_empty()).then_some(ops)
+    });
+    drop(child);
+    let window = op.iter().find(|o| o["name"] == "per_user").expect("window");
+    let top = &window["hot_keys"][0];
+    assert_eq!(top["key"], "[\"hot\"]", "{window}");
+    let share = top["share"].as_f64().expect("share");
+    assert!(
+        (0.25..0.42).contains(&share),
+        "a third of the records: {top}"
+    );
+    assert!(top["subtask"].as_u64().is_some_and(|s| s < 2), "{top}");
+    let source = op.iter().find(|o| o["name"] == "clicks").expect("source");
+    assert!(source.get("hot_keys").is_none(), "{source}");
 }
 
 /// The dashboard as a person sees it: headless Chromium opens the link `brook run

@@ -427,7 +427,12 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
     let supervisor = Supervisor::load(config.data_dir.clone(), config.exe.clone())?;
     supervisor.recover();
     let token: Arc<str> = Arc::from(token);
-    let dashboard = crate::ui::Dashboard::new(supervisor.clone(), addr, Arc::clone(&token));
+    let dashboard = crate::ui::Dashboard::new(
+        supervisor.clone(),
+        addr,
+        Arc::clone(&token),
+        broker.as_ref().map(|(_, log)| log.clone()),
+    );
     let app = AppState {
         supervisor,
         dashboard: Arc::clone(&dashboard),

@@ -11,6 +11,8 @@
 //! | `GET /ui/assets/{app.js,style.css}` | session or token | the script and the style sheet |
 //! | `GET /ui/api/jobs` | session or token | `[`[`JobDetail`]`]` |
 //! | `GET /ui/api/jobs/{id}` | session or token | [`JobView`] |
+//! | `GET /ui/topics` | session or token | the Topics and groups page |
+//! | `GET /ui/api/topics` | session or token | [`topics::LogView`] (empty lists without a log) |
 //! | `POST /ui/links` | the runner's API token only | [`LinkBody`] (`brook ui`) |
 //!
 //! Security, as the runner's API (crate::runner::guard) plus a browser's login: every
@@ -29,6 +31,7 @@ pub mod holdback;
 pub mod local;
 mod pages;
 pub mod session;
+pub mod topics;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -97,6 +100,8 @@ pub struct Dashboard {
     /// The API token, also accepted instead of a session.
     token: Arc<str>,
     sessions: Mutex<Sessions>,
+    /// The log the server holds, if any (the runner with `--broker-listen`).
+    log: Option<brook_log::Log>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -109,13 +114,20 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// The dashboard of the server listening on `listen` whose API token is `token`.
-    pub fn new(source: Arc<dyn JobSource>, listen: SocketAddr, token: Arc<str>) -> Arc<Self> {
+    /// The dashboard of the server listening on `listen` whose API token is `token`;
+    /// `log` is the log it holds, for the Topics and groups page.
+    pub fn new(
+        source: Arc<dyn JobSource>,
+        listen: SocketAddr,
+        token: Arc<str>,
+        log: Option<brook_log::Log>,
+    ) -> Arc<Self> {
         Arc::new(Dashboard {
             source,
             listen,
             token,
             sessions: Mutex::new(Sessions::default()),
+            log,
         })
     }
 
@@ -151,6 +163,8 @@ impl Dashboard {
             .route("/ui/assets/{name}", get(asset))
             .route("/ui/api/jobs", get(jobs_json))
             .route("/ui/api/jobs/{id}", get(job_json))
+            .route("/ui/topics", get(topics_page))
+            .route("/ui/api/topics", get(topics_json))
             .route_layer(middleware::from_fn_with_state(
                 Arc::clone(self),
                 session_guard,
@@ -262,6 +276,16 @@ async fn login(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> 
 
 async fn jobs_page() -> Response {
     pages::html(pages::jobs_page())
+}
+
+async fn topics_page() -> Response {
+    pages::html(pages::topics_page())
+}
+
+async fn topics_json(State(d): State<Arc<Dashboard>>) -> Response {
+    // The log's calls take its locks briefly and read no segment: fine on the
+    // request's thread.
+    Json(d.log.as_ref().map(topics::log_view).unwrap_or_default()).into_response()
 }
 
 async fn job_page(State(d): State<Arc<Dashboard>>, UrlPath(id): UrlPath<String>) -> Response {

@@ -37,7 +37,7 @@ fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
 <link rel="stylesheet" href="/ui/assets/style.css">
 </head>
 <body data-page="{page}" data-job="{job}">
-<header><a href="/" class="brand">brook</a><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
+<header><a href="/" class="brand">brook</a><nav><a href="/">Jobs</a> <a href="/ui/topics">Topics and groups</a></nav><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
 <main>
 {main}
 </main>
@@ -64,6 +64,20 @@ pub(super) fn jobs_page() -> String {
     )
 }
 
+/// The Topics and groups page.
+pub(super) fn topics_page() -> String {
+    frame(
+        "Topics and groups",
+        "topics",
+        "",
+        r#"<p id="nolog" class="note" hidden>This server holds no log: start the runner with <code>--broker-listen</code> to see its topics and groups here.</p>
+<section><h2>Topics</h2>
+<table id="topics"><thead><tr><th>topic</th><th>partition</th><th>start offset</th><th>end offset</th><th>stable offset</th><th>size</th><th>segments</th><th>retention</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Consumer groups</h2>
+<table id="groups"><thead><tr><th>group</th><th>state</th><th>members</th><th>topic/partition</th><th>committed</th><th>end</th><th>lag</th><th>member</th></tr></thead><tbody></tbody></table></section>"#,
+    )
+}
+
 /// A job's page.
 pub(super) fn job_page(id: &str, name: &str) -> String {
     frame(
@@ -76,6 +90,10 @@ pub(super) fn job_page(id: &str, name: &str) -> String {
 <svg id="graph" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="operator graph"></svg></section>
 <section><h2>Operators and subtasks</h2>
 <table id="operators"><thead><tr><th>operator</th><th>subtask</th><th>records in</th><th>records out</th><th>in/s</th><th>out/s</th><th>busy</th><th>backpressured</th><th>watermark</th><th>skew</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Hot keys</h2>
+<p class="note">Per keyed operator, the keys with the most records in the last minute (30 to 60 s), estimated from a sample of one record in 8; share is of the operator's records.</p>
+<table id="hotkeys"><thead><tr><th>operator</th><th>key</th><th>subtask</th><th>records</th><th>share</th></tr></thead><tbody></tbody></table>
+<p id="hotkeys-empty" class="note" hidden>No keyed operator has counted records yet.</p></section>
 <section><h2>Watermarks</h2>
 <h3>Who holds the watermark back</h3>
 <table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>why</th></tr></thead><tbody></tbody></table>

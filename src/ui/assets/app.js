@@ -294,6 +294,17 @@ function renderWatermarks(view) {
     td(o.name), td(time(o.watermark_ms)), td(num(o.late_records), o.late_records ? "num bad" : "num"))));
 }
 
+function renderHotKeys(status) {
+  const rows = [];
+  for (const o of status.operators) {
+    (o.hot_keys || []).forEach((k, rank) => rows.push(el("tr", { "data-operator": o.name, "data-key": k.key },
+      td(rank === 0 ? o.name : ""), td(k.key, rank === 0 ? "hot" : ""), td(k.subtask, "num"),
+      td(num(k.records), "num"), td(pct(k.share * 100), "num"))));
+  }
+  fill("#hotkeys", rows);
+  document.getElementById("hotkeys-empty").hidden = rows.length > 0;
+}
+
 function renderCheckpoints(status) {
   const c = status.checkpoints;
   document.getElementById("cp-summary").textContent =
@@ -320,13 +331,41 @@ function renderJob(view) {
   const opRate = status.operators.map((_, i) => opRates(status, i));
   renderGraph(status, opRate);
   renderOperators(status, opRate);
+  renderHotKeys(status);
   renderWatermarks(view);
   renderCheckpoints(status);
+}
+
+// ---- Topics and groups page ----
+
+function renderTopics(view) {
+  document.getElementById("nolog").hidden = view.log;
+  const topics = [];
+  for (const t of view.topics) {
+    const retention = (t.retention_ms === null ? "no time limit" : duration(t.retention_ms)) +
+      (t.retention_bytes === null ? "" : ", " + bytes(t.retention_bytes) + " per partition") + " (" + t.cleanup_policy + ")";
+    t.partitions.forEach((p, i) => topics.push(el("tr", { "data-topic": t.name, "data-partition": p.partition },
+      td(i === 0 ? t.name : ""), td(p.partition, "num"), td(num(p.start), "num"), td(num(p.end), "num"),
+      td(num(p.stable), "num"), td(bytes(p.size_bytes), "num"), td(p.segments, "num"), td(i === 0 ? retention : ""))));
+  }
+  fill("#topics", topics);
+  const groups = [];
+  for (const g of view.groups) {
+    const members = g.members.map((m) => m.client_id + " (" + m.partitions.join(", ") + ")").join("; ") || "none";
+    const rows = g.partitions.length ? g.partitions : [null];
+    rows.forEach((p, i) => groups.push(el("tr", { "data-group": g.group },
+      td(i === 0 ? g.group : ""), td(i === 0 ? g.state : ""), td(i === 0 ? members : ""),
+      td(p ? p.topic + "/" + p.partition : "-"), td(p ? num(p.committed) : "-", "num"), td(p ? num(p.end) : "-", "num"),
+      td(p ? (p.out_of_range ? "out of range" : num(p.lag)) : "-", p && p.lag ? "num hot" : "num"),
+      td(p && p.member ? p.member : ""))));
+  }
+  fill("#groups", groups);
 }
 
 async function tick() {
   try {
     if (page === "jobs") renderJobs(await getJson("/ui/api/jobs"));
+    else if (page === "topics") renderTopics(await getJson("/ui/api/topics"));
     else if (page === "job") renderJob(await getJson("/ui/api/jobs/" + encodeURIComponent(jobId)));
     live(true);
   } catch (e) {
