@@ -44,6 +44,18 @@ fn request(url: &str, method: &str, path: &str, host: Option<&str>, extra: &str)
     )
 }
 
+/// `POST path` to the runner at `url` with a JSON `body` and `extra` header lines.
+fn post_json(url: &str, path: &str, extra: &str, body: &str) -> (u16, String) {
+    let host = url.trim_start_matches("http://");
+    raw_request(
+        url,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
 /// A new one-time link's path from `POST /ui/links` with the API token.
 fn new_link(r: &RunnerProcess) -> String {
     let (status, answer) = request(
@@ -285,6 +297,88 @@ fn the_topics_page_shows_partitions_offsets_and_group_lag_of_the_runners_log() {
     assert_eq!(status, 200, "{answer}");
     let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
     assert_eq!(v["log"], false, "{v}");
+}
+
+/// The job page's Cancel and Resume through real requests against a real runner:
+/// only with the session cookie, the server's Origin, the session's CSRF token from
+/// the page and a JSON body; then the job stops, and resumes.
+#[test]
+fn cancel_from_the_job_page_needs_the_csrf_token_and_stops_the_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = runner(dir.path());
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let base_dir = dir.path().join("job");
+    std::fs::create_dir_all(&base_dir).expect("job dir");
+    std::fs::write(base_dir.join("in.jsonl"), "{\"n\":1}\n").expect("input");
+    let spec = "name: ui-act\nsources:\n  - {name: in, connector: file, path: in.jsonl, follow: true}\nsinks:\n  - {name: out, connector: file, path: out.jsonl, input: in}\n";
+    let submit = serde_json::json!({
+        "job": {"kind": "yaml", "spec": spec, "base_dir": base_dir},
+        "restart": {"strategy": "none"},
+    });
+    let (status, answer) = post_json(&r.url, "/jobs", &bearer, &submit.to_string());
+    assert_eq!(status, 201, "{answer}");
+    let job: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    let id = job["id"].as_str().expect("id").to_string();
+    let state = |id: &str| {
+        let (_, answer) = request(&r.url, "GET", &format!("/jobs/{id}"), None, &bearer);
+        let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+        v["state"].as_str().unwrap_or("").to_string()
+    };
+    wait_for("the job running", Duration::from_secs(20), || {
+        (state(&id) == "RUNNING").then_some(())
+    });
+
+    // Log in; the job page carries the session's CSRF token.
+    let (status, answer) = request(&r.url, "GET", &new_link(&r), None, "");
+    assert_eq!(status, 303, "{answer}");
+    let cookie = header(&answer, "set-cookie").expect("cookie");
+    let cookie = format!("Cookie: {}\r\n", cookie.split(';').next().expect("pair"));
+    let (status, page) = request(&r.url, "GET", &format!("/ui/jobs/{id}"), None, &cookie);
+    assert_eq!(status, 200, "{page}");
+    let marker = "<meta name=\"brook-csrf\" content=\"";
+    let at = page.find(marker).expect("a CSRF token in the page") + marker.len();
+    let csrf = &page[at..at + page[at..].find('"').expect("end")];
+    assert!(csrf.len() >= 16 && csrf != r.token, "{csrf}");
+
+    let origin = format!("Origin: {}\r\n", r.url);
+    let cancel = format!("/ui/api/jobs/{id}/cancel");
+    let refused = [
+        // The cookie alone, as a cross-site form would send it.
+        format!("{cookie}{origin}"),
+        // A wrong token.
+        format!("{cookie}{origin}X-CSRF-Token: x{csrf}\r\n"),
+        // No Origin.
+        format!("{cookie}X-CSRF-Token: {csrf}\r\n"),
+        // Another site.
+        format!("{cookie}Origin: http://evil.example\r\nX-CSRF-Token: {csrf}\r\n"),
+        // The API token is for the API's routes.
+        format!("{bearer}{origin}X-CSRF-Token: {csrf}\r\n"),
+    ];
+    for extra in &refused {
+        let (status, answer) = post_json(&r.url, &cancel, extra, "{}");
+        assert!(status == 403 || status == 401, "{extra}: {status} {answer}");
+    }
+    let (status, _) = request(
+        &r.url,
+        "GET",
+        &cancel,
+        None,
+        &format!("{cookie}X-CSRF-Token: {csrf}\r\n"),
+    );
+    assert_eq!(status, 405, "GET never changes state");
+    assert_eq!(state(&id), "RUNNING", "nothing refused stopped the job");
+
+    let good = format!("{cookie}{origin}X-CSRF-Token: {csrf}\r\n");
+    let (status, answer) = post_json(&r.url, &cancel, &good, "{\"savepoint\": false}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the job canceled", Duration::from_secs(20), || {
+        (state(&id) == "CANCELED").then_some(())
+    });
+    let (status, answer) = post_json(&r.url, &format!("/ui/api/jobs/{id}/resume"), &good, "{}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the job running again", Duration::from_secs(20), || {
+        (state(&id) == "RUNNING").then_some(())
+    });
 }
 
 /// orders (with rows) and payments (no row yet) joined on `order`, both files

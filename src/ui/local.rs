@@ -127,7 +127,7 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
     let id = job.id.clone();
     // No API token here: a random one no one is told, so only a session gets in.
     let token: Arc<str> = Arc::from(crate::runner::token::generate()?);
-    let dashboard = Dashboard::new(Arc::new(job), addr, token, None);
+    let dashboard = Dashboard::new(Arc::new(job), addr, token, None, None);
     let link = format!("http://{addr}{}", dashboard.new_link(Some(&id))?.path);
     let router = dashboard.router();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -25,15 +25,16 @@ pub(super) fn html(body: String) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
 }
 
-/// The frame of every page: `page` and `job` tell the script what to show.
-fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
+/// The frame of every page: `page` and `job` tell the script what to show; `csrf`,
+/// the session's CSRF token, is written into pages that have actions.
+fn frame(title: &str, page: &str, job: &str, csrf: Option<&str>, main: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · brook</title>
+<title>{title} · brook</title>{csrf}
 <link rel="stylesheet" href="/ui/assets/style.css">
 </head>
 <body data-page="{page}" data-job="{job}">
@@ -46,6 +47,10 @@ fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
 </html>
 "#,
         title = text(title),
+        csrf = csrf.map_or(String::new(), |t| format!(
+            "\n<meta name=\"brook-csrf\" content=\"{}\">",
+            attr(t)
+        )),
         page = attr(page),
         job = attr(job),
     )
@@ -57,6 +62,7 @@ pub(super) fn jobs_page() -> String {
         "Jobs",
         "jobs",
         "",
+        None,
         r#"<section><h2>Jobs</h2>
 <table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>uptime</th><th>attempts</th><th>records in/s (sources)</th><th>last failure</th></tr></thead><tbody></tbody></table>
 <p id="empty" class="note" hidden>No jobs yet: <code>brook submit job.yaml</code>.</p>
@@ -70,6 +76,7 @@ pub(super) fn topics_page() -> String {
         "Topics and groups",
         "topics",
         "",
+        None,
         r#"<p id="nolog" class="note" hidden>This server holds no log: start the runner with <code>--broker-listen</code> to see its topics and groups here.</p>
 <section><h2>Topics</h2>
 <table id="topics"><thead><tr><th>topic</th><th>partition</th><th>start offset</th><th>end offset</th><th>stable offset</th><th>size</th><th>segments</th><th>retention</th></tr></thead><tbody></tbody></table></section>
@@ -78,13 +85,15 @@ pub(super) fn topics_page() -> String {
     )
 }
 
-/// A job's page.
-pub(super) fn job_page(id: &str, name: &str) -> String {
+/// A job's page; `csrf` enables its actions (cancel, resume).
+pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
     frame(
         &format!("{name} ({id})"),
         "job",
         id,
+        csrf,
         r#"<section id="summary"></section>
+<section id="actions" hidden><button id="cancel" type="button">Cancel</button> <button id="cancel-savepoint" type="button">Cancel with savepoint</button> <button id="resume" type="button">Resume</button> <span id="action-result" class="note"></span></section>
 <section><h2>Operator graph</h2>
 <p class="note">One box per task (chained operators run in one task); per operator: parallelism, records in and out per second, busy and backpressured time per subtask.</p>
 <svg id="graph" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="operator graph"></svg></section>
@@ -115,10 +124,11 @@ mod tests {
 
     #[test]
     fn names_are_escaped_in_the_page() {
-        let page = job_page("a-1", "<script>x</script>\"");
+        let page = job_page("a-1", "<script>x</script>\"", Some("\"><x"));
+        assert!(!page.contains("\"><x"), "{page}");
         assert!(!page.contains("<script>x"), "{page}");
         assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"), "{page}");
-        let framed = frame("t", "job", "\"><img src=x>", "");
+        let framed = frame("t", "job", "\"><img src=x>", None, "");
         assert!(!framed.contains("\"><img"), "{framed}");
     }
 }

@@ -147,6 +147,47 @@ function renderSummary(view) {
   document.getElementById("summary").replaceChildren(el("h2", {}, "Job " + j.name), dl);
 }
 
+// Actions (runner only): POST with the session's CSRF token from the page, JSON body.
+const csrfMeta = document.querySelector('meta[name="brook-csrf"]');
+const csrf = csrfMeta ? csrfMeta.content : null;
+
+async function act(action, body, question) {
+  if (!window.confirm(question)) return;
+  const result = document.getElementById("action-result");
+  result.textContent = action + "…";
+  try {
+    const r = await fetch("/ui/api/jobs/" + encodeURIComponent(jobId) + "/" + action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf, Accept: "application/json" },
+      body: JSON.stringify(body),
+    });
+    const answer = await r.json().catch(() => ({}));
+    result.textContent = r.ok ? action + ": done, the job is " + answer.state : action + " refused: " + (answer.error || r.status);
+  } catch (e) {
+    result.textContent = action + " failed: " + (e.message || e);
+  }
+}
+
+function renderActions(j) {
+  const section = document.getElementById("actions");
+  if (!csrf || !section) return;
+  section.hidden = false;
+  const live = j.state === "RUNNING" || j.state === "RESTARTING";
+  document.getElementById("cancel").disabled = !live;
+  document.getElementById("cancel-savepoint").disabled = j.state !== "RUNNING";
+  document.getElementById("resume").disabled = !(j.state === "CANCELED" || j.state === "FAILED");
+}
+
+if (csrf && page === "job") {
+  document.getElementById("cancel").addEventListener("click", () =>
+    act("cancel", { savepoint: false }, "Cancel job " + jobId + "? It can be resumed from its last checkpoint."));
+  document.getElementById("cancel-savepoint").addEventListener("click", () =>
+    act("cancel", { savepoint: true }, "Take a savepoint of job " + jobId + ", then cancel it?"));
+  document.getElementById("resume").addEventListener("click", () =>
+    act("resume", {}, "Resume job " + jobId + " from its newest savepoint or checkpoint?"));
+}
+
 // Tasks: operators joined by chained edges, in graph order of their heads.
 function tasksOf(status) {
   const n = status.operators.length;
@@ -325,6 +366,7 @@ function renderAttempts(job) {
 
 function renderJob(view) {
   renderSummary(view);
+  renderActions(view.job);
   renderAttempts(view.job);
   const status = view.job.status;
   if (!status) return;
