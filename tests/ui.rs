@@ -381,6 +381,78 @@ fn cancel_from_the_job_page_needs_the_csrf_token_and_stops_the_job() {
     });
 }
 
+/// The checkpoint history outlives the process: after a cancel and a resume, the job's
+/// view lists the checkpoints of the first attempt from the checkpoint directory's
+/// metadata, the one the second attempt restored marked as such.
+#[test]
+fn checkpoints_of_earlier_attempts_and_the_restored_one_stay_in_the_view() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = runner(dir.path());
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let base_dir = dir.path().join("job");
+    std::fs::create_dir_all(&base_dir).expect("job dir");
+    std::fs::write(base_dir.join("in.jsonl"), "{\"n\":1}\n").expect("input");
+    let spec = "name: ui-cp\nsources:\n  - {name: in, connector: file, path: in.jsonl, follow: true}\nsinks:\n  - {name: out, connector: file, path: out.jsonl, input: in}\n";
+    let submit = serde_json::json!({
+        "job": {"kind": "yaml", "spec": spec, "base_dir": base_dir},
+        "restart": {"strategy": "none"},
+        "checkpoint_interval": "100ms",
+    });
+    let (status, answer) = post_json(&r.url, "/jobs", &bearer, &submit.to_string());
+    assert_eq!(status, 201, "{answer}");
+    let job: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    let id = job["id"].as_str().expect("id").to_string();
+    let view = || {
+        let (status, answer) = request(&r.url, "GET", &format!("/ui/api/jobs/{id}"), None, &bearer);
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<serde_json::Value>(body(&answer)).expect("JSON")
+    };
+    wait_for("two checkpoints", Duration::from_secs(30), || {
+        (view()["job"]["status"]["checkpoints"]["completed"].as_u64()? >= 2).then_some(())
+    });
+    let (status, answer) = post_json(&r.url, &format!("/jobs/{id}/cancel"), &bearer, "{}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("canceled", Duration::from_secs(20), || {
+        (view()["job"]["state"] == "CANCELED").then_some(())
+    });
+    let first: Vec<u64> = view()["job"]["retained_checkpoints"]
+        .as_array()
+        .expect("retained")
+        .iter()
+        .filter_map(|c| c["id"].as_u64())
+        .collect();
+    assert!(
+        !first.is_empty(),
+        "the first attempt's checkpoints are on disk"
+    );
+    let (status, answer) = post_json(&r.url, &format!("/jobs/{id}/resume"), &bearer, "{}");
+    assert_eq!(status, 200, "{answer}");
+    let v = wait_for(
+        "the second attempt running",
+        Duration::from_secs(20),
+        || {
+            let v = view();
+            (v["job"]["state"] == "RUNNING" && v["job"]["status"]["state"] == "RUNNING")
+                .then_some(v)
+        },
+    );
+    let job = &v["job"];
+    let restored = job["latest_restored"]
+        .as_str()
+        .expect("a restored checkpoint");
+    let retained = job["retained_checkpoints"].as_array().expect("retained");
+    let marked = retained
+        .iter()
+        .find(|c| c["path"] == restored)
+        .unwrap_or_else(|| panic!("the restored checkpoint is listed: {job}"));
+    assert_eq!(marked["restored_by"], serde_json::json!([2]), "{job}");
+    assert!(
+        first.contains(&marked["id"].as_u64().expect("id")),
+        "restored one of the first attempt's: {job}"
+    );
+    assert!(marked["size_bytes"].as_u64() > Some(0), "{marked}");
+}
+
 /// orders (with rows) and payments (no row yet) joined on `order`, both files
 /// followed: the join's watermark waits for payments.
 const JOIN: &str = r#"

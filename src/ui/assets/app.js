@@ -357,6 +357,14 @@ function renderCheckpoints(status) {
     td(h.error ? "failed: " + h.error : "completed"))));
 }
 
+function renderRetained(job) {
+  document.getElementById("cp-restored").textContent =
+    "latest restored: " + (job.latest_restored || "none (the job started empty or from its savepoint only)");
+  fill("#retained", (job.retained_checkpoints || []).map((c) => el("tr", { "data-checkpoint": c.id },
+    td(c.id, "num"), td(time(c.timestamp_ms)), td(bytes(c.size_bytes), "num"),
+    td(c.restored_by.length ? c.restored_by.join(", ") : "-"))));
+}
+
 function renderAttempts(job) {
   fill("#attempts", job.attempt_history.slice().reverse().map((a) => el("tr", {},
     td(a.number, "num"), td(time(a.started_ms)), td(a.ended_ms ? time(a.ended_ms) : "running"),
@@ -368,6 +376,7 @@ function renderJob(view) {
   renderSummary(view);
   renderActions(view.job);
   renderAttempts(view.job);
+  renderRetained(view.job);
   const status = view.job.status;
   if (!status) return;
   const opRate = status.operators.map((_, i) => opRates(status, i));
