@@ -676,3 +676,35 @@ fn chromium_shows_the_job_graph_live_counts_and_who_holds_the_watermark_back() {
     assert!(dom[holder..].contains("payments.jsonl"), "{dom}");
     assert!(dom.contains("no record yet"), "{dom}");
 }
+
+/// The Hot keys table as a person sees it: headless Chromium opens the job page of
+/// [`CLICKS`] and, after a few polls, the key planted in a third of the input heads
+/// the window's hot keys.
+#[test]
+#[ignore = "needs Debian's chromium (scripts/setup.sh installs it; scripts/test.sh runs this test)"]
+fn chromium_shows_the_planted_hot_key_at_the_top_of_the_hot_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clicks: String = (0..6000)
+        .map(|i| {
+            let user = if i % 3 == 0 {
+                "hot".to_string()
+            } else {
+                format!("u{}", i % 2000)
+            };
+            format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
+    let dom = brook_testkit::browser::dump_dom(&link, 5_000);
+    drop(child);
+    let _ = std::fs::write(dir.path().join("dom.html"), &dom);
+    let table = dom.find("id=\"hotkeys\"").expect("the Hot keys table");
+    let first = dom[table..]
+        .find("data-key=")
+        .map(|i| &dom[table + i..])
+        .expect("a hot key row");
+    let row = &first[..first.find("</tr>").expect("row end")];
+    assert!(row.contains("per_user"), "{row}");
+    assert!(row.contains("[\"hot\"]"), "the planted key first: {row}");
+}
