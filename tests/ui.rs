@@ -381,7 +381,8 @@ fn cancel_from_the_job_page_needs_the_csrf_token_and_stops_the_job() {
     });
 }
 
-/// The checkpoint history outlives the process: after a cancel and a resume, the job's
+/// A checkpoint's history entry names each task with its alignment time. The
+/// checkpoint history outlives the process: after a cancel and a resume, the job's
 /// view lists the checkpoints of the first attempt from the checkpoint directory's
 /// metadata, the one the second attempt restored marked as such.
 #[test]
@@ -407,9 +408,27 @@ fn checkpoints_of_earlier_attempts_and_the_restored_one_stay_in_the_view() {
         assert_eq!(status, 200, "{answer}");
         serde_json::from_str::<serde_json::Value>(body(&answer)).expect("JSON")
     };
-    wait_for("two checkpoints", Duration::from_secs(30), || {
-        (view()["job"]["status"]["checkpoints"]["completed"].as_u64()? >= 2).then_some(())
+    let cps = wait_for("two checkpoints", Duration::from_secs(30), || {
+        let c = view()["job"]["status"]["checkpoints"].clone();
+        (c["completed"].as_u64()? >= 2).then_some(c)
     });
+    // Each completed checkpoint names its tasks with their alignment time.
+    let done = cps["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .find(|h| h["error"].is_null())
+        .expect("a completed checkpoint")
+        .clone();
+    let tasks = done["alignment"].as_array().expect("alignment per task");
+    assert!(!tasks.is_empty(), "{done}");
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["task"].as_str().is_some_and(|n| n.contains("in"))
+                && t["alignment_us"].is_u64()),
+        "{done}"
+    );
     let (status, answer) = post_json(&r.url, &format!("/jobs/{id}/cancel"), &bearer, "{}");
     assert_eq!(status, 200, "{answer}");
     wait_for("canceled", Duration::from_secs(20), || {

@@ -89,6 +89,19 @@ pub struct CheckpointRecord {
     pub size_bytes: Option<u64>,
     /// Why it was aborted; `None` when it completed.
     pub error: Option<String>,
+    /// Per task, how long its barrier alignment took (empty when aborted).
+    pub alignment: Vec<TaskAlignment>,
+}
+
+/// One task's barrier alignment in a checkpoint: from the first barrier on one of its
+/// input channels to the last (Flink's "alignment duration"); 0 for sources and tasks
+/// with one input channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskAlignment {
+    /// The task (its chain's name and subtask).
+    pub task: String,
+    /// Microseconds.
+    pub alignment_us: u64,
 }
 
 impl CheckpointStats {

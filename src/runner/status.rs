@@ -166,6 +166,20 @@ pub struct CheckpointEntry {
     pub size_bytes: Option<u64>,
     /// Why it was aborted; absent when it completed.
     pub error: Option<String>,
+    /// Per task, its barrier alignment time (µs): from the first barrier on one of its
+    /// input channels to the last; 0 for sources and single-input tasks. Empty when
+    /// aborted, and in reports of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alignment: Vec<AlignmentEntry>,
+}
+
+/// One task's alignment in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlignmentEntry {
+    /// The task (its chain's name and subtask).
+    pub task: String,
+    /// Microseconds.
+    pub alignment_us: u64,
 }
 
 /// The result of a savepoint.
@@ -253,6 +267,14 @@ impl JobStatus {
                     duration_ms: r.duration_ms,
                     size_bytes: r.size_bytes,
                     error: r.error,
+                    alignment: r
+                        .alignment
+                        .into_iter()
+                        .map(|a| AlignmentEntry {
+                            task: a.task,
+                            alignment_us: a.alignment_us,
+                        })
+                        .collect(),
                 })
                 .collect(),
         };

@@ -112,7 +112,7 @@ pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
 <table id="watermarks"><thead><tr><th>operator</th><th>watermark</th><th>late records</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Checkpoints</h2>
 <p id="cp-summary" class="note"></p>
-<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>status</th></tr></thead><tbody></tbody></table>
+<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>alignment (slowest task)</th><th>status</th></tr></thead><tbody></tbody></table>
 <h3>Retained in the checkpoint directory (across restarts)</h3>
 <p id="cp-restored" class="note"></p>
 <table id="retained"><thead><tr><th>id</th><th>triggered</th><th>size</th><th>restored by attempt</th></tr></thead><tbody></tbody></table></section>

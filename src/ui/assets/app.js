@@ -346,6 +346,16 @@ function renderHotKeys(status) {
   document.getElementById("hotkeys-empty").hidden = rows.length > 0;
 }
 
+// The slowest task's alignment, with every task's in the tooltip.
+function alignmentCell(tasks) {
+  if (!tasks.length) return td("-");
+  const slowest = tasks.reduce((a, b) => (b.alignment_us > a.alignment_us ? b : a));
+  const ms = (us) => (us / 1000).toFixed(us < 10000 ? 2 : 0) + " ms";
+  const cell = td(ms(slowest.alignment_us) + " (" + slowest.task + ")", "num");
+  cell.title = tasks.map((t) => t.task + ": " + ms(t.alignment_us)).join("\n");
+  return cell;
+}
+
 function renderCheckpoints(status) {
   const c = status.checkpoints;
   document.getElementById("cp-summary").textContent =
@@ -354,6 +364,7 @@ function renderCheckpoints(status) {
   const history = (c.history || []).slice().reverse();
   fill("#checkpoints", history.map((h) => el("tr", { class: h.error ? "bad" : "" },
     td(h.id, "num"), td(time(h.trigger_ms)), td(duration(h.duration_ms)), td(bytes(h.size_bytes), "num"),
+    alignmentCell(h.alignment || []),
     td(h.error ? "failed: " + h.error : "completed"))));
 }
 
