@@ -1,7 +1,9 @@
 //! `cargo bench --bench pipeline`: generator -> filter -> map -> key_by exchange ->
 //! discard, at parallelism 1 and 2, in events per second, each beside a hand-written
 //! single-threaded loop doing the same work in the same run (generate, filter, map,
-//! hash the key to its key group and subtask, discard), as a ratio.
+//! hash the key to its key group and subtask, discard), as a ratio; and the engine
+//! with hot-key counting off (`JobConfig::hot_keys`), for what counting costs (on/off
+//! ratio, same run).
 //!
 //! Run without `--bench` (as `cargo test --all-targets` does) it only checks that the
 //! pipeline works, on a small input.
@@ -54,8 +56,11 @@ fn keep(value: i64) -> bool {
 }
 
 /// The engine: returns (seconds, records reaching the sink, checksum).
-fn engine(n: u64, parallelism: u32) -> (f64, u64, u64) {
-    let env = StreamEnvironment::new(JobConfig::with_parallelism(parallelism));
+fn engine(n: u64, parallelism: u32, hot_keys: bool) -> (f64, u64, u64) {
+    let env = StreamEnvironment::new(JobConfig {
+        hot_keys,
+        ..JobConfig::with_parallelism(parallelism)
+    });
     let sink = Discard::default();
     let source = GeneratorSource::builder()
         .events(n)
@@ -118,19 +123,34 @@ fn main() {
     };
     println!("pipeline: {n} events, generator -> filter -> map -> key_by -> discard (median of {rounds})");
     println!(
-        "{:<14} {:>14} {:>14} {:>8}",
-        "parallelism", "brook ev/s", "loop ev/s", "ratio"
+        "{:<14} {:>14} {:>14} {:>8} {:>18} {:>8}",
+        "parallelism", "brook ev/s", "loop ev/s", "ratio", "hot keys off ev/s", "on/off"
     );
     for p in [1u32, 2] {
-        let (mut engine_t, mut loop_t) = (Vec::new(), Vec::new());
+        let (mut engine_t, mut loop_t, mut off_t) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let (lt, lk, lc) = hand_loop(n, p);
-            let (et, ek, ec) = engine(n, p);
+            let (et, ek, ec) = engine(n, p, true);
+            let (ot, ok, oc) = engine(n, p, false);
             assert_eq!((ek, ec), (lk, lc), "the engine and the loop disagree");
+            assert_eq!((ok, oc), (lk, lc), "the engine without hot keys disagrees");
             engine_t.push(et);
             loop_t.push(lt);
+            off_t.push(ot);
         }
-        let (e, l) = (n as f64 / median(engine_t), n as f64 / median(loop_t));
-        println!("{:<14} {:>14.0} {:>14.0} {:>8.2}", p, e, l, e / l);
+        let (e, l, o) = (
+            n as f64 / median(engine_t),
+            n as f64 / median(loop_t),
+            n as f64 / median(off_t),
+        );
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>8.2} {:>18.0} {:>8.2}",
+            p,
+            e,
+            l,
+            e / l,
+            o,
+            e / o
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok};
+use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok, run_brook_with_input};
 use brook_testkit::http::{body, header, raw_request};
 use brook_testkit::process::{wait_for, KillOnDrop};
 use brook_testkit::runner::RunnerProcess;
@@ -41,6 +41,18 @@ fn request(url: &str, method: &str, path: &str, host: Option<&str>, extra: &str)
     raw_request(
         url,
         &format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}{length}Connection: close\r\n\r\n{body}"),
+    )
+}
+
+/// `POST path` to the runner at `url` with a JSON `body` and `extra` header lines.
+fn post_json(url: &str, path: &str, extra: &str, body: &str) -> (u16, String) {
+    let host = url.trim_start_matches("http://");
+    raw_request(
+        url,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
     )
 }
 
@@ -191,6 +203,275 @@ fn the_dashboard_admits_a_browser_through_a_one_time_link_only() {
     assert!(!log.contains(&link_token), "{log}");
 }
 
+/// A runner holding the log (`--broker-listen`) shows its topics with partitions,
+/// offsets and sizes, and its groups with their lag per partition, the figures
+/// `brook topic describe` and `brook group describe` print.
+#[test]
+fn the_topics_page_shows_partitions_offsets_and_group_lag_of_the_runners_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let brook = |args: &[&str]| brook_command(Path::new(BROOK), &data, args);
+    run_brook_ok(&mut brook(&[
+        "topic",
+        "create",
+        "clicks",
+        "--partitions",
+        "2",
+    ]));
+    let lines: String = (0..10).map(|i| format!("{i}\n")).collect();
+    let out = run_brook_with_input(
+        &mut brook(&["produce", "clicks", "--key", "k"]),
+        lines.as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The group reads 4 of the 10 records and commits.
+    run_brook_ok(&mut brook(&[
+        "consume",
+        "clicks",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max",
+        "4",
+    ]));
+    let r = RunnerProcess::start(
+        brook_command(Path::new(BROOK), &data, &[]),
+        &data,
+        &["--broker-listen", "127.0.0.1:0"],
+        &dir.path().join("runner.log"),
+    );
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let (status, page) = request(&r.url, "GET", "/ui/topics", None, &bearer);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-page=\"topics\""), "{page}");
+    let (status, answer) = request(&r.url, "GET", "/ui/api/topics", None, &bearer);
+    assert_eq!(status, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    assert_eq!(v["log"], true, "{v}");
+    let topic = v["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .find(|t| t["name"] == "clicks")
+        .expect("the topic")
+        .clone();
+    let parts = topic["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 2, "{topic}");
+    // One key: every record in one partition.
+    let ends: Vec<u64> = parts
+        .iter()
+        .map(|p| p["end"].as_u64().expect("end"))
+        .collect();
+    assert_eq!(ends.iter().sum::<u64>(), 10, "{topic}");
+    assert!(
+        parts.iter().any(|p| p["size_bytes"].as_u64() > Some(0)),
+        "{topic}"
+    );
+    assert_eq!(parts[0]["start"], 0, "{topic}");
+    let group = v["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group"] == "readers")
+        .expect("the group")
+        .clone();
+    assert_eq!(group["state"], "Empty", "{group}");
+    let lags: Vec<(u64, u64)> = group["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| Some((p["committed"].as_u64()?, p["lag"].as_u64()?)))
+        .collect();
+    assert!(lags.contains(&(4, 6)), "committed 4, lag 6: {group}");
+
+    // Without a log: the page says so, the lists are empty.
+    drop(r);
+    let plain = runner(&dir.path().join("other"));
+    let (status, answer) = request(
+        &plain.url,
+        "GET",
+        "/ui/api/topics",
+        None,
+        &format!("Authorization: Bearer {}\r\n", plain.token),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    assert_eq!(v["log"], false, "{v}");
+}
+
+/// The job page's Cancel and Resume through real requests against a real runner:
+/// only with the session cookie, the server's Origin, the session's CSRF token from
+/// the page and a JSON body; then the job stops, and resumes.
+#[test]
+fn cancel_from_the_job_page_needs_the_csrf_token_and_stops_the_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = runner(dir.path());
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let base_dir = dir.path().join("job");
+    std::fs::create_dir_all(&base_dir).expect("job dir");
+    std::fs::write(base_dir.join("in.jsonl"), "{\"n\":1}\n").expect("input");
+    let spec = "name: ui-act\nsources:\n  - {name: in, connector: file, path: in.jsonl, follow: true}\nsinks:\n  - {name: out, connector: file, path: out.jsonl, input: in}\n";
+    let submit = serde_json::json!({
+        "job": {"kind": "yaml", "spec": spec, "base_dir": base_dir},
+        "restart": {"strategy": "none"},
+    });
+    let (status, answer) = post_json(&r.url, "/jobs", &bearer, &submit.to_string());
+    assert_eq!(status, 201, "{answer}");
+    let job: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    let id = job["id"].as_str().expect("id").to_string();
+    let state = |id: &str| {
+        let (_, answer) = request(&r.url, "GET", &format!("/jobs/{id}"), None, &bearer);
+        let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+        v["state"].as_str().unwrap_or("").to_string()
+    };
+    wait_for("the job running", Duration::from_secs(20), || {
+        (state(&id) == "RUNNING").then_some(())
+    });
+
+    // Log in; the job page carries the session's CSRF token.
+    let (status, answer) = request(&r.url, "GET", &new_link(&r), None, "");
+    assert_eq!(status, 303, "{answer}");
+    let cookie = header(&answer, "set-cookie").expect("cookie");
+    let cookie = format!("Cookie: {}\r\n", cookie.split(';').next().expect("pair"));
+    let (status, page) = request(&r.url, "GET", &format!("/ui/jobs/{id}"), None, &cookie);
+    assert_eq!(status, 200, "{page}");
+    let marker = "<meta name=\"brook-csrf\" content=\"";
+    let at = page.find(marker).expect("a CSRF token in the page") + marker.len();
+    let csrf = &page[at..at + page[at..].find('"').expect("end")];
+    assert!(csrf.len() >= 16 && csrf != r.token, "{csrf}");
+
+    let origin = format!("Origin: {}\r\n", r.url);
+    let cancel = format!("/ui/api/jobs/{id}/cancel");
+    let refused = [
+        // The cookie alone, as a cross-site form would send it.
+        format!("{cookie}{origin}"),
+        // A wrong token.
+        format!("{cookie}{origin}X-CSRF-Token: x{csrf}\r\n"),
+        // No Origin.
+        format!("{cookie}X-CSRF-Token: {csrf}\r\n"),
+        // Another site.
+        format!("{cookie}Origin: http://evil.example\r\nX-CSRF-Token: {csrf}\r\n"),
+        // The API token is for the API's routes.
+        format!("{bearer}{origin}X-CSRF-Token: {csrf}\r\n"),
+    ];
+    for extra in &refused {
+        let (status, answer) = post_json(&r.url, &cancel, extra, "{}");
+        assert!(status == 403 || status == 401, "{extra}: {status} {answer}");
+    }
+    let (status, _) = request(
+        &r.url,
+        "GET",
+        &cancel,
+        None,
+        &format!("{cookie}X-CSRF-Token: {csrf}\r\n"),
+    );
+    assert_eq!(status, 405, "GET never changes state");
+    assert_eq!(state(&id), "RUNNING", "nothing refused stopped the job");
+
+    let good = format!("{cookie}{origin}X-CSRF-Token: {csrf}\r\n");
+    let (status, answer) = post_json(&r.url, &cancel, &good, "{\"savepoint\": false}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the job canceled", Duration::from_secs(20), || {
+        (state(&id) == "CANCELED").then_some(())
+    });
+    let (status, answer) = post_json(&r.url, &format!("/ui/api/jobs/{id}/resume"), &good, "{}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the job running again", Duration::from_secs(20), || {
+        (state(&id) == "RUNNING").then_some(())
+    });
+}
+
+/// A checkpoint's history entry names each task with its alignment time. The
+/// checkpoint history outlives the process: after a cancel and a resume, the job's
+/// view lists the checkpoints of the first attempt from the checkpoint directory's
+/// metadata, the one the second attempt restored marked as such.
+#[test]
+fn checkpoints_of_earlier_attempts_and_the_restored_one_stay_in_the_view() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = runner(dir.path());
+    let bearer = format!("Authorization: Bearer {}\r\n", r.token);
+    let base_dir = dir.path().join("job");
+    std::fs::create_dir_all(&base_dir).expect("job dir");
+    std::fs::write(base_dir.join("in.jsonl"), "{\"n\":1}\n").expect("input");
+    let spec = "name: ui-cp\nsources:\n  - {name: in, connector: file, path: in.jsonl, follow: true}\nsinks:\n  - {name: out, connector: file, path: out.jsonl, input: in}\n";
+    let submit = serde_json::json!({
+        "job": {"kind": "yaml", "spec": spec, "base_dir": base_dir},
+        "restart": {"strategy": "none"},
+        "checkpoint_interval": "100ms",
+    });
+    let (status, answer) = post_json(&r.url, "/jobs", &bearer, &submit.to_string());
+    assert_eq!(status, 201, "{answer}");
+    let job: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+    let id = job["id"].as_str().expect("id").to_string();
+    let view = || {
+        let (status, answer) = request(&r.url, "GET", &format!("/ui/api/jobs/{id}"), None, &bearer);
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<serde_json::Value>(body(&answer)).expect("JSON")
+    };
+    let cps = wait_for("two checkpoints", Duration::from_secs(30), || {
+        let c = view()["job"]["status"]["checkpoints"].clone();
+        (c["completed"].as_u64()? >= 2).then_some(c)
+    });
+    // Each completed checkpoint names its tasks with their alignment time.
+    let done = cps["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .find(|h| h["error"].is_null())
+        .expect("a completed checkpoint")
+        .clone();
+    let tasks = done["alignment"].as_array().expect("alignment per task");
+    assert!(!tasks.is_empty(), "{done}");
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["task"].as_str().is_some_and(|n| n.contains("in"))
+                && t["alignment_us"].is_u64()),
+        "{done}"
+    );
+    let (status, answer) = post_json(&r.url, &format!("/jobs/{id}/cancel"), &bearer, "{}");
+    assert_eq!(status, 200, "{answer}");
+    wait_for("canceled", Duration::from_secs(20), || {
+        (view()["job"]["state"] == "CANCELED").then_some(())
+    });
+    let first: Vec<u64> = view()["job"]["retained_checkpoints"]
+        .as_array()
+        .expect("retained")
+        .iter()
+        .filter_map(|c| c["id"].as_u64())
+        .collect();
+    assert!(
+        !first.is_empty(),
+        "the first attempt's checkpoints are on disk"
+    );
+    let (status, answer) = post_json(&r.url, &format!("/jobs/{id}/resume"), &bearer, "{}");
+    assert_eq!(status, 200, "{answer}");
+    let v = wait_for(
+        "the second attempt running",
+        Duration::from_secs(20),
+        || {
+            let v = view();
+            (v["job"]["state"] == "RUNNING" && v["job"]["status"]["state"] == "RUNNING")
+                .then_some(v)
+        },
+    );
+    let job = &v["job"];
+    let restored = job["latest_restored"]
+        .as_str()
+        .expect("a restored checkpoint");
+    let retained = job["retained_checkpoints"].as_array().expect("retained");
+    let marked = retained
+        .iter()
+        .find(|c| c["path"] == restored)
+        .unwrap_or_else(|| panic!("the restored checkpoint is listed: {job}"));
+    assert_eq!(marked["restored_by"], serde_json::json!([2]), "{job}");
+    assert!(
+        first.contains(&marked["id"].as_u64().expect("id")),
+        "restored one of the first attempt's: {job}"
+    );
+    assert!(marked["size_bytes"].as_u64() > Some(0), "{marked}");
+}
+
 /// orders (with rows) and payments (no row yet) joined on `order`, both files
 /// followed: the join's watermark waits for payments.
 const JOIN: &str = r#"
@@ -214,7 +495,13 @@ fn run_with_ui(dir: &Path) -> (KillOnDrop, String) {
         .collect();
     std::fs::write(dir.join("orders.jsonl"), orders).expect("orders");
     std::fs::write(dir.join("payments.jsonl"), "").expect("payments");
-    std::fs::write(dir.join("job.yaml"), JOIN).expect("spec");
+    run_spec_with_ui(dir, JOIN)
+}
+
+/// `brook run --ui 127.0.0.1:0` on `spec` (written to `dir`/job.yaml): the process
+/// and the login link it printed.
+fn run_spec_with_ui(dir: &Path, spec: &str) -> (KillOnDrop, String) {
+    std::fs::write(dir.join("job.yaml"), spec).expect("spec");
     let mut child = KillOnDrop(
         brook_command(
             Path::new(BROOK),
@@ -301,6 +588,75 @@ fn brook_run_serves_its_job_page_on_loopback_only_after_a_login() {
     assert!(err.contains("loopback only"), "{err}");
 }
 
+/// Clicks keyed by user into a window, over two subtasks; the file is followed so the
+/// job keeps running.
+const CLICKS: &str = r#"
+name: ui-hot
+parallelism: 2
+sources:
+  - {name: clicks, connector: file, path: clicks.jsonl, follow: true, event_time: ts, watermark: {out_of_orderness: 0s, interval: 0}}
+steps:
+  - key_by: [user]
+  - name: per_user
+    window: {kind: tumbling, size: 1m}
+    aggregate: {n: count()}
+sinks:
+  - {name: out, connector: file, path: counts.jsonl, input: per_user}
+"#;
+
+/// A session cookie header line from the link `brook run --ui` printed.
+fn login(link: &str) -> (String, String) {
+    let (base, path) = link.split_at(link.find("/ui/").expect("a path"));
+    let (status, answer) = request(base, "GET", path, None, "");
+    assert_eq!(status, 303, "{answer}");
+    let cookie = header(&answer, "set-cookie").expect("cookie");
+    (
+        base.to_string(),
+        format!("Cookie: {}\r\n", cookie.split(';').next().expect("pair")),
+    )
+}
+
+/// A key planted in a third of the input, among 2000 keys seen once or twice, is the
+/// keyed operator's hottest key in the job's status, with its share; the operator
+/// that is not keyed has no hot keys.
+#[test]
+fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clicks: String = (0..6000)
+        .map(|i| {
+            let user = if i % 3 == 0 {
+                "hot".to_string()
+            } else {
+                format!("u{}", i % 2000)
+            };
+            format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
+    let (base, cookie) = login(&link);
+    let op = wait_for("the window's hot keys", Duration::from_secs(20), || {
+        let (status, answer) = request(&base, "GET", "/ui/api/jobs/ui-hot", None, &cookie);
+        assert_eq!(status, 200, "{answer}");
+        let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
+        let ops = v["job"]["status"]["operators"].as_array()?.clone();
+        let w = ops.iter().find(|o| o["name"] == "per_user")?.clone();
+        (w["records_in"].as_u64()? >= 6000 && !w["hot_keys"].as_array()?.is_empty()).then_some(ops)
+    });
+    drop(child);
+    let window = op.iter().find(|o| o["name"] == "per_user").expect("window");
+    let top = &window["hot_keys"][0];
+    assert_eq!(top["key"], "[\"hot\"]", "{window}");
+    let share = top["share"].as_f64().expect("share");
+    assert!(
+        (0.25..0.42).contains(&share),
+        "a third of the records: {top}"
+    );
+    assert!(top["subtask"].as_u64().is_some_and(|s| s < 2), "{top}");
+    let source = op.iter().find(|o| o["name"] == "clicks").expect("source");
+    assert!(source.get("hot_keys").is_none(), "{source}");
+}
+
 /// The dashboard as a person sees it: headless Chromium opens the link `brook run
 /// --ui` printed, is logged in and redirected to the job's page, and after a few
 /// polls the page shows the operator graph with its operators, records counted, and
@@ -338,4 +694,36 @@ fn chromium_shows_the_job_graph_live_counts_and_who_holds_the_watermark_back() {
         .expect("a split holding the watermark back");
     assert!(dom[holder..].contains("payments.jsonl"), "{dom}");
     assert!(dom.contains("no record yet"), "{dom}");
+}
+
+/// The Hot keys table as a person sees it: headless Chromium opens the job page of
+/// [`CLICKS`] and, after a few polls, the key planted in a third of the input heads
+/// the window's hot keys.
+#[test]
+#[ignore = "needs Debian's chromium (scripts/setup.sh installs it; scripts/test.sh runs this test)"]
+fn chromium_shows_the_planted_hot_key_at_the_top_of_the_hot_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clicks: String = (0..6000)
+        .map(|i| {
+            let user = if i % 3 == 0 {
+                "hot".to_string()
+            } else {
+                format!("u{}", i % 2000)
+            };
+            format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
+    let dom = brook_testkit::browser::dump_dom(&link, 5_000);
+    drop(child);
+    let _ = std::fs::write(dir.path().join("dom.html"), &dom);
+    let table = dom.find("id=\"hotkeys\"").expect("the Hot keys table");
+    let first = dom[table..]
+        .find("data-key=")
+        .map(|i| &dom[table + i..])
+        .expect("a hot key row");
+    let row = &first[..first.find("</tr>").expect("row end")];
+    assert!(row.contains("per_user"), "{row}");
+    assert!(row.contains("[\"hot\"]"), "the planted key first: {row}");
 }

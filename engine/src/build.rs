@@ -16,6 +16,7 @@ use crate::chain::{combine_outputs, erase, unerase, ErasedLink, OperatorLink, Si
 use crate::channel::{channels, ChannelWriter, EdgeChannels, InputGate, KeyHasher};
 use crate::error::EngineError;
 use crate::graph::{BuildEnv, EdgeBuilder, ErasedGate, LinkVertex, SourceVertex};
+use crate::hot_keys::{HotKeyBoard, HotKeyTracker, KeyLabel};
 use crate::ids::VertexId;
 use crate::metrics::OperatorMetrics;
 use crate::task::{InputTask, SourceTask, TaskRunner};
@@ -181,6 +182,8 @@ where
 
 pub(crate) struct TypedEdge<T> {
     pub(crate) key_hash: Option<KeyHasher<T>>,
+    /// The key's text, for hot keys (key-partitioned edges only).
+    pub(crate) key_label: Option<KeyLabel<T>>,
 }
 
 impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
@@ -190,6 +193,7 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
         up: u32,
         down: u32,
         up_metrics: &[Arc<OperatorMetrics>],
+        hot_keys: Option<&Arc<HotKeyBoard>>,
         env: &BuildEnv,
     ) -> (Vec<ErasedLink>, Vec<ErasedGate>) {
         let all_to_all = partitioner != Partitioner::Forward;
@@ -199,6 +203,18 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
             .into_iter()
             .enumerate()
             .map(|(i, s)| {
+                let tracker = match (hot_keys, &self.key_label) {
+                    (Some(board), Some(label)) if partitioner == Partitioner::KeyGroups => {
+                        Some(HotKeyTracker::new(
+                            Arc::clone(label),
+                            Arc::clone(board),
+                            env.clock.clone(),
+                            env.max_parallelism,
+                            down,
+                        ))
+                    }
+                    _ => None,
+                };
                 let w = ChannelWriter::new(
                     s,
                     partitioner,
@@ -207,6 +223,7 @@ impl<T: Clone + Send + 'static> EdgeBuilder for TypedEdge<T> {
                     env.batch_size,
                     i,
                     Arc::clone(&up_metrics[i]),
+                    tracker,
                 );
                 erase::<T>(Box::new(w))
             })

@@ -15,6 +15,7 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use crate::chain::Link;
 use crate::checkpoint::TaskSnapshot;
 use crate::error::{TaskFailure, TaskResult};
+use crate::hot_keys::HotKeyTracker;
 use crate::metrics::OperatorMetrics;
 
 /// Hashes a record's key (for [`Partitioner::KeyGroups`]).
@@ -33,6 +34,8 @@ pub(crate) struct ChannelWriter<T> {
     forward_to: usize,
     next: usize,
     metrics: Arc<OperatorMetrics>,
+    /// Key-partitioned edges with hot keys on: counts a sample of the keys.
+    hot_keys: Option<HotKeyTracker<T>>,
 }
 
 impl<T: Clone + Send + 'static> ChannelWriter<T> {
@@ -45,6 +48,7 @@ impl<T: Clone + Send + 'static> ChannelWriter<T> {
         batch_size: usize,
         subtask: usize,
         metrics: Arc<OperatorMetrics>,
+        hot_keys: Option<HotKeyTracker<T>>,
     ) -> Self {
         let n = senders.len();
         ChannelWriter {
@@ -57,6 +61,7 @@ impl<T: Clone + Send + 'static> ChannelWriter<T> {
             max_parallelism,
             batch_size,
             metrics,
+            hot_keys,
         }
     }
 
@@ -99,6 +104,9 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
     }
 
     fn batch(&mut self, batch: Batch<T>) -> TaskResult {
+        if let Some(t) = &mut self.hot_keys {
+            t.tick();
+        }
         match self.partitioner {
             Partitioner::Forward => self.send(self.forward_to, StreamElement::Records(batch)),
             Partitioner::Rebalance => {
@@ -115,6 +123,14 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
             }
             // One downstream subtask owns every key group: no need to hash.
             Partitioner::KeyGroups if self.senders.len() == 1 => {
+                // Hashes the sampled records only: partitioning needs no hash here.
+                if let (Some(t), Some(hash)) = (&mut self.hot_keys, &self.key_hash) {
+                    for r in &batch {
+                        if t.sample() {
+                            t.count(hash(&r.value), &r.value);
+                        }
+                    }
+                }
                 self.send(0, StreamElement::Records(batch))
             }
             Partitioner::KeyGroups => {
@@ -123,7 +139,13 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
                     return Err(TaskFailure::Disconnected);
                 };
                 for r in batch {
-                    let kg = key_group_for_hash(hash(&r.value), self.max_parallelism);
+                    let h = hash(&r.value);
+                    if let Some(t) = &mut self.hot_keys {
+                        if t.sample() {
+                            t.count(h, &r.value);
+                        }
+                    }
+                    let kg = key_group_for_hash(h, self.max_parallelism);
                     let t = subtask_for_key_group(self.max_parallelism, n, kg) as usize;
                     self.buffers[t].push(r);
                     if self.buffers[t].len() >= self.batch_size {
@@ -152,6 +174,11 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
     }
 
     fn flush(&mut self) -> TaskResult {
+        // Flushes come when the input pauses: the figures of the last batches are
+        // published even when no batch follows.
+        if let Some(t) = &mut self.hot_keys {
+            t.tick();
+        }
         self.flush_all()
     }
 
@@ -164,6 +191,9 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
     }
 
     fn end(&mut self) -> TaskResult {
+        if let Some(t) = &self.hot_keys {
+            t.publish();
+        }
         self.broadcast(StreamElement::EndOfInput)
     }
 

@@ -32,6 +32,9 @@ pub struct JobConfig {
     /// Restore operator state, source positions and sink commits from this checkpoint
     /// (see [`crate::checkpoint::latest_complete`]).
     pub restore: Option<Arc<RestoredCheckpoint>>,
+    /// Count the hottest keys of every keyed operator (crate::hot_keys: a sample of
+    /// one record in 8 into 32 counters per writer). Default on.
+    pub hot_keys: bool,
 }
 
 impl std::fmt::Debug for JobConfig {
@@ -56,6 +59,7 @@ impl Default for JobConfig {
             state_backend: StateBackendFactory::memory(),
             checkpoint: None,
             restore: None,
+            hot_keys: true,
         }
     }
 }

@@ -193,6 +193,7 @@ pub(crate) fn start(
     let par: Vec<u32> = plan.vertices.iter().map(|v| v.parallelism).collect();
     let max = g.config.max_parallelism;
 
+    let first_vertex = metrics.vertices().len();
     let vmetrics: Vec<_> = g
         .vertices
         .iter()
@@ -266,11 +267,16 @@ pub(crate) fn start(
             gates.push(Vec::new());
             continue;
         }
+        let board = g
+            .config
+            .hot_keys
+            .then(|| metrics.hot_keys_of(first_vertex + e.to));
         let (w, gs) = e.builder.build(
             ep.partitioner,
             par[e.from],
             par[e.to],
             &vmetrics[e.from],
+            board.as_ref(),
             &env,
         );
         writers.push(w.into_iter().map(Some).collect());

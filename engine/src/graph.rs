@@ -83,6 +83,8 @@ pub(crate) trait EdgeBuilder: Send + Sync {
         up: u32,
         down: u32,
         up_metrics: &[Arc<OperatorMetrics>],
+        // The downstream vertex's hot-key board, when hot keys are on.
+        hot_keys: Option<&Arc<crate::hot_keys::HotKeyBoard>>,
         env: &BuildEnv,
     ) -> (Vec<ErasedLink>, Vec<ErasedGate>);
     /// The task reading `gates` (of edges of this record type) into `head`, the chain

@@ -48,6 +48,7 @@ mod config;
 mod error;
 mod execute;
 mod graph;
+pub mod hot_keys;
 mod ids;
 pub mod metrics;
 mod plan;
@@ -57,7 +58,10 @@ pub mod testing;
 
 // The API's modules keep their paths: `brook_engine::environment`, `::join`, `::window`.
 pub use api::{environment, join, window};
-pub use checkpoint::{latest_complete, CheckpointConfig, CheckpointError, RestoredCheckpoint};
+pub use checkpoint::{
+    latest_complete, stored_checkpoints, CheckpointConfig, CheckpointError, RestoredCheckpoint,
+    StoredCheckpoint,
+};
 pub use config::JobConfig;
 pub use environment::{DataStream, KeyedStream, SinkHandle, StreamEnvironment};
 pub use error::EngineError;

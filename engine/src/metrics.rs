@@ -89,6 +89,19 @@ pub struct CheckpointRecord {
     pub size_bytes: Option<u64>,
     /// Why it was aborted; `None` when it completed.
     pub error: Option<String>,
+    /// Per task, how long its barrier alignment took (empty when aborted).
+    pub alignment: Vec<TaskAlignment>,
+}
+
+/// One task's barrier alignment in a checkpoint: from the first barrier on one of its
+/// input channels to the last (Flink's "alignment duration"); 0 for sources and tasks
+/// with one input channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskAlignment {
+    /// The task (its chain's name and subtask).
+    pub task: String,
+    /// Microseconds.
+    pub alignment_us: u64,
 }
 
 impl CheckpointStats {
@@ -147,6 +160,9 @@ pub struct VertexMetrics {
     pub name: String,
     /// One entry per subtask.
     pub subtasks: Vec<Arc<OperatorMetrics>>,
+    /// Keyed vertices: the hottest keys of its input (crate::hot_keys); no writer
+    /// otherwise.
+    pub hot_keys: Arc<crate::hot_keys::HotKeyBoard>,
 }
 
 /// Totals of one vertex.
@@ -197,8 +213,17 @@ impl JobMetrics {
         v.push(VertexMetrics {
             name: name.to_string(),
             subtasks: subtasks.clone(),
+            hot_keys: Arc::default(),
         });
         subtasks
+    }
+
+    /// The hot-key board of vertex `vertex` (by registration order).
+    pub(crate) fn hot_keys_of(&self, vertex: usize) -> Arc<crate::hot_keys::HotKeyBoard> {
+        let v = self.vertices.lock().unwrap_or_else(|e| e.into_inner());
+        v.get(vertex)
+            .map(|v| Arc::clone(&v.hot_keys))
+            .unwrap_or_default()
     }
 
     pub(crate) fn set_edges(&self, edges: Vec<EdgeMetrics>) {

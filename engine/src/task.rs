@@ -10,7 +10,7 @@ use brook_core::checkpoint::{CheckpointBarrier, CheckpointId};
 use brook_core::element::{Batch, StreamElement, StreamRecord};
 use brook_core::operator::{Output, SubtaskInfo};
 use brook_core::source::{InputStatus, SourceReader};
-use brook_core::time::{Millis, SharedClock, Watermark};
+use brook_core::time::{Millis, SharedClock, Stopwatch, Watermark};
 use brook_core::watermark::{SplitWatermarks, WatermarkStrategy, WatermarkUpdate};
 use crossbeam_channel::Select;
 
@@ -304,6 +304,7 @@ impl<T: Send + 'static> SourceTask<T> {
             let _ = control.acks.send(crate::checkpoint::Ack {
                 id,
                 result: Err(format!("{}: this source cannot be checkpointed", self.info)),
+                alignment: None,
             });
             return Ok(());
         };
@@ -321,7 +322,8 @@ impl<T: Send + 'static> SourceTask<T> {
             watermark: wms.current().millis(),
         });
         self.head.barrier(self.env.barrier(id), &mut snap)?;
-        control.write_and_ack(id, &task, &snap);
+        // A source injects the barrier: nothing to align.
+        control.write_and_ack(id, &task, &snap, 0);
         Ok(())
     }
 
@@ -547,6 +549,8 @@ impl<T: Send + 'static> InputTask<T> {
         };
         // Which channels are read: open ones not held back by a barrier alignment.
         let mut aligner = BarrierAligner::new(n);
+        // The checkpoint whose first barrier arrived, and since when (alignment time).
+        let mut aligning: Option<(CheckpointId, Stopwatch)> = None;
         let (mut sel, mut map) = select_over(&receivers, &aligner);
         let mut completed = 0;
         while !aligner.all_ended() {
@@ -602,6 +606,9 @@ impl<T: Send + 'static> InputTask<T> {
                 StreamElement::Watermark(w) => tracker.on_watermark(i, w),
                 StreamElement::Idle(idle) => tracker.on_idle(i, idle),
                 StreamElement::Barrier(b) => {
+                    if aligning.as_ref().is_none_or(|(id, _)| *id != b.id) {
+                        aligning = Some((b.id, Stopwatch::start()));
+                    }
                     alignment = Some(aligner.on_barrier(i, b));
                     WatermarkUpdate::default()
                 }
@@ -616,7 +623,11 @@ impl<T: Send + 'static> InputTask<T> {
             forward_update(self.head.as_mut(), update)?;
             if let Some(a) = alignment {
                 if let Alignment::Aligned(b) = a {
-                    self.checkpoint(b, tracker.current())?;
+                    let us = match aligning.take() {
+                        Some((id, sw)) if id == b.id => sw.elapsed_nanos() / 1_000,
+                        _ => 0,
+                    };
+                    self.checkpoint(b, tracker.current(), us)?;
                 }
                 (sel, map) = select_over(&receivers, &aligner);
             }
@@ -630,14 +641,19 @@ impl<T: Send + 'static> InputTask<T> {
 
     /// Every input delivered barrier `b`: snapshot the chain and the inputs' combined
     /// `watermark`, write the file, ack.
-    fn checkpoint(&mut self, b: CheckpointBarrier, watermark: Watermark) -> TaskResult {
+    fn checkpoint(
+        &mut self,
+        b: CheckpointBarrier,
+        watermark: Watermark,
+        alignment_us: u64,
+    ) -> TaskResult {
         let Some(control) = self.env.checkpoints.clone() else {
             return self.head.barrier(b, &mut TaskSnapshot::default());
         };
         let mut snap = control.new_snapshot(b.id, &self.name);
         snap.inputs.push((self.vertex, watermark.millis()));
         self.head.barrier(b, &mut snap)?;
-        control.write_and_ack(b.id, &self.name, &snap);
+        control.write_and_ack(b.id, &self.name, &snap, alignment_us);
         Ok(())
     }
 }

@@ -399,6 +399,51 @@ pub struct JobDetail {
     pub checkpoint_dir: PathBuf,
     /// The report of its current (or last) process.
     pub status: Option<JobStatus>,
+    /// The complete checkpoints retained in its checkpoint directory, newest first,
+    /// from their metadata: the history that outlives its processes (a process's own
+    /// history, with failures and durations, is in `status.checkpoints`).
+    #[serde(default)]
+    pub retained_checkpoints: Vec<RetainedCheckpoint>,
+    /// The checkpoint or savepoint the latest attempt that restored one restored.
+    #[serde(default)]
+    pub latest_restored: Option<PathBuf>,
+}
+
+/// A checkpoint kept in a job's checkpoint directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetainedCheckpoint {
+    /// Its id.
+    pub id: u64,
+    /// When it was triggered (ms since the epoch).
+    pub timestamp_ms: i64,
+    /// Bytes of its task files (state shared with earlier checkpoints not counted).
+    pub size_bytes: u64,
+    /// Its directory.
+    pub path: PathBuf,
+    /// The attempts (numbers) that restored it.
+    #[serde(default)]
+    pub restored_by: Vec<u32>,
+}
+
+impl RetainedCheckpoint {
+    /// The checkpoints of `dir` (brook_engine::stored_checkpoints), each with the
+    /// attempts of `attempts` that restored it.
+    pub fn list(dir: &std::path::Path, attempts: &[Attempt]) -> Vec<Self> {
+        brook_engine::stored_checkpoints(dir)
+            .into_iter()
+            .map(|c| RetainedCheckpoint {
+                restored_by: attempts
+                    .iter()
+                    .filter(|a| a.restored_from.as_deref() == Some(c.path.as_path()))
+                    .map(|a| a.number)
+                    .collect(),
+                id: c.id,
+                timestamp_ms: c.timestamp_ms,
+                size_bytes: c.size_bytes,
+                path: c.path,
+            })
+            .collect()
+    }
 }
 
 /// An error answer.

@@ -120,6 +120,28 @@ async fn ui_link(State(app): State<AppState>, bytes: axum::body::Bytes) -> ApiRe
     Ok(Json(app.dashboard.new_link(req.job.as_deref())?).into_response())
 }
 
+/// The dashboard's actions are the API's: the same supervisor calls and checks.
+impl crate::ui::JobControl for Arc<Supervisor> {
+    fn cancel(
+        &self,
+        id: String,
+        savepoint: bool,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<super::api::JobDetail, RunnerError>> + Send>,
+    > {
+        let s = Arc::clone(self);
+        Box::pin(async move {
+            validate_job_id(&id)?;
+            Supervisor::cancel(&s, &id, savepoint).await
+        })
+    }
+
+    fn resume(&self, id: &str) -> Result<super::api::JobDetail, RunnerError> {
+        validate_job_id(id)?;
+        Supervisor::resume(self, id, None)
+    }
+}
+
 impl crate::ui::JobSource for Supervisor {
     fn jobs(&self) -> Vec<super::api::JobDetail> {
         self.list()
@@ -427,7 +449,13 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
     let supervisor = Supervisor::load(config.data_dir.clone(), config.exe.clone())?;
     supervisor.recover();
     let token: Arc<str> = Arc::from(token);
-    let dashboard = crate::ui::Dashboard::new(supervisor.clone(), addr, Arc::clone(&token));
+    let dashboard = crate::ui::Dashboard::new(
+        supervisor.clone(),
+        addr,
+        Arc::clone(&token),
+        broker.as_ref().map(|(_, log)| log.clone()),
+        Some(Arc::new(Arc::clone(&supervisor)) as Arc<dyn crate::ui::JobControl>),
+    );
     let app = AppState {
         supervisor,
         dashboard: Arc::clone(&dashboard),

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use brook_engine::hot_keys::{HotKey, TOP};
 use brook_engine::metrics::JobMetrics;
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,7 @@ pub struct JobStatus {
 }
 
 /// Totals of one operator over its subtasks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorStatus {
     /// The operator's name.
     pub name: String,
@@ -76,6 +77,11 @@ pub struct OperatorStatus {
     /// versions).
     #[serde(default)]
     pub subtasks: Vec<SubtaskStatus>,
+    /// Keyed operators: the hottest keys of the last minute (30 to 60 s), hottest
+    /// first, at most [`brook_engine::hot_keys::TOP`]; estimated from a sample
+    /// (brook_engine::hot_keys). Empty for other operators.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot_keys: Vec<HotKey>,
 }
 
 /// One subtask of an operator.
@@ -160,6 +166,20 @@ pub struct CheckpointEntry {
     pub size_bytes: Option<u64>,
     /// Why it was aborted; absent when it completed.
     pub error: Option<String>,
+    /// Per task, its barrier alignment time (µs): from the first barrier on one of its
+    /// input channels to the last; 0 for sources and single-input tasks. Empty when
+    /// aborted, and in reports of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alignment: Vec<AlignmentEntry>,
+}
+
+/// One task's alignment in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlignmentEntry {
+    /// The task (its chain's name and subtask).
+    pub task: String,
+    /// Microseconds.
+    pub alignment_us: u64,
 }
 
 /// The result of a savepoint.
@@ -212,6 +232,7 @@ impl JobStatus {
                         busy_ms: m.busy_ns.load(Ordering::Relaxed) / 1_000_000,
                     })
                     .collect(),
+                hot_keys: v.hot_keys.top(TOP),
             });
             for (i, m) in v.subtasks.iter().enumerate() {
                 let sp = m.splits.lock().unwrap_or_else(|e| e.into_inner());
@@ -246,6 +267,14 @@ impl JobStatus {
                     duration_ms: r.duration_ms,
                     size_bytes: r.size_bytes,
                     error: r.error,
+                    alignment: r
+                        .alignment
+                        .into_iter()
+                        .map(|a| AlignmentEntry {
+                            task: a.task,
+                            alignment_us: a.alignment_us,
+                        })
+                        .collect(),
                 })
                 .collect(),
         };

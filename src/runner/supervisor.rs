@@ -213,6 +213,15 @@ impl Supervisor {
             savepoints: r.savepoints.clone(),
             checkpoint_dir: self.checkpoint_dir(id),
             status: JobStatus::read(&self.status_file(id)),
+            retained_checkpoints: super::api::RetainedCheckpoint::list(
+                &self.checkpoint_dir(id),
+                &r.attempts,
+            ),
+            latest_restored: r
+                .attempts
+                .iter()
+                .rev()
+                .find_map(|a| a.restored_from.clone()),
         })
     }
 

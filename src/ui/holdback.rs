@@ -167,6 +167,7 @@ mod tests {
             busy_ms: 0,
             late_records: 0,
             subtasks: Vec::new(),
+            hot_keys: Vec::new(),
         }
     }
 

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use brook_engine::metrics::JobMetrics;
 
 use super::{Dashboard, JobSource};
-use crate::runner::api::{Attempt, JobDetail, JobState, JobSummary, RestartStrategy};
+use crate::runner::api::{
+    Attempt, JobDetail, JobState, JobSummary, RestartStrategy, RetainedCheckpoint,
+};
 use crate::runner::status::{now_ms, JobStatus, ProcessState};
 use crate::runner::RunnerError;
 
@@ -47,6 +49,15 @@ impl LocalJob {
     }
 
     fn detail(&self) -> JobDetail {
+        let attempts = vec![Attempt {
+            number: 1,
+            started_ms: self.started_ms,
+            ended_ms: None,
+            pid: Some(std::process::id()),
+            restored_from: self.restored_from.clone(),
+            outcome: None,
+            stderr_tail: None,
+        }];
         JobDetail {
             summary: JobSummary {
                 id: self.id.clone(),
@@ -60,15 +71,9 @@ impl LocalJob {
             },
             parallelism: self.parallelism,
             restart: RestartStrategy::None,
-            attempt_history: vec![Attempt {
-                number: 1,
-                started_ms: self.started_ms,
-                ended_ms: None,
-                pid: Some(std::process::id()),
-                restored_from: self.restored_from.clone(),
-                outcome: None,
-                stderr_tail: None,
-            }],
+            retained_checkpoints: RetainedCheckpoint::list(&self.checkpoint_dir, &attempts),
+            latest_restored: self.restored_from.clone(),
+            attempt_history: attempts,
             savepoints: Vec::new(),
             checkpoint_dir: self.checkpoint_dir.clone(),
             status: Some(JobStatus::from_metrics(
@@ -127,7 +132,7 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
     let id = job.id.clone();
     // No API token here: a random one no one is told, so only a session gets in.
     let token: Arc<str> = Arc::from(crate::runner::token::generate()?);
-    let dashboard = Dashboard::new(Arc::new(job), addr, token);
+    let dashboard = Dashboard::new(Arc::new(job), addr, token, None, None);
     let link = format!("http://{addr}{}", dashboard.new_link(Some(&id))?.path);
     let router = dashboard.router();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

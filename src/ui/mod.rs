@@ -11,6 +11,10 @@
 //! | `GET /ui/assets/{app.js,style.css}` | session or token | the script and the style sheet |
 //! | `GET /ui/api/jobs` | session or token | `[`[`JobDetail`]`]` |
 //! | `GET /ui/api/jobs/{id}` | session or token | [`JobView`] |
+//! | `GET /ui/topics` | session or token | the Topics and groups page |
+//! | `GET /ui/api/topics` | session or token | [`topics::LogView`] (empty lists without a log) |
+//! | `POST /ui/api/jobs/{id}/cancel` | session + CSRF token | `{"savepoint": bool}` → [`JobDetail`]; the runner's `POST /jobs/{id}/cancel` |
+//! | `POST /ui/api/jobs/{id}/resume` | session + CSRF token | `{}` → [`JobDetail`]; the runner's `POST /jobs/{id}/resume` |
 //! | `POST /ui/links` | the runner's API token only | [`LinkBody`] (`brook ui`) |
 //!
 //! Security, as the runner's API (crate::runner::guard) plus a browser's login: every
@@ -20,15 +24,19 @@
 //! through a one-time link ([`session`]): its token is exchanged once for a session id
 //! in an `HttpOnly; SameSite=Strict` cookie and the redirect drops it from the address
 //! bar; the API token is never in a URL, a page or a log (requests are logged by path,
-//! never by query). The dashboard only reads: it has no request that changes state,
-//! so it needs no CSRF token yet (the cancel/resume actions of a later step must carry
-//! one); the API's POSTs take the bearer token only, never the cookie. Pages send a
+//! never by query). The job page's actions (cancel, cancel with savepoint, resume;
+//! the runner only: `brook run --ui` answers 404) change state: they need the session
+//! cookie, an `Origin` of the server's own, the session's CSRF token (written into the
+//! pages of the session, sent back in `X-CSRF-Token`) and a JSON body
+//! ([`session::check_action`]); the API token alone does not do (the API has its own
+//! routes). The API's POSTs take the bearer token only, never the cookie. Pages send a
 //! Content-Security-Policy allowing the server's own script and style only.
 
 pub mod holdback;
 pub mod local;
 mod pages;
 pub mod session;
+pub mod topics;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -37,7 +45,7 @@ use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +67,21 @@ pub trait JobSource: Send + Sync + 'static {
     fn jobs(&self) -> Vec<JobDetail>;
     /// One job; `None` when there is no such job.
     fn job(&self, id: &str) -> Option<JobDetail>;
+}
+
+/// The actions of the job page, where the server can change jobs (the runner).
+pub trait JobControl: Send + Sync + 'static {
+    /// Cancels job `id`, with a savepoint first when `savepoint`.
+    fn cancel(
+        &self,
+        id: String,
+        savepoint: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<JobDetail, RunnerError>> + Send>>;
+    /// Resumes job `id` from its newest savepoint or checkpoint.
+    ///
+    /// # Errors
+    /// As the runner's `POST /jobs/{id}/resume`.
+    fn resume(&self, id: &str) -> Result<JobDetail, RunnerError>;
 }
 
 /// `GET /ui/api/jobs/{id}`: the job with the answer to "who holds the watermark back".
@@ -97,6 +120,10 @@ pub struct Dashboard {
     /// The API token, also accepted instead of a session.
     token: Arc<str>,
     sessions: Mutex<Sessions>,
+    /// The log the server holds, if any (the runner with `--broker-listen`).
+    log: Option<brook_log::Log>,
+    /// Cancel and resume, where the server has them (the runner).
+    control: Option<Arc<dyn JobControl>>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -109,13 +136,23 @@ impl std::fmt::Debug for Dashboard {
 }
 
 impl Dashboard {
-    /// The dashboard of the server listening on `listen` whose API token is `token`.
-    pub fn new(source: Arc<dyn JobSource>, listen: SocketAddr, token: Arc<str>) -> Arc<Self> {
+    /// The dashboard of the server listening on `listen` whose API token is `token`;
+    /// `log` is the log it holds, for the Topics and groups page; `control` changes
+    /// jobs for the job page's actions.
+    pub fn new(
+        source: Arc<dyn JobSource>,
+        listen: SocketAddr,
+        token: Arc<str>,
+        log: Option<brook_log::Log>,
+        control: Option<Arc<dyn JobControl>>,
+    ) -> Arc<Self> {
         Arc::new(Dashboard {
             source,
             listen,
             token,
             sessions: Mutex::new(Sessions::default()),
+            log,
+            control,
         })
     }
 
@@ -151,6 +188,9 @@ impl Dashboard {
             .route("/ui/assets/{name}", get(asset))
             .route("/ui/api/jobs", get(jobs_json))
             .route("/ui/api/jobs/{id}", get(job_json))
+            .route("/ui/api/jobs/{id}/{action}", post(job_action))
+            .route("/ui/topics", get(topics_page))
+            .route("/ui/api/topics", get(topics_json))
             .route_layer(middleware::from_fn_with_state(
                 Arc::clone(self),
                 session_guard,
@@ -232,11 +272,16 @@ struct LoginQuery {
 
 /// Exchanges a one-time link for a session cookie and redirects to the link's page.
 async fn login(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> Response {
-    let session = match crate::runner::token::generate() {
-        Ok(s) => s,
-        Err(e) => return refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let (session, csrf) = match (
+        crate::runner::token::generate(),
+        crate::runner::token::generate(),
+    ) {
+        (Ok(s), Ok(c)) => (s, c),
+        (Err(e), _) | (_, Err(e)) => {
+            return refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
     };
-    let Some(target) = d.sessions().redeem(&q.t, session.clone(), now_ms()) else {
+    let Some(target) = d.sessions().redeem(&q.t, session.clone(), csrf, now_ms()) else {
         return refused(
             StatusCode::UNAUTHORIZED,
             "this login link is used or expired: run `brook ui` for a new one".into(),
@@ -264,10 +309,87 @@ async fn jobs_page() -> Response {
     pages::html(pages::jobs_page())
 }
 
-async fn job_page(State(d): State<Arc<Dashboard>>, UrlPath(id): UrlPath<String>) -> Response {
+async fn topics_page() -> Response {
+    pages::html(pages::topics_page())
+}
+
+async fn topics_json(State(d): State<Arc<Dashboard>>) -> Response {
+    // The log's calls take its locks briefly and read no segment: fine on the
+    // request's thread.
+    Json(d.log.as_ref().map(topics::log_view).unwrap_or_default()).into_response()
+}
+
+async fn job_page(
+    State(d): State<Arc<Dashboard>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    // The session's CSRF token goes into the page for its actions (none without a
+    // session, or where the server has no actions).
+    let csrf = match (&d.control, session_cookie(&headers)) {
+        (Some(_), Some(s)) => d.sessions().csrf(&s, now_ms()).map(str::to_string),
+        _ => None,
+    };
     match d.source.job(&id) {
-        Some(job) => pages::html(pages::job_page(&job.summary.id, &job.summary.name)),
+        Some(job) => pages::html(pages::job_page(
+            &job.summary.id,
+            &job.summary.name,
+            csrf.as_deref(),
+        )),
         None => refused(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+/// `POST /ui/api/jobs/{id}/{cancel,resume}`: the job page's actions, after
+/// [`session::check_action`].
+async fn job_action(
+    State(d): State<Arc<Dashboard>>,
+    UrlPath((id, action)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let Some(control) = d.control.clone() else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            "this server has no job actions (use the runner)".into(),
+        );
+    };
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let json = text("content-type")
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    let checked = {
+        let sessions = d.sessions();
+        let session = session_cookie(&headers);
+        session::check_action(session::ActionRequest {
+            session_csrf: session.as_deref().and_then(|s| sessions.csrf(s, now_ms())),
+            given_csrf: text("x-csrf-token"),
+            has_origin: headers.contains_key(header::ORIGIN),
+            json,
+        })
+    };
+    if let Err(r) = checked {
+        tracing::warn!(%id, %action, status = r.status, reason = r.message, "dashboard action refused");
+        let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN);
+        return refused(status, r.message.into());
+    }
+    let done = match action.as_str() {
+        "cancel" => match serde_json::from_slice::<crate::runner::api::CancelRequest>(&bytes) {
+            Ok(req) => control.cancel(id.clone(), req.savepoint).await,
+            Err(e) => Err(RunnerError::Invalid(format!("bad request body: {e}"))),
+        },
+        "resume" => control.resume(&id),
+        other => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                format!("no action {other:?} (cancel, resume)"),
+            )
+        }
+    };
+    tracing::info!(%id, %action, ok = done.is_ok(), "dashboard action");
+    match done {
+        Ok(job) => Json(job).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

@@ -25,19 +25,20 @@ pub(super) fn html(body: String) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
 }
 
-/// The frame of every page: `page` and `job` tell the script what to show.
-fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
+/// The frame of every page: `page` and `job` tell the script what to show; `csrf`,
+/// the session's CSRF token, is written into pages that have actions.
+fn frame(title: &str, page: &str, job: &str, csrf: Option<&str>, main: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · brook</title>
+<title>{title} · brook</title>{csrf}
 <link rel="stylesheet" href="/ui/assets/style.css">
 </head>
 <body data-page="{page}" data-job="{job}">
-<header><a href="/" class="brand">brook</a><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
+<header><a href="/" class="brand">brook</a><nav><a href="/">Jobs</a> <a href="/ui/topics">Topics and groups</a></nav><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
 <main>
 {main}
 </main>
@@ -46,6 +47,10 @@ fn frame(title: &str, page: &str, job: &str, main: &str) -> String {
 </html>
 "#,
         title = text(title),
+        csrf = csrf.map_or(String::new(), |t| format!(
+            "\n<meta name=\"brook-csrf\" content=\"{}\">",
+            attr(t)
+        )),
         page = attr(page),
         job = attr(job),
     )
@@ -57,6 +62,7 @@ pub(super) fn jobs_page() -> String {
         "Jobs",
         "jobs",
         "",
+        None,
         r#"<section><h2>Jobs</h2>
 <table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>uptime</th><th>attempts</th><th>records in/s (sources)</th><th>last failure</th></tr></thead><tbody></tbody></table>
 <p id="empty" class="note" hidden>No jobs yet: <code>brook submit job.yaml</code>.</p>
@@ -64,18 +70,39 @@ pub(super) fn jobs_page() -> String {
     )
 }
 
-/// A job's page.
-pub(super) fn job_page(id: &str, name: &str) -> String {
+/// The Topics and groups page.
+pub(super) fn topics_page() -> String {
+    frame(
+        "Topics and groups",
+        "topics",
+        "",
+        None,
+        r#"<p id="nolog" class="note" hidden>This server holds no log: start the runner with <code>--broker-listen</code> to see its topics and groups here.</p>
+<section><h2>Topics</h2>
+<table id="topics"><thead><tr><th>topic</th><th>partition</th><th>start offset</th><th>end offset</th><th>stable offset</th><th>size</th><th>segments</th><th>retention</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Consumer groups</h2>
+<table id="groups"><thead><tr><th>group</th><th>state</th><th>members</th><th>topic/partition</th><th>committed</th><th>end</th><th>lag</th><th>member</th></tr></thead><tbody></tbody></table></section>"#,
+    )
+}
+
+/// A job's page; `csrf` enables its actions (cancel, resume).
+pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
     frame(
         &format!("{name} ({id})"),
         "job",
         id,
+        csrf,
         r#"<section id="summary"></section>
+<section id="actions" hidden><button id="cancel" type="button">Cancel</button> <button id="cancel-savepoint" type="button">Cancel with savepoint</button> <button id="resume" type="button">Resume</button> <span id="action-result" class="note"></span></section>
 <section><h2>Operator graph</h2>
 <p class="note">One box per task (chained operators run in one task); per operator: parallelism, records in and out per second, busy and backpressured time per subtask.</p>
 <svg id="graph" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="operator graph"></svg></section>
 <section><h2>Operators and subtasks</h2>
 <table id="operators"><thead><tr><th>operator</th><th>subtask</th><th>records in</th><th>records out</th><th>in/s</th><th>out/s</th><th>busy</th><th>backpressured</th><th>watermark</th><th>skew</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Hot keys</h2>
+<p class="note">Per keyed operator, the keys with the most records in the last minute (30 to 60 s), estimated from a sample of one record in 8; share is of the operator's records.</p>
+<table id="hotkeys"><thead><tr><th>operator</th><th>key</th><th>subtask</th><th>records</th><th>share</th></tr></thead><tbody></tbody></table>
+<p id="hotkeys-empty" class="note" hidden>No keyed operator has counted records yet.</p></section>
 <section><h2>Watermarks</h2>
 <h3>Who holds the watermark back</h3>
 <table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>why</th></tr></thead><tbody></tbody></table>
@@ -85,7 +112,10 @@ pub(super) fn job_page(id: &str, name: &str) -> String {
 <table id="watermarks"><thead><tr><th>operator</th><th>watermark</th><th>late records</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Checkpoints</h2>
 <p id="cp-summary" class="note"></p>
-<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>status</th></tr></thead><tbody></tbody></table></section>
+<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>alignment (slowest task)</th><th>status</th></tr></thead><tbody></tbody></table>
+<h3>Retained in the checkpoint directory (across restarts)</h3>
+<p id="cp-restored" class="note"></p>
+<table id="retained"><thead><tr><th>id</th><th>triggered</th><th>size</th><th>restored by attempt</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Attempts</h2>
 <table id="attempts"><thead><tr><th>#</th><th>started</th><th>ended</th><th>outcome</th><th>restored from</th><th>end of stderr</th></tr></thead><tbody></tbody></table></section>"#,
     )
@@ -97,10 +127,11 @@ mod tests {
 
     #[test]
     fn names_are_escaped_in_the_page() {
-        let page = job_page("a-1", "<script>x</script>\"");
+        let page = job_page("a-1", "<script>x</script>\"", Some("\"><x"));
+        assert!(!page.contains("\"><x"), "{page}");
         assert!(!page.contains("<script>x"), "{page}");
         assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"), "{page}");
-        let framed = frame("t", "job", "\"><img src=x>", "");
+        let framed = frame("t", "job", "\"><img src=x>", None, "");
         assert!(!framed.contains("\"><img"), "{framed}");
     }
 }

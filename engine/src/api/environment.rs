@@ -24,6 +24,7 @@ use crate::channel::KeyHasher;
 use crate::error::EngineError;
 use crate::execute::{start, JobHandle, JobResult};
 use crate::graph::{BuildEnv, JobEdge, JobGraph, JobVertex, VertexKind};
+use crate::hot_keys::{key_text, KeyLabel};
 use crate::ids::VertexId;
 
 // Defined here before config.rs: `brook_engine::environment::JobConfig` stays a path.
@@ -111,6 +112,7 @@ impl StreamEnvironment {
                 vertex: v,
                 partitioner: None,
                 key_hash: None,
+                key_label: None,
             }],
         }
     }
@@ -168,6 +170,7 @@ struct StreamInput<T> {
     vertex: VertexId,
     partitioner: Option<Partitioner>,
     key_hash: Option<KeyHasher<T>>,
+    key_label: Option<KeyLabel<T>>,
 }
 
 impl<T> Clone for StreamInput<T> {
@@ -176,6 +179,7 @@ impl<T> Clone for StreamInput<T> {
             vertex: self.vertex,
             partitioner: self.partitioner,
             key_hash: self.key_hash.clone(),
+            key_label: self.key_label.clone(),
         }
     }
 }
@@ -216,6 +220,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 partitioner: i.partitioner,
                 builder: Arc::new(TypedEdge::<T> {
                     key_hash: i.key_hash.clone(),
+                    key_label: i.key_label.clone(),
                 }),
             });
         }
@@ -241,6 +246,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 vertex: v,
                 partitioner: None,
                 key_hash: None,
+                key_label: None,
             }],
         }
     }
@@ -312,6 +318,8 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         let key = Arc::new(key);
         let k2 = Arc::clone(&key);
         let hasher: KeyHasher<T> = Arc::new(move |t: &T| hash_key(&k2(t)));
+        let k3 = Arc::clone(&key);
+        let label: KeyLabel<T> = Arc::new(move |t: &T| key_text(&k3(t)));
         let key: Arc<dyn Fn(&T) -> K + Send + Sync> = key;
         let inputs = self
             .inputs
@@ -320,6 +328,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
                 vertex: i.vertex,
                 partitioner: Some(Partitioner::KeyGroups),
                 key_hash: Some(Arc::clone(&hasher)),
+                key_label: Some(Arc::clone(&label)),
             })
             .collect();
         KeyedStream {
@@ -338,6 +347,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
             .map(|i| StreamInput {
                 partitioner: Some(p),
                 key_hash: None,
+                key_label: None,
                 ..i
             })
             .collect();

@@ -17,6 +17,9 @@ use super::storage::checkpoint_path;
 pub(crate) struct Ack {
     pub(crate) id: CheckpointId,
     pub(crate) result: Result<FileEntry, String>,
+    /// The task and how long its barrier alignment took (µs; 0 for a source or a
+    /// task with one input channel).
+    pub(crate) alignment: Option<(String, u64)>,
 }
 
 /// Shared between the coordinator and the tasks of a job.
@@ -101,7 +104,14 @@ impl CheckpointControl {
     }
 
     /// Writes a task's snapshot into checkpoint `id` and acknowledges it.
-    pub(crate) fn write_and_ack(&self, id: CheckpointId, task: &str, snap: &TaskSnapshot) {
+    /// `alignment_us`: from the first barrier of `id` on an input channel to the last.
+    pub(crate) fn write_and_ack(
+        &self,
+        id: CheckpointId,
+        task: &str,
+        snap: &TaskSnapshot,
+        alignment_us: u64,
+    ) {
         let result = match &snap.declined {
             Some(reason) => Err(reason.clone()),
             None => {
@@ -109,6 +119,10 @@ impl CheckpointControl {
             }
         };
         // The coordinator may be gone (the job is ending); nothing to do then.
-        let _ = self.acks.send(Ack { id, result });
+        let _ = self.acks.send(Ack {
+            id,
+            result,
+            alignment: Some((task.to_string(), alignment_us)),
+        });
     }
 }

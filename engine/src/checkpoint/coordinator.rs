@@ -122,6 +122,8 @@ pub(crate) enum Action<W> {
         duration_ms: Millis,
         size_bytes: u64,
         completed_ms: Millis,
+        /// Per task, its barrier alignment time (µs), in the order the tasks acked.
+        alignments: Vec<(String, u64)>,
     },
     /// Delete the complete checkpoints older than `newest` beyond those retained, and the
     /// shared files no remaining checkpoint lists.
@@ -164,6 +166,8 @@ struct Running<W> {
     waiter: Option<W>,
     files: Vec<FileEntry>,
     size_bytes: u64,
+    /// Per task that acknowledged, its alignment time (µs).
+    alignments: Vec<(String, u64)>,
 }
 
 #[derive(Debug)]
@@ -287,6 +291,7 @@ impl<W> CheckpointCoordinator<W> {
             waiter,
             files: Vec::with_capacity(self.config.tasks),
             size_bytes: 0,
+            alignments: Vec::with_capacity(self.config.tasks),
         });
         self.write_if_acknowledged(out);
     }
@@ -300,6 +305,7 @@ impl<W> CheckpointCoordinator<W> {
         }
         match ack.result {
             Ok(file) => {
+                run.alignments.extend(ack.alignment);
                 run.size_bytes += file.size;
                 run.files.push(file);
                 self.write_if_acknowledged(out);
@@ -352,6 +358,7 @@ impl<W> CheckpointCoordinator<W> {
             duration_ms: now_ms - run.started_ms,
             size_bytes: run.size_bytes,
             completed_ms: now_ms,
+            alignments: run.alignments,
         });
         if let Some(waiter) = run.waiter {
             out.push(Action::AnswerSavepoint {

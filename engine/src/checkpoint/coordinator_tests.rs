@@ -60,6 +60,7 @@ fn ack(id: CheckpointId, task: &str) -> E {
     Event::Ack(Ack {
         id,
         result: Ok(file(task)),
+        alignment: Some((task.to_string(), 7)),
     })
 }
 
@@ -67,6 +68,7 @@ fn decline(id: CheckpointId, reason: &str) -> E {
     Event::Ack(Ack {
         id,
         result: Err(reason.into()),
+        alignment: None,
     })
 }
 
@@ -128,6 +130,7 @@ fn complete(id: CheckpointId, started_ms: Millis, now_ms: Millis) -> A {
         duration_ms: now_ms - started_ms,
         size_bytes: 20,
         completed_ms: now_ms,
+        alignments: vec![("a".into(), 7), ("b".into(), 7)],
     }
 }
 

@@ -18,7 +18,7 @@ use super::control::{Ack, CheckpointControl};
 use super::coordinator::{Action, CheckpointCoordinator, CoordinatorConfig, Event};
 use super::snapshot::FORMAT_VERSION;
 use super::storage::{checkpoint_dirs, remove_unreferenced_shared_files, write_metadata, Metadata};
-use crate::metrics::{CheckpointRecord, CheckpointStats};
+use crate::metrics::{CheckpointRecord, CheckpointStats, TaskAlignment};
 
 /// How often the shell looks at the clock and the control: a finished job is not kept
 /// waiting longer, and a savepoint or the final checkpoint starts within it.
@@ -143,6 +143,7 @@ impl CoordinatorThread {
                 duration_ms: ms,
                 size_bytes,
                 completed_ms,
+                alignments,
             } => {
                 self.control.completed.store(id, Ordering::SeqCst);
                 let stats = &self.stats;
@@ -161,6 +162,10 @@ impl CoordinatorThread {
                     duration_ms: Some(u64::try_from(ms).unwrap_or(0)),
                     size_bytes: Some(size_bytes),
                     error: None,
+                    alignment: alignments
+                        .into_iter()
+                        .map(|(task, alignment_us)| TaskAlignment { task, alignment_us })
+                        .collect(),
                 });
                 info!(checkpoint = id, ms, "checkpoint complete");
             }
@@ -188,6 +193,7 @@ impl CoordinatorThread {
                     duration_ms: None,
                     size_bytes: None,
                     error: Some(reason.to_string()),
+                    alignment: Vec::new(),
                 });
                 if ending {
                     debug!(checkpoint = id, reason, "checkpoint aborted");

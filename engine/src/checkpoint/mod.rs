@@ -41,7 +41,7 @@ pub(crate) use coordinator::CoordinatorConfig;
 pub(crate) use coordinator_thread::CoordinatorThread;
 pub use snapshot::FORMAT_VERSION;
 pub(crate) use snapshot::{SourceSnapshot, TaskSnapshot};
-pub use storage::{latest_complete, RestoredCheckpoint};
+pub use storage::{latest_complete, stored_checkpoints, RestoredCheckpoint, StoredCheckpoint};
 pub(crate) use storage::{newest_id, remove_unreferenced_shared_files, SplitWatermarks};
 
 /// Files shared by successive checkpoints of a job (incremental native state).

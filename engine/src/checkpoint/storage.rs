@@ -231,6 +231,39 @@ pub fn latest_complete(dir: &Path) -> Result<RestoredCheckpoint, CheckpointError
     Err(CheckpointError::NoneComplete(dir.to_path_buf()))
 }
 
+/// A complete checkpoint as its `_metadata` tells: the history of a job's checkpoints
+/// that outlives its processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// Its id.
+    pub id: CheckpointId,
+    /// When it was triggered (ms since the epoch, by the job's clock).
+    pub timestamp_ms: Millis,
+    /// Bytes of its task files (state shared with earlier checkpoints not counted).
+    pub size_bytes: u64,
+    /// Its directory.
+    pub path: PathBuf,
+}
+
+/// The checkpoints of `dir` with a readable `_metadata` (complete ones), newest
+/// first; an incomplete or damaged one is left out. Reads the metadata only, not the
+/// task files.
+pub fn stored_checkpoints(dir: &Path) -> Vec<StoredCheckpoint> {
+    checkpoint_dirs(dir)
+        .into_iter()
+        .filter_map(|(_, path)| {
+            let text = fs::read_to_string(path.join(METADATA)).ok()?;
+            let meta: Metadata = serde_json::from_str(&text).ok()?;
+            Some(StoredCheckpoint {
+                id: meta.checkpoint_id,
+                timestamp_ms: meta.timestamp_ms,
+                size_bytes: meta.files.iter().map(|f| f.size).sum(),
+                path,
+            })
+        })
+        .collect()
+}
+
 /// Deletes the files of the shared directory that no complete checkpoint in `root`
 /// lists (their checkpoints were dropped by retention, or were never complete). Runs
 /// between checkpoints and after the job's tasks ended, so no checkpoint in progress

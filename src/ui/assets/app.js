@@ -147,6 +147,47 @@ function renderSummary(view) {
   document.getElementById("summary").replaceChildren(el("h2", {}, "Job " + j.name), dl);
 }
 
+// Actions (runner only): POST with the session's CSRF token from the page, JSON body.
+const csrfMeta = document.querySelector('meta[name="brook-csrf"]');
+const csrf = csrfMeta ? csrfMeta.content : null;
+
+async function act(action, body, question) {
+  if (!window.confirm(question)) return;
+  const result = document.getElementById("action-result");
+  result.textContent = action + "…";
+  try {
+    const r = await fetch("/ui/api/jobs/" + encodeURIComponent(jobId) + "/" + action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf, Accept: "application/json" },
+      body: JSON.stringify(body),
+    });
+    const answer = await r.json().catch(() => ({}));
+    result.textContent = r.ok ? action + ": done, the job is " + answer.state : action + " refused: " + (answer.error || r.status);
+  } catch (e) {
+    result.textContent = action + " failed: " + (e.message || e);
+  }
+}
+
+function renderActions(j) {
+  const section = document.getElementById("actions");
+  if (!csrf || !section) return;
+  section.hidden = false;
+  const live = j.state === "RUNNING" || j.state === "RESTARTING";
+  document.getElementById("cancel").disabled = !live;
+  document.getElementById("cancel-savepoint").disabled = j.state !== "RUNNING";
+  document.getElementById("resume").disabled = !(j.state === "CANCELED" || j.state === "FAILED");
+}
+
+if (csrf && page === "job") {
+  document.getElementById("cancel").addEventListener("click", () =>
+    act("cancel", { savepoint: false }, "Cancel job " + jobId + "? It can be resumed from its last checkpoint."));
+  document.getElementById("cancel-savepoint").addEventListener("click", () =>
+    act("cancel", { savepoint: true }, "Take a savepoint of job " + jobId + ", then cancel it?"));
+  document.getElementById("resume").addEventListener("click", () =>
+    act("resume", {}, "Resume job " + jobId + " from its newest savepoint or checkpoint?"));
+}
+
 // Tasks: operators joined by chained edges, in graph order of their heads.
 function tasksOf(status) {
   const n = status.operators.length;
@@ -294,6 +335,27 @@ function renderWatermarks(view) {
     td(o.name), td(time(o.watermark_ms)), td(num(o.late_records), o.late_records ? "num bad" : "num"))));
 }
 
+function renderHotKeys(status) {
+  const rows = [];
+  for (const o of status.operators) {
+    (o.hot_keys || []).forEach((k, rank) => rows.push(el("tr", { "data-operator": o.name, "data-key": k.key },
+      td(rank === 0 ? o.name : ""), td(k.key, rank === 0 ? "hot" : ""), td(k.subtask, "num"),
+      td(num(k.records), "num"), td(pct(k.share * 100), "num"))));
+  }
+  fill("#hotkeys", rows);
+  document.getElementById("hotkeys-empty").hidden = rows.length > 0;
+}
+
+// The slowest task's alignment, with every task's in the tooltip.
+function alignmentCell(tasks) {
+  if (!tasks.length) return td("-");
+  const slowest = tasks.reduce((a, b) => (b.alignment_us > a.alignment_us ? b : a));
+  const ms = (us) => (us / 1000).toFixed(us < 10000 ? 2 : 0) + " ms";
+  const cell = td(ms(slowest.alignment_us) + " (" + slowest.task + ")", "num");
+  cell.title = tasks.map((t) => t.task + ": " + ms(t.alignment_us)).join("\n");
+  return cell;
+}
+
 function renderCheckpoints(status) {
   const c = status.checkpoints;
   document.getElementById("cp-summary").textContent =
@@ -302,7 +364,16 @@ function renderCheckpoints(status) {
   const history = (c.history || []).slice().reverse();
   fill("#checkpoints", history.map((h) => el("tr", { class: h.error ? "bad" : "" },
     td(h.id, "num"), td(time(h.trigger_ms)), td(duration(h.duration_ms)), td(bytes(h.size_bytes), "num"),
+    alignmentCell(h.alignment || []),
     td(h.error ? "failed: " + h.error : "completed"))));
+}
+
+function renderRetained(job) {
+  document.getElementById("cp-restored").textContent =
+    "latest restored: " + (job.latest_restored || "none (the job started empty or from its savepoint only)");
+  fill("#retained", (job.retained_checkpoints || []).map((c) => el("tr", { "data-checkpoint": c.id },
+    td(c.id, "num"), td(time(c.timestamp_ms)), td(bytes(c.size_bytes), "num"),
+    td(c.restored_by.length ? c.restored_by.join(", ") : "-"))));
 }
 
 function renderAttempts(job) {
@@ -314,19 +385,49 @@ function renderAttempts(job) {
 
 function renderJob(view) {
   renderSummary(view);
+  renderActions(view.job);
   renderAttempts(view.job);
+  renderRetained(view.job);
   const status = view.job.status;
   if (!status) return;
   const opRate = status.operators.map((_, i) => opRates(status, i));
   renderGraph(status, opRate);
   renderOperators(status, opRate);
+  renderHotKeys(status);
   renderWatermarks(view);
   renderCheckpoints(status);
+}
+
+// ---- Topics and groups page ----
+
+function renderTopics(view) {
+  document.getElementById("nolog").hidden = view.log;
+  const topics = [];
+  for (const t of view.topics) {
+    const retention = (t.retention_ms === null ? "no time limit" : duration(t.retention_ms)) +
+      (t.retention_bytes === null ? "" : ", " + bytes(t.retention_bytes) + " per partition") + " (" + t.cleanup_policy + ")";
+    t.partitions.forEach((p, i) => topics.push(el("tr", { "data-topic": t.name, "data-partition": p.partition },
+      td(i === 0 ? t.name : ""), td(p.partition, "num"), td(num(p.start), "num"), td(num(p.end), "num"),
+      td(num(p.stable), "num"), td(bytes(p.size_bytes), "num"), td(p.segments, "num"), td(i === 0 ? retention : ""))));
+  }
+  fill("#topics", topics);
+  const groups = [];
+  for (const g of view.groups) {
+    const members = g.members.map((m) => m.client_id + " (" + m.partitions.join(", ") + ")").join("; ") || "none";
+    const rows = g.partitions.length ? g.partitions : [null];
+    rows.forEach((p, i) => groups.push(el("tr", { "data-group": g.group },
+      td(i === 0 ? g.group : ""), td(i === 0 ? g.state : ""), td(i === 0 ? members : ""),
+      td(p ? p.topic + "/" + p.partition : "-"), td(p ? num(p.committed) : "-", "num"), td(p ? num(p.end) : "-", "num"),
+      td(p ? (p.out_of_range ? "out of range" : num(p.lag)) : "-", p && p.lag ? "num hot" : "num"),
+      td(p && p.member ? p.member : ""))));
+  }
+  fill("#groups", groups);
 }
 
 async function tick() {
   try {
     if (page === "jobs") renderJobs(await getJson("/ui/api/jobs"));
+    else if (page === "topics") renderTopics(await getJson("/ui/api/topics"));
     else if (page === "job") renderJob(await getJson("/ui/api/jobs/" + encodeURIComponent(jobId)));
     live(true);
   } catch (e) {

@@ -1,0 +1,182 @@
+//! The Topics and groups page's data: the runner's log (`brook runner
+//! --broker-listen`) as `brook topic describe` and `brook group describe` show it. The
+//! figures are the log's own ([`Log::describe_topic`], [`Log::group_lag`],
+//! [`Log::describe_group`], the functions those commands call in-process); this only
+//! shapes them for JSON.
+
+use brook_log::Log;
+use serde::{Deserialize, Serialize};
+
+/// `GET /ui/api/topics`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogView {
+    /// Whether this server holds a log (the runner with `--broker-listen`); without
+    /// one the lists are empty.
+    pub log: bool,
+    /// Topics by name.
+    pub topics: Vec<TopicRow>,
+    /// Consumer groups with members or committed offsets, by name.
+    pub groups: Vec<GroupRow>,
+}
+
+/// A topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicRow {
+    /// Its name.
+    pub name: String,
+    /// Time retention (ms), `None` for none.
+    pub retention_ms: Option<i64>,
+    /// Size retention per partition (bytes), `None` for none.
+    pub retention_bytes: Option<u64>,
+    /// `delete`, `compact` or both.
+    pub cleanup_policy: String,
+    /// Its partitions in order.
+    pub partitions: Vec<PartitionRow>,
+}
+
+/// A partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRow {
+    /// Its number.
+    pub partition: u32,
+    /// Log start offset (the oldest offset stored).
+    pub start: u64,
+    /// Log end offset (the next offset written).
+    pub end: u64,
+    /// Last stable offset (where read-committed consumers stop).
+    pub stable: u64,
+    /// Bytes in its segment files.
+    pub size_bytes: u64,
+    /// Its segments (closed and active).
+    pub segments: usize,
+}
+
+/// A consumer group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRow {
+    /// Its name.
+    pub group: String,
+    /// `Stable` with members, `Empty` without (Kafka's names; a rebalance in progress
+    /// is not told apart).
+    pub state: String,
+    /// Its generation, `None` when it never had members in this process.
+    pub generation: Option<u32>,
+    /// Its live members.
+    pub members: Vec<MemberRow>,
+    /// Per partition with a commit or an owner: committed offset and lag.
+    pub partitions: Vec<LagRow>,
+}
+
+/// A live member of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRow {
+    /// Member id.
+    pub member_id: String,
+    /// Client id given at join.
+    pub client_id: String,
+    /// Assigned partitions as `topic/partition`.
+    pub partitions: Vec<String>,
+}
+
+/// A group's position on one partition (as `brook group describe`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LagRow {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Committed offset (the next the group reads), if any.
+    pub committed: Option<u64>,
+    /// Log end offset.
+    pub end: u64,
+    /// Last stable offset.
+    pub stable: u64,
+    /// `stable - committed` (semantics.md §1); `None` without a commit.
+    pub lag: Option<u64>,
+    /// The committed offset is outside the log (retention passed it).
+    pub out_of_range: bool,
+    /// The member assigned the partition, if any.
+    pub member: Option<String>,
+}
+
+/// The topics and groups of `log` now. A topic or group deleted while this runs is
+/// left out.
+pub fn log_view(log: &Log) -> LogView {
+    let topics = log
+        .topics()
+        .into_iter()
+        .filter_map(|name| log.describe_topic(&name).ok())
+        .map(|info| TopicRow {
+            name: info.name,
+            retention_ms: info.config.retention_ms,
+            retention_bytes: info.config.retention_bytes,
+            cleanup_policy: info.config.cleanup_policy.to_string(),
+            partitions: info
+                .partitions
+                .into_iter()
+                .map(|p| PartitionRow {
+                    partition: p.partition,
+                    start: p.log_start_offset,
+                    end: p.log_end_offset,
+                    stable: p.last_stable_offset,
+                    size_bytes: p.size_bytes,
+                    segments: p.segments,
+                })
+                .collect(),
+        })
+        .collect();
+    let groups = log
+        .groups()
+        .into_iter()
+        .filter_map(|group| {
+            let lag = log.group_lag(&group).ok()?;
+            let described = log.describe_group(&group);
+            let members: Vec<MemberRow> = described
+                .as_ref()
+                .map(|d| {
+                    d.members
+                        .iter()
+                        .map(|m| MemberRow {
+                            member_id: m.member_id.clone(),
+                            client_id: m.client_id.clone(),
+                            partitions: m
+                                .assignment
+                                .iter()
+                                .map(|tp| format!("{}/{}", tp.topic, tp.partition))
+                                .collect(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(GroupRow {
+                state: if members.is_empty() {
+                    "Empty"
+                } else {
+                    "Stable"
+                }
+                .to_string(),
+                generation: described.map(|d| d.generation),
+                members,
+                partitions: lag
+                    .into_iter()
+                    .map(|r| LagRow {
+                        topic: r.topic,
+                        partition: r.partition,
+                        committed: r.committed,
+                        end: r.log_end_offset,
+                        stable: r.last_stable_offset,
+                        lag: r.lag,
+                        out_of_range: r.out_of_range,
+                        member: r.member,
+                    })
+                    .collect(),
+                group,
+            })
+        })
+        .collect();
+    LogView {
+        log: true,
+        topics,
+        groups,
+    }
+}
