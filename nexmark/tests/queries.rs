@@ -3,13 +3,14 @@
 //! in order and out of order.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use brook_core::time::Millis;
 use brook_engine::testing::CollectSink;
 use brook_engine::{DataStream, JobConfig, StreamEnvironment};
 use brook_nexmark::queries::{
-    self, AuctionPrice, EuroBid, HotItem, Q2_AUCTION_MODULUS, Q5_SIZE_MS, Q5_SLIDE_MS, Q7_SIZE_MS,
+    self, AuctionPrice, EuroBid, HotItem, NewUser, Q2_AUCTION_MODULUS, Q5_SIZE_MS, Q5_SLIDE_MS,
+    Q7_SIZE_MS, Q8_SIZE_MS,
 };
 use brook_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource};
 
@@ -194,6 +195,51 @@ fn q7_finds_the_highest_bids_per_tumbling_window() {
         assert!(want.len() >= 4, "{}", want.len());
         for p in [1, 2] {
             assert_eq!(sorted(run(config(group), p, queries::q7)), want, "p {p}");
+        }
+    }
+}
+
+/// q8 offline: the (person, window) pairs where the person registered and sold.
+fn q8_offline(events: &[Event]) -> Vec<NewUser> {
+    let window = |t: Millis| t.div_euclid(Q8_SIZE_MS) * Q8_SIZE_MS;
+    let sellers: BTreeSet<(u64, Millis)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) => Some((a.seller, window(a.date_time))),
+            _ => None,
+        })
+        .collect();
+    sorted(
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Person(p) if sellers.contains(&(p.id, window(p.date_time))) => {
+                    Some(NewUser {
+                        id: p.id,
+                        name: p.name.clone(),
+                        window_start: window(p.date_time),
+                    })
+                }
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn q8_finds_the_persons_who_sold_in_the_window_they_registered() {
+    for group in GROUPS {
+        let cfg = config(group);
+        let events: Vec<Event> = NexmarkSource::new(cfg.clone()).unwrap().events().collect();
+        let want = q8_offline(&events);
+        // Some persons sold in their first window, most did not.
+        let persons = events
+            .iter()
+            .filter(|e| matches!(e, Event::Person(_)))
+            .count();
+        assert!(want.len() >= 4 && want.len() < persons, "{}", want.len());
+        for p in [1, 2] {
+            assert_eq!(sorted(run(cfg.clone(), p, queries::q8)), want, "p {p}");
         }
     }
 }
