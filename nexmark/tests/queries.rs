@@ -9,10 +9,10 @@ use brook_core::time::Millis;
 use brook_engine::testing::CollectSink;
 use brook_engine::{DataStream, JobConfig, StreamEnvironment};
 use brook_nexmark::queries::{
-    self, AuctionPrice, EuroBid, HotItem, NewUser, Q2_AUCTION_MODULUS, Q5_SIZE_MS, Q5_SLIDE_MS,
-    Q7_SIZE_MS, Q8_SIZE_MS,
+    self, AuctionPrice, EuroBid, HotItem, LocalItem, NewUser, Q2_AUCTION_MODULUS, Q5_SIZE_MS,
+    Q5_SLIDE_MS, Q7_SIZE_MS, Q8_SIZE_MS,
 };
-use brook_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource};
+use brook_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource, Person};
 
 /// 20,000 events 2 ms apart: 40 s of event time, 4 windows of q7, 24 of q5. Out of
 /// order (`group > 1`) without hot auctions, so that several auctions share a window's
@@ -240,6 +240,54 @@ fn q8_finds_the_persons_who_sold_in_the_window_they_registered() {
         assert!(want.len() >= 4 && want.len() < persons, "{}", want.len());
         for p in [1, 2] {
             assert_eq!(sorted(run(cfg.clone(), p, queries::q8)), want, "p {p}");
+        }
+    }
+}
+
+/// q3 offline: every auction of category 10 with its seller, if from OR, ID or CA.
+fn q3_offline(events: &[Event]) -> Vec<LocalItem> {
+    let persons: BTreeMap<u64, &Person> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Person(p) => Some((p.id, p)),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for e in events {
+        let Event::Auction(a) = e else { continue };
+        let Some(p) = persons.get(&a.seller) else {
+            continue;
+        };
+        if a.category == 10 && ["OR", "ID", "CA"].contains(&p.state.as_ref()) {
+            out.push(LocalItem {
+                name: p.name.clone(),
+                city: p.city.to_string(),
+                state: p.state.to_string(),
+                auction: a.id,
+            });
+        }
+    }
+    sorted(out)
+}
+
+#[test]
+fn q3_joins_the_local_sellers_to_their_auctions() {
+    for group in GROUPS {
+        let cfg = config(group);
+        let events: Vec<Event> = NexmarkSource::new(cfg.clone()).unwrap().events().collect();
+        let want = q3_offline(&events);
+        let auctions = events
+            .iter()
+            .filter(|e| matches!(e, Event::Auction(_)))
+            .count();
+        assert!(
+            want.len() >= 20 && want.len() < auctions / 5,
+            "{}",
+            want.len()
+        );
+        for p in [1, 2] {
+            assert_eq!(sorted(run(cfg.clone(), p, queries::q3)), want, "p {p}");
         }
     }
 }
