@@ -10,6 +10,7 @@
 //! - [`source`]: [`NexmarkSource`], the generator as a parallel, checkpointable brook
 //!   source.
 //! - [`queries`]: the queries with the builder API.
+//! - [`run`]: a query into a counting sink, timed ([`run::run`], for `brook nexmark`).
 //!
 //! Must not know about: the `brook` binary, YAML jobs.
 //!
@@ -33,6 +34,7 @@ pub mod config;
 pub mod generator;
 pub mod model;
 pub mod queries;
+pub mod run;
 pub mod source;
 
 pub use config::NexmarkConfig;
