@@ -90,6 +90,8 @@ pub use brook_engine as engine;
 /// The Kafka connector (librdkafka).
 pub use brook_kafka as kafka;
 pub use brook_log as log;
+/// The Nexmark benchmark: its generator and queries (`brook nexmark`).
+pub use brook_nexmark as nexmark;
 pub use brook_operators as operators;
 pub use brook_state as state;
 

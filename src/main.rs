@@ -14,7 +14,7 @@ use cli::log_cli::{
     consume, group_command, produce, topic_command, ConsumeArgs, GroupCommand, ProduceArgs,
     TopicCommand,
 };
-use cli::{broker_cli, run, runner_cli, verify};
+use cli::{broker_cli, nexmark, run, runner_cli, verify};
 
 /// brook: a stream-processing engine with an embedded partitioned log.
 #[derive(Debug, Parser)]
@@ -69,6 +69,8 @@ enum Command {
     Resume(runner_cli::ResumeArgs),
     /// Print a one-time link that logs a browser into the runner's dashboard.
     Ui(runner_cli::UiArgs),
+    /// Run a Nexmark query on generated events and print its throughput.
+    Nexmark(nexmark::NexmarkArgs),
 }
 
 /// Whether the error is a closed stdout, which ends the command quietly.
@@ -173,6 +175,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Cancel(args) => return runner_cli::cancel(args, &data_dir),
         Command::Resume(args) => return runner_cli::resume(args, &data_dir),
         Command::Ui(args) => return runner_cli::ui(args, &data_dir),
+        // Generated events into a counting sink: no log.
+        Command::Nexmark(args) => return nexmark::nexmark(args),
         other => other,
     };
     // Only creating a topic makes a data directory: a command on a mistyped one fails
@@ -198,7 +202,8 @@ fn run(cli: Cli) -> Result<()> {
         | Command::Job(_)
         | Command::Cancel(_)
         | Command::Resume(_)
-        | Command::Ui(_) => Ok(()),
+        | Command::Ui(_)
+        | Command::Nexmark(_) => Ok(()),
         Command::Topic(cmd) => topic_command(&log, cmd),
         Command::Produce(args) => produce(&log, args),
         Command::Consume(args) => {

@@ -10,6 +10,9 @@
 //!
 //! - [`generator`]: [`GeneratorSource`], deterministic synthetic [`GeneratorEvent`]s,
 //!   as fast as possible or at a given rate.
+//! - [`numbered`]: [`NumberedSource`], events `0..n` each computed from its number
+//!   ([`NumberedEvents`]), in splits independent of the parallelism; the generator's
+//!   and the Nexmark generator's (brook-nexmark) splits, positions and rate.
 //! - [`file`](mod@file): [`FileSource`] reading JSON lines or CSV with a header (plain
 //!   or gzip) from files and directories, optionally following a growing file;
 //!   [`FileSink`] writing JSON lines or CSV.
@@ -26,6 +29,7 @@ mod error;
 pub mod file;
 pub mod generator;
 pub mod log;
+pub mod numbered;
 mod split;
 pub mod stdout;
 
@@ -33,6 +37,7 @@ pub use error::ConnectorError;
 pub use file::{csv_row_to_json, FileInput, FileSink, FileSource};
 pub use generator::{GeneratorBuilder, GeneratorEvent, GeneratorSource};
 pub use log::{LogReader, LogSink, LogSource, StartingOffsets, LOG_SINK_TRANSACTION_TIMEOUT_MS};
+pub use numbered::{NumberedEvents, NumberedSource, NumberedSplit};
 pub use stdout::StdoutSink;
 
 /// Records per batch a source emits (the engine's default batch size).

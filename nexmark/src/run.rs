@@ -1,0 +1,210 @@
+//! Running a query on the generator's events into a sink that only counts, timed: what
+//! `brook nexmark` prints (events/s, events per CPU-second, rows out).
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use brook_core::element::Batch;
+use brook_core::operator::{OpResult, SubtaskInfo};
+use brook_core::sink::{Sink, SinkWriter};
+use brook_core::time::Stopwatch;
+use brook_engine::{DataStream, EngineError, JobConfig, StreamEnvironment};
+
+use crate::model::Event;
+use crate::queries;
+use crate::source::NexmarkSource;
+
+/// The queries brook runs, by their reference names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Query {
+    /// Pass-through.
+    Q0,
+    /// Currency conversion.
+    Q1,
+    /// Selection.
+    Q2,
+    /// Local item suggestion.
+    Q3,
+    /// Hot items.
+    Q5,
+    /// Highest bid.
+    Q7,
+    /// New users.
+    Q8,
+}
+
+impl Query {
+    /// Every query, in order.
+    pub const ALL: [Query; 7] = [
+        Query::Q0,
+        Query::Q1,
+        Query::Q2,
+        Query::Q3,
+        Query::Q5,
+        Query::Q7,
+        Query::Q8,
+    ];
+
+    /// The reference's name, `q0` to `q8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Query::Q0 => "q0",
+            Query::Q1 => "q1",
+            Query::Q2 => "q2",
+            Query::Q3 => "q3",
+            Query::Q5 => "q5",
+            Query::Q7 => "q7",
+            Query::Q8 => "q8",
+        }
+    }
+
+    /// Adds the query over `events` and a counting sink to the job.
+    fn add(self, events: DataStream<Event>, rows: &Arc<AtomicU64>) {
+        match self {
+            Query::Q0 => count_into(queries::q0(events), rows),
+            Query::Q1 => count_into(queries::q1(events), rows),
+            Query::Q2 => count_into(queries::q2(events), rows),
+            Query::Q3 => count_into(queries::q3(events), rows),
+            Query::Q5 => count_into(queries::q5(events), rows),
+            Query::Q7 => count_into(queries::q7(events), rows),
+            Query::Q8 => count_into(queries::q8(events), rows),
+        }
+    }
+}
+
+/// A query name that is not one of [`Query::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown query {0:?}: expected one of q0, q1, q2, q3, q5, q7, q8")]
+pub struct UnknownQuery(pub String);
+
+impl FromStr for Query {
+    type Err = UnknownQuery;
+
+    fn from_str(s: &str) -> Result<Self, UnknownQuery> {
+        Query::ALL
+            .into_iter()
+            .find(|q| q.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownQuery(s.to_string()))
+    }
+}
+
+fn count_into<T: Clone + Send + 'static>(stream: DataStream<T>, rows: &Arc<AtomicU64>) {
+    stream.sink(CountSink::new(Arc::clone(rows)));
+}
+
+/// Counts the records each subtask writes, adding them to a shared total at the end
+/// (no shared write per record or batch).
+struct CountSink<T> {
+    rows: Arc<AtomicU64>,
+    _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T> CountSink<T> {
+    fn new(rows: Arc<AtomicU64>) -> Self {
+        CountSink {
+            rows,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Send + 'static> Sink for CountSink<T> {
+    type In = T;
+
+    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
+        Ok(Box::new(CountWriter {
+            rows: Arc::clone(&self.rows),
+            count: 0,
+            _t: std::marker::PhantomData,
+        }))
+    }
+}
+
+struct CountWriter<T> {
+    rows: Arc<AtomicU64>,
+    count: u64,
+    _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T: Send + 'static> SinkWriter for CountWriter<T> {
+    type In = T;
+
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
+        self.count += batch.len() as u64;
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        self.rows
+            .fetch_add(std::mem::take(&mut self.count), Ordering::Relaxed);
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunReport {
+    /// Events generated.
+    pub events: u64,
+    /// Rows the query wrote.
+    pub rows: u64,
+    /// Wall-clock time from start to end (s).
+    pub secs: f64,
+    /// CPU time of the process meanwhile, every thread (s); `None` where the system
+    /// does not tell.
+    pub cpu_secs: Option<f64>,
+}
+
+impl RunReport {
+    /// Events per second of wall-clock time.
+    pub fn events_per_sec(&self) -> f64 {
+        self.events as f64 / self.secs.max(f64::MIN_POSITIVE)
+    }
+
+    /// Events per CPU-second.
+    pub fn events_per_cpu_sec(&self) -> Option<f64> {
+        self.cpu_secs
+            .map(|c| self.events as f64 / c.max(f64::MIN_POSITIVE))
+    }
+}
+
+/// Runs `query` over the events of `source` with `config` (parallelism, state backend,
+/// checkpoints), timed from start to end.
+///
+/// # Errors
+/// The job's [`EngineError`].
+pub fn run(
+    query: Query,
+    source: NexmarkSource,
+    config: JobConfig,
+) -> Result<RunReport, EngineError> {
+    let events = source.generator().config().events;
+    let env = StreamEnvironment::new(config);
+    let rows = Arc::new(AtomicU64::new(0));
+    let strategy = source.watermark_strategy();
+    query.add(env.from_source(source, strategy), &rows);
+    let cpu0 = cpu_time();
+    let watch = Stopwatch::start();
+    env.execute(query.name())?;
+    let secs = watch.elapsed_nanos() as f64 / 1e9;
+    let cpu_secs = cpu0.zip(cpu_time()).map(|(a, b)| b - a);
+    Ok(RunReport {
+        events,
+        rows: rows.load(Ordering::Relaxed),
+        secs,
+        cpu_secs,
+    })
+}
+
+/// The process's CPU time (user + system, all threads, also those that ended) in
+/// seconds, from `/proc/self/stat` (10 ms resolution); `None` elsewhere.
+fn cpu_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces) follow its ')'; utime
+    // and stime are fields 14 and 15 of the line, in clock ticks (USER_HZ = 100).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}

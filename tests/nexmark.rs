@@ -1,0 +1,63 @@
+//! `brook nexmark`: the real binary runs a query and prints the events and the rows
+//! out of an offline computation of the same query; an unknown query is refused with
+//! the names it takes.
+
+#![allow(clippy::unwrap_used)]
+
+use brook::nexmark::{Event, NexmarkConfig, NexmarkSource};
+use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok};
+
+/// The value of the printed line `name  value`.
+fn field<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {name:?} line in:\n{out}"))
+}
+
+#[test]
+fn nexmark_prints_the_rows_of_the_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let args = [
+        "nexmark",
+        "--query",
+        "q2",
+        "--events",
+        "20000",
+        "--parallelism",
+        "2",
+    ];
+    let out = run_brook_ok(&mut brook_command(bin, dir.path(), &args));
+    let out = String::from_utf8(out.stdout).unwrap();
+    let source = NexmarkSource::new(NexmarkConfig {
+        events: 20_000,
+        ..NexmarkConfig::default()
+    })
+    .unwrap();
+    let want = source
+        .events()
+        .filter_map(Event::into_bid)
+        .filter(|b| b.auction % 123 == 0)
+        .count();
+    assert!(want > 0);
+    assert_eq!(field(&out, "query"), "q2");
+    assert!(!field(&out, "events/s").is_empty());
+    assert_eq!(field(&out, "events "), "20000");
+    assert_eq!(field(&out, "rows out"), want.to_string());
+    // Nothing is written to the data directory.
+    assert!(!dir.path().join("topics").exists());
+}
+
+#[test]
+fn an_unknown_query_is_refused_with_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let err = run_brook_err(&mut brook_command(
+        bin,
+        dir.path(),
+        &["nexmark", "--query", "q4", "--events", "10"],
+    ));
+    assert!(err.contains("unknown query \"q4\""), "{err}");
+    assert!(err.contains("q0, q1, q2, q3, q5, q7, q8"), "{err}");
+}
