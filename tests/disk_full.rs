@@ -272,3 +272,57 @@ fn a_full_checkpoint_disk_fails_the_checkpoints_naming_the_path_and_they_resume(
     assert!(checkpoints_completed(&checkpoints) > 0, "{text}");
     assert_eq!(committed_rows(dir.path()), reference);
 }
+
+#[test]
+#[ignore = "mounts a tmpfs, which needs root: scripts/test.sh runs it"]
+fn a_full_state_disk_names_the_state_path_and_a_restore_loses_nothing() {
+    let reference = reference_rows();
+    let dir = tempfile::tempdir().unwrap();
+    // The data directory (RocksDB's state under state/<job>) on the small disk; the
+    // checkpoints elsewhere.
+    let disk = Tmpfs::mount(&dir.path().join("disk"), 4096);
+    let data = disk.path().join("data");
+    let checkpoints = dir.path().join("checkpoints");
+    std::fs::write(dir.path().join("job.yaml"), JOB).unwrap();
+    let run = |restore: bool, stderr: &Path| {
+        let spec = dir.path().join("job.yaml");
+        let mut args = vec![
+            "run",
+            "--quiet",
+            spec.to_str().unwrap(),
+            "--checkpoint-interval",
+            "100ms",
+            "--checkpoint-dir",
+            checkpoints.to_str().unwrap(),
+        ];
+        if restore {
+            args.extend(["--restore", "latest"]);
+        }
+        let mut cmd = brook_command(&bin(), &data, &args);
+        cmd.stderr(std::fs::File::create(stderr).unwrap());
+        KillOnDrop(cmd.spawn().unwrap())
+    };
+    let first = dir.path().join("first.stderr");
+    let mut job = run(false, &first);
+    wait_for("a first checkpoint", Duration::from_secs(20), || {
+        (checkpoints_completed(&checkpoints) > 0).then_some(())
+    });
+    let filler = fill_disk(disk.path());
+    let state = data.join("state");
+    wait_for("an error naming the state path", Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&first).unwrap_or_default();
+        contains_path(&text, &state).then_some(())
+    });
+    std::fs::remove_file(&filler).unwrap();
+    let status = job.0.wait().unwrap();
+    eprintln!("{}", std::fs::read_to_string(&first).unwrap_or_default());
+    if !status.success() {
+        // The job failed: a restore from the latest checkpoint, with space, finishes it.
+        let second = dir.path().join("second.stderr");
+        let mut again = run(true, &second);
+        let status = again.0.wait().unwrap();
+        let text = std::fs::read_to_string(&second).unwrap_or_default();
+        assert!(status.success(), "{text}");
+    }
+    assert_eq!(committed_rows(dir.path()), reference);
+}
