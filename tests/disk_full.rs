@@ -209,7 +209,11 @@ fn reference_rows() -> Vec<String> {
     run_brook_ok(&mut brook_command(
         &bin(),
         &dir.path().join("data"),
-        &["run", "--quiet", dir.path().join("job.yaml").to_str().unwrap()],
+        &[
+            "run",
+            "--quiet",
+            dir.path().join("job.yaml").to_str().unwrap(),
+        ],
     ));
     committed_rows(dir.path())
 }
@@ -258,10 +262,15 @@ fn a_full_checkpoint_disk_fails_the_checkpoints_naming_the_path_and_they_resume(
     );
     cmd.stderr(std::fs::File::create(&stderr).unwrap());
     let mut job = KillOnDrop(cmd.spawn().unwrap());
-    wait_for("a failed checkpoint naming the path", Duration::from_secs(20), || {
-        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        (text.contains("checkpoint aborted") && contains_path(&text, &checkpoints)).then_some(())
-    });
+    wait_for(
+        "a failed checkpoint naming the path",
+        Duration::from_secs(20),
+        || {
+            let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+            (text.contains("checkpoint aborted") && contains_path(&text, &checkpoints))
+                .then_some(())
+        },
+    );
     assert_eq!(checkpoints_completed(&checkpoints), 0);
     assert!(job.0.try_wait().unwrap().is_none(), "the job stopped");
     // Space returns: checkpoints complete again and the job ends with every row.
@@ -309,10 +318,14 @@ fn a_full_state_disk_names_the_state_path_and_a_restore_loses_nothing() {
     });
     let filler = fill_disk(disk.path());
     let state = data.join("state");
-    wait_for("an error naming the state path", Duration::from_secs(20), || {
-        let text = std::fs::read_to_string(&first).unwrap_or_default();
-        contains_path(&text, &state).then_some(())
-    });
+    wait_for(
+        "an error naming the state path",
+        Duration::from_secs(20),
+        || {
+            let text = std::fs::read_to_string(&first).unwrap_or_default();
+            contains_path(&text, &state).then_some(())
+        },
+    );
     std::fs::remove_file(&filler).unwrap();
     let status = job.0.wait().unwrap();
     eprintln!("{}", std::fs::read_to_string(&first).unwrap_or_default());

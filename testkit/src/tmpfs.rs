@@ -65,7 +65,11 @@ impl Tmpfs {
     /// # Panics
     /// When the remount fails.
     pub fn set_read_only(&self, read_only: bool) {
-        let opts = if read_only { "remount,ro" } else { "remount,rw" };
+        let opts = if read_only {
+            "remount,ro"
+        } else {
+            "remount,rw"
+        };
         mount(&["-o", opts], &self.dir).expect("remounting the tmpfs");
     }
 }
