@@ -614,6 +614,12 @@ fn killed_run(
             }
             if ended_within(&mut child, next.delay_ms)? {
                 check_exit(run, attempt, &mut child)?;
+                if next.after_checkpoint {
+                    // The checkpoint it waited for was the job's last: as above.
+                    schedule.ended_before_checkpoint();
+                    restarts += 1;
+                    continue 'round;
+                }
                 let ended_after_ms = started.elapsed_nanos() / 1_000_000;
                 if shortened < MAX_ROUNDS && schedule.shorten(ended_after_ms) {
                     shortened += 1;

@@ -99,8 +99,9 @@ impl KillSchedule {
         }
     }
 
-    /// An attempt that waited for a checkpoint saw the job end first (a job that ends
-    /// within its first checkpoint interval): from now on no attempt waits.
+    /// An attempt that waited for a checkpoint saw the job end before it or right after
+    /// it (a job that ends within a checkpoint interval or two): from now on no
+    /// attempt waits.
     pub fn ended_before_checkpoint(&mut self) {
         self.wait_for_checkpoints = false;
     }
