@@ -9,6 +9,10 @@ use rand::{Rng, SeedableRng};
 /// file) gets its kills there.
 pub const MIN_MAX_DELAY_MS: u64 = 20;
 
+/// How often an attempt that waits for a checkpoint may see the job end before the
+/// waiting stops (each time the run starts over).
+pub const WAITING_ENDS: u32 = 3;
+
 /// The parallelisms `--rescale` picks from (1 to this, inclusive).
 pub const MAX_RESCALE_PARALLELISM: u32 = 4;
 
@@ -39,8 +43,10 @@ pub struct KillSchedule {
     rescale: bool,
     checkpoint_interval_ms: u64,
     /// Every third attempt waits for a checkpoint (see [`Attempt::after_checkpoint`])
-    /// until [`KillSchedule::ended_before_checkpoint`] says the job is too short for it.
+    /// until [`KillSchedule::ended_before_checkpoint`] has said [`WAITING_ENDS`] times
+    /// that the job is too short for it.
     wait_for_checkpoints: bool,
+    waiting_ended: u32,
     attempts: u64,
 }
 
@@ -68,6 +74,7 @@ impl KillSchedule {
             rescale,
             checkpoint_interval_ms,
             wait_for_checkpoints: true,
+            waiting_ended: 0,
             attempts: 0,
         }
     }
@@ -100,10 +107,13 @@ impl KillSchedule {
     }
 
     /// An attempt that waited for a checkpoint saw the job end before it or right after
-    /// it (a job that ends within a checkpoint interval or two): from now on no
-    /// attempt waits.
+    /// it (the checkpoint was the job's last, or a job that ends within a checkpoint
+    /// interval or two): after [`WAITING_ENDS`] of these no attempt waits.
     pub fn ended_before_checkpoint(&mut self) {
-        self.wait_for_checkpoints = false;
+        self.waiting_ended += 1;
+        if self.waiting_ended >= WAITING_ENDS {
+            self.wait_for_checkpoints = false;
+        }
     }
 
     /// The job got to its end `ended_after_ms` after the start of an attempt, before
@@ -184,6 +194,10 @@ mod tests {
         let mut s = KillSchedule::new(5, 300, 300, false, 100);
         assert!(!s.next_attempt().after_checkpoint && !s.next_attempt().after_checkpoint);
         assert!(s.next_attempt().after_checkpoint);
+        for _ in 0..WAITING_ENDS - 1 {
+            s.ended_before_checkpoint();
+        }
+        assert!((0..3).any(|_| s.next_attempt().after_checkpoint));
         s.ended_before_checkpoint();
         assert!((0..10).all(|_| !s.next_attempt().after_checkpoint));
     }
