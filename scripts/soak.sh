@@ -8,7 +8,8 @@
 # Environment: SOAK_SECS (default 3600) how long the job is fed; SOAK_RATE
 # (records/s; default half the measured maximum); SOAK_MAX_RECORDS (default 400000)
 # records of the maximum-rate run; SOAK_KEYS (default 1000); SOAK_OUT (default
-# ./soak-results) where the CSV and the summary go.
+# ./soak-results) where the CSV and the summary go; SOAK_WARMUP_SECS (default 10 % of
+# the run, at most 300) the samples left out of the summary.
 #
 # Set-up: `brook broker` serves a scratch data directory; a feeder (python3 piped into
 # `brook produce`) appends JSON records {key, value, ts: wall-clock ms} to a topic of 2
@@ -179,14 +180,14 @@ while :; do
   [ "$elapsed" -ge "$SECS" ] && break
 done
 
-# 3. The summary: after a warm-up (the first 10 % of the run, at most 5 min), the first,
+# 3. The summary: after a warm-up (SOAK_WARMUP_SECS), the first,
 # last, smallest and largest RSS and checkpoint duration, and whether each stays flat
 # within 10 %: the mean of the last tenth of the samples against the first tenth's.
-python3 - "$csv" >>"$summary" <<'EOF'
+python3 - "$csv" "${SOAK_WARMUP_SECS:-}" >>"$summary" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 end = int(rows[-1]["t_s"])
-warm = min(300, end // 10)
+warm = int(sys.argv[2]) if sys.argv[2] else min(300, end // 10)
 after = [r for r in rows if int(r["t_s"]) > warm]
 tenth = max(1, len(after) // 10)
 print(f"{len(rows)} samples over {end} s; warm-up {warm} s; load average {min(float(r['load1']) for r in rows):.1f}-{max(float(r['load1']) for r in rows):.1f}")
