@@ -19,6 +19,9 @@ cargo test --workspace --doc
 # The dashboard in a real browser (Debian's chromium, from scripts/setup.sh) is
 # #[ignore]d where there is none: run it, and only it, explicitly.
 cargo test --workspace --test ui -- --ignored
+# Full and read-only disks mount a small tmpfs, which needs root: #[ignore]d in the run
+# above, run here (as root; elsewhere they fail saying so).
+cargo test --workspace --test disk_full -- --ignored
 # The broker tests are #[ignore]d (they show as ignored where there is no broker):
 # run them, and only them, explicitly. `--ignored` runs only the ignored tests of these
 # targets, so none of the tests above runs twice. `--workspace`, not `-p`: the same

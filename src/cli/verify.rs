@@ -35,10 +35,15 @@ const DEFAULT_CHECKPOINT_INTERVAL_MS: i64 = 100;
 
 /// How often the job starts over with shorter delays when it finished before all
 /// kills were made.
-const MAX_ROUNDS: u32 = 5;
+const MAX_ROUNDS: u32 = 8;
 
 /// Rows of each kind shown in a report.
 const EXAMPLES: usize = 5;
+
+/// How long an attempt that is to be killed after a checkpoint waits for one before it
+/// is killed anyway (ms): a restore of a large state on a loaded machine is slow, but
+/// a job that never checkpoints must not hang verify.
+const CHECKPOINT_WAIT_MS: u64 = 30_000;
 
 /// Arguments of `brook verify`.
 #[derive(Debug, Args)]
@@ -123,6 +128,8 @@ impl Drop for Running {
 /// What the killed run went through.
 struct Killed {
     kills: u32,
+    /// Kills that came after the attempt had completed a checkpoint.
+    after_checkpoint: u32,
     /// Attempts that restored a checkpoint (after the first kill).
     restores: u32,
     /// Times the job finished before all kills were made and started over.
@@ -171,7 +178,13 @@ pub(crate) fn verify(args: VerifyArgs, data_dir: &Path) -> Result<()> {
         args.kills,
         u64::try_from(job.checkpoint_interval_ms).unwrap_or(0),
     );
-    let mut schedule = KillSchedule::new(seed, max_delay, reference_ms, args.rescale);
+    let mut schedule = KillSchedule::new(
+        seed,
+        max_delay,
+        reference_ms,
+        args.rescale,
+        u64::try_from(job.checkpoint_interval_ms).unwrap_or(0),
+    );
     let stats = killed_run(
         &job,
         &killed,
@@ -181,8 +194,9 @@ pub(crate) fn verify(args: VerifyArgs, data_dir: &Path) -> Result<()> {
         args.parallelism,
     )?;
     println!(
-        "killed run: {} kills, {} restores from a checkpoint{}",
+        "killed run: {} kills ({} after a completed checkpoint), {} restores from a checkpoint{}",
         stats.kills,
+        stats.after_checkpoint,
         stats.restores,
         if stats.restarts > 0 {
             format!(
@@ -474,6 +488,54 @@ fn latest_checkpoint_id(dir: &Path) -> Option<u64> {
         .max()
 }
 
+/// The id of the newest checkpoint in `dir` whose `_metadata` is written (what makes
+/// it complete: it is written last, by a rename); cheap enough to poll, unlike
+/// [`latest_checkpoint_id`], which loads each one.
+fn newest_metadata_id(dir: &Path) -> Option<u64> {
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let id = e
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix("chk-")?
+                .parse::<u64>()
+                .ok()?;
+            e.path().join("_metadata").is_file().then_some(id)
+        })
+        .max()
+}
+
+/// How waiting for an attempt's first checkpoint ended.
+enum CheckpointWait {
+    /// A checkpoint newer than the one it started from completed.
+    Completed,
+    /// The job ended by itself first.
+    Ended,
+    /// None within [`CHECKPOINT_WAIT_MS`].
+    TimedOut,
+}
+
+/// Polls every 5 ms until a checkpoint newer than `before` completes in `dir`, the job
+/// ends, or [`CHECKPOINT_WAIT_MS`] pass.
+fn wait_for_checkpoint(
+    child: &mut Running,
+    dir: &Path,
+    before: Option<u64>,
+) -> Result<CheckpointWait> {
+    for _ in 0..CHECKPOINT_WAIT_MS / 5 {
+        if newest_metadata_id(dir) > before {
+            return Ok(CheckpointWait::Completed);
+        }
+        if child.0.try_wait().context("polling the job")?.is_some() {
+            return Ok(CheckpointWait::Ended);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(CheckpointWait::TimedOut)
+}
+
 /// An attempt that ended by itself: an error with its stderr unless it succeeded.
 fn check_exit(run: &RunDir, attempt: u32, child: &mut Running) -> Result<()> {
     let status = child.0.wait().context("waiting for the job")?;
@@ -516,11 +578,13 @@ fn killed_run(
     parallelism: Option<u32>,
 ) -> Result<Killed> {
     let mut restarts = 0;
+    let mut shortened = 0;
     let mut attempt = 0;
     'round: loop {
         prepare(job, run, user_data)?;
         let mut stats = Killed {
             kills: 0,
+            after_checkpoint: 0,
             restores: 0,
             restarts,
         };
@@ -532,10 +596,33 @@ fn killed_run(
             };
             attempt += 1;
             let before = latest_checkpoint_id(&run.checkpoints());
+            let started = Stopwatch::start();
             let (mut child, restored) = start(job, run, attempt, &options)?;
+            if next.after_checkpoint {
+                match wait_for_checkpoint(&mut child, &run.checkpoints(), before)? {
+                    CheckpointWait::Completed | CheckpointWait::TimedOut => {}
+                    CheckpointWait::Ended => {
+                        // Too short to be killed after a checkpoint: start over with
+                        // kills at random moments only. Once only (no attempt waits
+                        // after it), so not one of the MAX_ROUNDS.
+                        check_exit(run, attempt, &mut child)?;
+                        schedule.ended_before_checkpoint();
+                        restarts += 1;
+                        continue 'round;
+                    }
+                }
+            }
             if ended_within(&mut child, next.delay_ms)? {
                 check_exit(run, attempt, &mut child)?;
-                if restarts < MAX_ROUNDS && schedule.shorten() {
+                if next.after_checkpoint {
+                    // The checkpoint it waited for was the job's last: as above.
+                    schedule.ended_before_checkpoint();
+                    restarts += 1;
+                    continue 'round;
+                }
+                let ended_after_ms = started.elapsed_nanos() / 1_000_000;
+                if shortened < MAX_ROUNDS && schedule.shorten(ended_after_ms) {
+                    shortened += 1;
                     restarts += 1;
                     continue 'round;
                 }
@@ -547,7 +634,9 @@ fn killed_run(
             child.0.wait().context("waiting for the killed job")?;
             stats.kills += 1;
             stats.restores += u32::from(restored);
-            schedule.killed(latest_checkpoint_id(&run.checkpoints()) > before);
+            let progressed = latest_checkpoint_id(&run.checkpoints()) > before;
+            stats.after_checkpoint += u32::from(progressed);
+            schedule.killed(progressed);
         }
         let last = Options {
             parallelism: schedule.next_attempt().parallelism.or(parallelism),

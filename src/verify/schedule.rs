@@ -5,8 +5,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// The shortest bound on a kill's delay (ms): below it every attempt dies while the
-/// process starts.
-pub const MIN_MAX_DELAY_MS: u64 = 50;
+/// process starts. A job that ends within a few tens of ms of its start (a small
+/// file) gets its kills there.
+pub const MIN_MAX_DELAY_MS: u64 = 20;
+
+/// How often an attempt that waits for a checkpoint may see the job end before the
+/// waiting stops (each time the run starts over).
+pub const WAITING_ENDS: u32 = 3;
 
 /// The parallelisms `--rescale` picks from (1 to this, inclusive).
 pub const MAX_RESCALE_PARALLELISM: u32 = 4;
@@ -19,6 +24,11 @@ pub struct Attempt {
     /// Its parallelism (`--parallelism`), with `--rescale`; otherwise `None` (the
     /// run's own).
     pub parallelism: Option<u32>,
+    /// Whether the delay counts from the attempt's first completed checkpoint rather
+    /// than from its start, so the kill lands after that checkpoint and the next
+    /// attempt restores it (the delay is then below one checkpoint interval: the kill
+    /// comes between that checkpoint and the next).
+    pub after_checkpoint: bool,
 }
 
 /// The seeded sequence of attempts: each delay uniform in `[0, max_delay_ms]`, the
@@ -31,6 +41,13 @@ pub struct KillSchedule {
     /// The bound never grows beyond this.
     ceiling_ms: u64,
     rescale: bool,
+    checkpoint_interval_ms: u64,
+    /// Every third attempt waits for a checkpoint (see [`Attempt::after_checkpoint`])
+    /// until [`KillSchedule::ended_before_checkpoint`] has said [`WAITING_ENDS`] times
+    /// that the job is too short for it.
+    wait_for_checkpoints: bool,
+    waiting_ended: u32,
+    attempts: u64,
 }
 
 impl KillSchedule {
@@ -38,13 +55,27 @@ impl KillSchedule {
     /// [`max_delay_ms`]), a bound that may grow up to `ceiling_ms` (the reference
     /// run's duration: a kill later than that would mostly find the job ended); with
     /// `rescale`, each attempt at a parallelism of 1 to [`MAX_RESCALE_PARALLELISM`].
-    pub fn new(seed: u64, max_delay_ms: u64, ceiling_ms: u64, rescale: bool) -> Self {
+    /// Every third attempt is killed within `checkpoint_interval_ms` after its first
+    /// completed checkpoint, so that restores are sure to happen (random moments alone
+    /// may all fall before the first checkpoint of an attempt when the process starts
+    /// slowly, on a loaded machine).
+    pub fn new(
+        seed: u64,
+        max_delay_ms: u64,
+        ceiling_ms: u64,
+        rescale: bool,
+        checkpoint_interval_ms: u64,
+    ) -> Self {
         let max_delay_ms = max_delay_ms.max(MIN_MAX_DELAY_MS);
         KillSchedule {
             rng: StdRng::seed_from_u64(seed),
             max_delay_ms,
             ceiling_ms: ceiling_ms.max(max_delay_ms),
             rescale,
+            checkpoint_interval_ms,
+            wait_for_checkpoints: true,
+            waiting_ended: 0,
+            attempts: 0,
         }
     }
 
@@ -55,24 +86,47 @@ impl KillSchedule {
 
     /// The next attempt.
     pub fn next_attempt(&mut self) -> Attempt {
-        let delay_ms = self.rng.gen_range(0..=self.max_delay_ms);
+        self.attempts += 1;
+        // Not every attempt: each one that waits moves the job on by a checkpoint at
+        // least, and the job must not end before the kills are made.
+        let after_checkpoint = self.wait_for_checkpoints && self.attempts % 3 == 0;
+        let bound = if after_checkpoint {
+            self.checkpoint_interval_ms.min(self.max_delay_ms)
+        } else {
+            self.max_delay_ms
+        };
+        let delay_ms = self.rng.gen_range(0..=bound);
         let parallelism = self
             .rescale
             .then(|| self.rng.gen_range(1..=MAX_RESCALE_PARALLELISM));
         Attempt {
             delay_ms,
             parallelism,
+            after_checkpoint,
         }
     }
 
-    /// The job got to its end before all kills were made: the run starts over with
-    /// delays half as long (never below [`MIN_MAX_DELAY_MS`]). Returns false when they
-    /// cannot get shorter.
-    pub fn shorten(&mut self) -> bool {
+    /// An attempt that waited for a checkpoint saw the job end before it or right after
+    /// it (the checkpoint was the job's last, or a job that ends within a checkpoint
+    /// interval or two): after [`WAITING_ENDS`] of these no attempt waits.
+    pub fn ended_before_checkpoint(&mut self) {
+        self.waiting_ended += 1;
+        if self.waiting_ended >= WAITING_ENDS {
+            self.wait_for_checkpoints = false;
+        }
+    }
+
+    /// The job got to its end `ended_after_ms` after the start of an attempt, before
+    /// all kills were made: the run starts over with delays half as long, and at most
+    /// half that time (never below [`MIN_MAX_DELAY_MS`]), so that they come before the
+    /// job's end. Returns false when they cannot get shorter.
+    pub fn shorten(&mut self, ended_after_ms: u64) -> bool {
         if self.max_delay_ms <= MIN_MAX_DELAY_MS {
             return false;
         }
-        self.max_delay_ms = (self.max_delay_ms / 2).max(MIN_MAX_DELAY_MS);
+        self.max_delay_ms = (self.max_delay_ms / 2)
+            .min(ended_after_ms / 2)
+            .max(MIN_MAX_DELAY_MS);
         // Growing back to where the job ended first would end it again.
         self.ceiling_ms = self.max_delay_ms;
         true
@@ -106,7 +160,7 @@ mod tests {
     use super::*;
 
     fn attempts(seed: u64, n: usize, rescale: bool) -> Vec<Attempt> {
-        let mut s = KillSchedule::new(seed, 300, 300, rescale);
+        let mut s = KillSchedule::new(seed, 300, 300, rescale, 100);
         (0..n).map(|_| s.next_attempt()).collect()
     }
 
@@ -128,6 +182,27 @@ mod tests {
     }
 
     #[test]
+    fn every_third_attempt_is_killed_within_an_interval_after_a_checkpoint() {
+        let a = attempts(5, 200, false);
+        for (i, a) in a.iter().enumerate() {
+            assert_eq!(a.after_checkpoint, i % 3 == 2, "attempt {i}");
+            if a.after_checkpoint {
+                assert!(a.delay_ms <= 100, "{a:?}");
+            }
+        }
+        // A job too short for a kill after its checkpoint: no attempt waits again.
+        let mut s = KillSchedule::new(5, 300, 300, false, 100);
+        assert!(!s.next_attempt().after_checkpoint && !s.next_attempt().after_checkpoint);
+        assert!(s.next_attempt().after_checkpoint);
+        for _ in 0..WAITING_ENDS - 1 {
+            s.ended_before_checkpoint();
+        }
+        assert!((0..3).any(|_| s.next_attempt().after_checkpoint));
+        s.ended_before_checkpoint();
+        assert!((0..10).all(|_| !s.next_attempt().after_checkpoint));
+    }
+
+    #[test]
     fn rescale_picks_every_parallelism_from_1_to_the_maximum() {
         let a = attempts(3, 200, true);
         for p in 1..=MAX_RESCALE_PARALLELISM {
@@ -140,21 +215,24 @@ mod tests {
 
     #[test]
     fn shortening_halves_the_bound_down_to_the_minimum() {
-        let mut s = KillSchedule::new(1, 300, 1_000, false);
-        assert!(s.shorten());
+        let mut s = KillSchedule::new(1, 300, 1_000, false, 100);
+        assert!(s.shorten(1_000));
         assert_eq!(s.max_delay(), 150);
-        assert!(s.shorten() && s.shorten());
+        // A job that ended 160 ms after its start: kills within 80 ms.
+        assert!(s.shorten(160));
+        assert_eq!(s.max_delay(), 75.min(80));
+        assert!(s.shorten(1_000) && s.shorten(1_000));
         assert_eq!(s.max_delay(), MIN_MAX_DELAY_MS);
-        assert!(!s.shorten());
+        assert!(!s.shorten(1_000));
         assert_eq!(
-            KillSchedule::new(1, 3, 0, false).max_delay(),
+            KillSchedule::new(1, 3, 0, false, 100).max_delay(),
             MIN_MAX_DELAY_MS
         );
     }
 
     #[test]
     fn kills_without_a_checkpoint_double_the_bound_up_to_the_ceiling() {
-        let mut s = KillSchedule::new(1, 300, 1_000, false);
+        let mut s = KillSchedule::new(1, 300, 1_000, false, 100);
         s.killed(true);
         assert_eq!(s.max_delay(), 300);
         s.killed(false);
@@ -164,7 +242,7 @@ mod tests {
         s.killed(false);
         assert_eq!(s.max_delay(), 1_000);
         // Once the job ended before the kills, the bound stays below where it did.
-        assert!(s.shorten());
+        assert!(s.shorten(10_000));
         s.killed(false);
         assert_eq!(s.max_delay(), 500);
     }

@@ -20,5 +20,6 @@ pub mod metrics;
 pub mod operator;
 pub mod process;
 pub mod runner;
+pub mod tmpfs;
 #[cfg(feature = "broker")]
 pub mod wire;
