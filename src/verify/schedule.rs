@@ -89,7 +89,7 @@ impl KillSchedule {
         self.attempts += 1;
         // Not every attempt: each one that waits moves the job on by a checkpoint at
         // least, and the job must not end before the kills are made.
-        let after_checkpoint = self.wait_for_checkpoints && self.attempts % 3 == 0;
+        let after_checkpoint = self.wait_for_checkpoints && self.attempts.is_multiple_of(3);
         let bound = if after_checkpoint {
             self.checkpoint_interval_ms.min(self.max_delay_ms)
         } else {
@@ -218,9 +218,10 @@ mod tests {
         let mut s = KillSchedule::new(1, 300, 1_000, false, 100);
         assert!(s.shorten(1_000));
         assert_eq!(s.max_delay(), 150);
-        // A job that ended 160 ms after its start: kills within 80 ms.
+        // A job that ended 160 ms after its start: the smaller of half the bound (75)
+        // and half the run (80).
         assert!(s.shorten(160));
-        assert_eq!(s.max_delay(), 75.min(80));
+        assert_eq!(s.max_delay(), 75);
         assert!(s.shorten(1_000) && s.shorten(1_000));
         assert_eq!(s.max_delay(), MIN_MAX_DELAY_MS);
         assert!(!s.shorten(1_000));
