@@ -616,12 +616,9 @@ fn login(link: &str) -> (String, String) {
     )
 }
 
-/// A key planted in a third of the input, among 2000 keys seen once or twice, is the
-/// keyed operator's hottest key in the job's status, with its share; the operator
-/// that is not keyed has no hot keys.
-#[test]
-fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Writes `clicks.jsonl` into `dir`: 6000 clicks, every third by the user `hot`, the
+/// rest spread over 2000 users, so `hot` holds a third of the records.
+fn write_clicks_with_a_hot_user(dir: &std::path::Path) {
     let clicks: String = (0..6000)
         .map(|i| {
             let user = if i % 3 == 0 {
@@ -632,7 +629,16 @@ fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
             format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
         })
         .collect();
-    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    std::fs::write(dir.join("clicks.jsonl"), clicks).expect("clicks");
+}
+
+/// A key planted in a third of the input, among 2000 keys seen once or twice, is the
+/// keyed operator's hottest key in the job's status, with its share; the operator
+/// that is not keyed has no hot keys.
+#[test]
+fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_clicks_with_a_hot_user(dir.path());
     let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
     let (base, cookie) = login(&link);
     let op = wait_for("the window's hot keys", Duration::from_secs(20), || {
@@ -703,17 +709,7 @@ fn chromium_shows_the_job_graph_live_counts_and_who_holds_the_watermark_back() {
 #[ignore = "needs Debian's chromium (scripts/setup.sh installs it; scripts/test.sh runs this test)"]
 fn chromium_shows_the_planted_hot_key_at_the_top_of_the_hot_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clicks: String = (0..6000)
-        .map(|i| {
-            let user = if i % 3 == 0 {
-                "hot".to_string()
-            } else {
-                format!("u{}", i % 2000)
-            };
-            format!("{{\"user\":\"{user}\",\"ts\":{i}}}\n")
-        })
-        .collect();
-    std::fs::write(dir.path().join("clicks.jsonl"), clicks).expect("clicks");
+    write_clicks_with_a_hot_user(dir.path());
     let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
     let dom = brook_testkit::browser::dump_dom(&link, 5_000);
     drop(child);
