@@ -7,6 +7,7 @@ leaves the group and prints "closed"."""
 import sys
 import threading
 
+from group_join import subscribe_when_known
 from kafka import KafkaConsumer
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
@@ -20,7 +21,6 @@ def wait_for_stdin_end():
 
 threading.Thread(target=wait_for_stdin_end, daemon=True).start()
 consumer = KafkaConsumer(
-    topic,
     bootstrap_servers=bootstrap,
     group_id="analytics",
     enable_auto_commit=False,
@@ -28,6 +28,7 @@ consumer = KafkaConsumer(
     session_timeout_ms=6000,
     heartbeat_interval_ms=500,
 )
+subscribe_when_known(consumer, topic)
 assigned = None
 while not closed.is_set():
     batches = consumer.poll(timeout_ms=100)

@@ -6,11 +6,11 @@ Prints "consumed N" and "first <value>"; fails if more or fewer records arrive."
 
 import sys
 
+from group_join import subscribe_when_known
 from kafka import KafkaAdminClient, KafkaConsumer
 
 bootstrap, topic, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
 consumer = KafkaConsumer(
-    topic,
     bootstrap_servers=bootstrap,
     group_id="py-billing",
     enable_auto_commit=False,
@@ -19,6 +19,7 @@ consumer = KafkaConsumer(
     heartbeat_interval_ms=200,
     consumer_timeout_ms=4000,
 )
+subscribe_when_known(consumer, topic)
 got = []
 for m in consumer:
     got.append((m.partition, m.offset, m.value.decode()))
