@@ -21,7 +21,9 @@
 //! - `BROOK_BENCH_BOOTSTRAP` (`host:port`): the rdkafka cases go to that broker
 //!   instead (another Kafka-protocol broker, e.g. the one `scripts/kafka-broker.sh`
 //!   starts; topics created with the admin API), the in-process cases stay on brook's
-//!   log: the same client's ceiling against another broker on the same machine.
+//!   log: the same client's ceiling against another broker on the same machine;
+//! - `BROOK_BENCH_LATENCY_FRACTION` (default 0.5): the latency runs produce at this
+//!   fraction of the maximum acks=all rate measured at the same `linger.ms`.
 //!
 //! Records: 100-byte values, no key (partitions chosen round-robin by the bench),
 //! `linger.ms=5` (the latency case also 1: [`LATENCY_LINGERS_MS`]), no compression.
@@ -99,10 +101,20 @@ fn producer_config(addr: &str, acks: &str) -> ClientConfig {
     c
 }
 
-/// rdkafka: `n` records round-robin into `partitions`, then flush. Seconds.
-fn rdkafka_produce(addr: &str, topic: &str, partitions: i32, acks: &str, n: usize) -> f64 {
-    let producer: ThreadedProducer<DefaultProducerContext> =
-        producer_config(addr, acks).create().unwrap();
+/// rdkafka: `n` records round-robin into `partitions` with `linger.ms=linger_ms`,
+/// then flush. Seconds.
+fn rdkafka_produce(
+    addr: &str,
+    topic: &str,
+    partitions: i32,
+    acks: &str,
+    linger_ms: &str,
+    n: usize,
+) -> f64 {
+    let producer: ThreadedProducer<DefaultProducerContext> = producer_config(addr, acks)
+        .set("linger.ms", linger_ms)
+        .create()
+        .unwrap();
     let value = [b'v'; VALUE_LEN];
     let start = Instant::now();
     for i in 0..n {
@@ -414,7 +426,7 @@ fn main() {
                 }
                 log.create_topic(&b, partitions, TopicConfig::default())
                     .unwrap();
-                remote.push(n as f64 / rdkafka_produce(addr, &a, partitions as i32, acks, n));
+                remote.push(n as f64 / rdkafka_produce(addr, &a, partitions as i32, acks, "5", n));
                 local.push(n as f64 / log_append(&log, &b, partitions, n));
                 if acks == "1" {
                     fetch_remote.push(n as f64 / rdkafka_fetch(addr, &a, partitions as i32, n));
@@ -453,10 +465,34 @@ fn main() {
     if fetch_only {
         return;
     }
-    let rate = max_single_rate / 2.0;
+    // "Half of the maximum" is of the same configuration: a smaller linger makes
+    // smaller requests, so the broker's maximum at linger 1 is below the one at 5.
+    let fraction = env_f64("BROOK_BENCH_LATENCY_FRACTION", 0.5);
     let secs = (5.0 * scale).clamp(1.0, 10.0);
     println!();
     for linger in LATENCY_LINGERS_MS {
+        let max = if linger == "5" {
+            max_single_rate
+        } else {
+            let runs = (0..reps)
+                .map(|_| {
+                    topic_no += 1;
+                    let topic = format!("bench-{topic_no}-max-linger-{linger}");
+                    if external.is_some() {
+                        create_remote_topic(addr, &topic, 1);
+                    } else {
+                        log.create_topic(&topic, 1, TopicConfig::default()).unwrap();
+                    }
+                    let rate = n as f64 / rdkafka_produce(addr, &topic, 1, "all", linger, n);
+                    if external.is_none() {
+                        log.delete_topic(&topic).unwrap();
+                    }
+                    rate
+                })
+                .collect();
+            median(runs)
+        };
+        let rate = max * fraction;
         let topic = format!("bench-latency-linger-{linger}");
         if external.is_some() {
             create_remote_topic(addr, &topic, 1);
@@ -465,8 +501,9 @@ fn main() {
         }
         let h = produce_latency(addr, &topic, rate, secs, linger);
         println!(
-            "produce latency (acks=all, 1 partition, linger.ms={linger}) at {:.0} K rec/s (half of the maximum above), {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+            "produce latency (acks=all, 1 partition, linger.ms={linger}) at {:.0} K rec/s ({fraction} of the maximum at this linger, {:.0} K rec/s), {} records: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
             rate / 1e3,
+            max / 1e3,
             h.len(),
             h.value_at_quantile(0.5) as f64 / 1e3,
             h.value_at_quantile(0.99) as f64 / 1e3,

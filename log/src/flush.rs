@@ -107,6 +107,9 @@ pub(crate) struct ClosedSegment {
     pub(crate) base_offset: u64,
     pub(crate) file: Arc<File>,
     pub(crate) path: PathBuf,
+    /// The data's length when blocks were reserved past it ([`crate::prealloc`]): the
+    /// flush truncates the file to it to give them back.
+    pub(crate) reserved_past: Option<u64>,
     /// Paths and bytes, taken at the roll.
     pub(crate) index_files: Vec<(PathBuf, Vec<u8>)>,
 }
@@ -148,6 +151,9 @@ impl RollFlush {
     /// it after a machine crash).
     pub(crate) fn run(&self) -> Result<()> {
         if let Some(c) = &self.closed {
+            if let Some(len) = c.reserved_past {
+                c.file.set_len(len).ctx("truncate", &c.path)?;
+            }
             if self.durable {
                 c.file.sync_data().ctx("fsync", &c.path)?;
             }

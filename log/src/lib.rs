@@ -57,6 +57,7 @@ pub mod offsets;
 mod options;
 mod partition;
 pub mod partitioner;
+mod prealloc;
 mod producer_snapshot;
 pub mod producer_state;
 mod record;

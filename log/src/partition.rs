@@ -732,7 +732,7 @@ impl Partition {
                 format::encode_control_batch(&mut buf, base_offset, mark, control, now)
             }
         };
-        let res = active.append(&buf, &enc);
+        let res = active.append(&buf, &enc, self.config.get().segment_bytes);
         active.last_write_ms = now;
         // Keep the buffer for the next batch unless it grew unusually large.
         if buf.capacity() <= 8 << 20 {
@@ -1670,7 +1670,8 @@ impl Partition {
             f.run()?;
             self.rolls_unflushed.fetch_sub(1, Ordering::SeqCst);
         }
-        if let Some(active) = st.segments.last() {
+        if let Some(active) = st.segments.last_mut() {
+            active.give_back_reserve()?;
             active.sync()?;
             active.write_indexes(true)?;
         }

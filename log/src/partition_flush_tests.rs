@@ -301,3 +301,55 @@ fn a_snapshot_lost_before_its_roll_flush_is_rebuilt_from_the_closed_segment() {
         "the batch in the closed segment was forgotten"
     );
 }
+
+/// Blocks reserved ahead of the appends ([`crate::prealloc`]) are given back: by a
+/// rolled segment's flush, and by a clean close for the active segment. The files'
+/// lengths are their data throughout.
+#[cfg(target_os = "linux")]
+#[test]
+fn reserved_blocks_are_given_back_at_the_roll_and_at_close() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(0);
+    let config = Arc::new(ConfigCell::new(TopicConfig {
+        segment_bytes: 1 << 30,
+        ..TopicConfig::default()
+    }));
+    let p = Partition::open(
+        Arc::from("t"),
+        0,
+        dir.path().join("0"),
+        config,
+        FsyncPolicy::Interval(1_000),
+        clock.shared(),
+        false,
+    )
+    .expect("open a partition");
+    let on_disk = |base: u64| {
+        let meta = std::fs::metadata(dir.path().join("0").join(format!("{base:020}.log")))
+            .expect("segment file");
+        (meta.len(), meta.blocks() * 512)
+    };
+    append(&p);
+    let (len, allocated) = on_disk(0);
+    assert!(
+        allocated >= len + crate::prealloc::MIN_RESERVE,
+        "reserved ahead: {len} bytes of data, {allocated} allocated"
+    );
+    p.roll().expect("roll");
+    let (len0, allocated0) = on_disk(0);
+    assert_eq!(len0, len);
+    assert!(
+        allocated0 < crate::prealloc::MIN_RESERVE,
+        "{allocated0} bytes still allocated"
+    );
+    append(&p);
+    let (_, allocated1) = on_disk(1);
+    assert!(allocated1 >= crate::prealloc::MIN_RESERVE, "{allocated1}");
+    p.close().expect("close");
+    let (_, allocated1) = on_disk(1);
+    assert!(
+        allocated1 < crate::prealloc::MIN_RESERVE,
+        "{allocated1} bytes still allocated"
+    );
+}

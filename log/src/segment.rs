@@ -30,6 +30,7 @@ use tracing::warn;
 use crate::error::{IoContext, LogError, Result};
 use crate::flush::{ClosedSegment, DueSync};
 use crate::format::{self, BatchHeader, EncodedBatch, FormatError, MIN_BATCH_LEN};
+use crate::prealloc::Reserve;
 
 /// Reads fetch at most this many bytes at a time (more only for a bigger batch), so
 /// that a chunk is checked and decoded while it is still in the CPU cache.
@@ -167,6 +168,8 @@ pub(crate) struct Segment {
     time_index: Vec<TimeEntry>,
     bytes_since_index: u64,
     index_interval: u64,
+    /// Blocks reserved ahead of the appends ([`crate::prealloc`]).
+    reserve: Reserve,
 }
 
 /// Writes index files (paths and bytes), optionally fsyncing each.
@@ -252,6 +255,7 @@ impl Segment {
             time_index: Vec::new(),
             bytes_since_index: 0,
             index_interval,
+            reserve: Reserve::new(0),
         })
     }
 
@@ -306,6 +310,7 @@ impl Segment {
             time_index: Vec::new(),
             bytes_since_index: 0,
             index_interval,
+            reserve: Reserve::new(size),
         };
         seg.indexes_found = !(recover && is_last) && size > 0 && seg.load_indexes()?;
         if !seg.indexes_found {
@@ -314,6 +319,8 @@ impl Segment {
             // The index files do not hold it; only the active segment needs it.
             seg.first_batch_timestamp = seg.read_first_batch_timestamp();
         }
+        // A scan may have cut the tail.
+        seg.reserve = Reserve::new(seg.size);
         Ok(seg)
     }
 
@@ -358,6 +365,8 @@ impl Segment {
             time_index: Vec::new(),
             bytes_since_index: 0,
             index_interval,
+            // Closed: never appended to.
+            reserve: Reserve::new(size),
         };
         seg.scan(true, false)?;
         seg.path = path;
@@ -620,13 +629,24 @@ impl Segment {
         self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
     }
 
-    /// Appends one encoded batch. On a failed write the file is cut back, so a partial
-    /// batch never stays in front of later ones.
-    pub(crate) fn append(&mut self, batch: &[u8], enc: &EncodedBatch) -> Result<()> {
+    /// Appends one encoded batch to a segment of at most `segment_bytes`, reserving
+    /// blocks ahead of it first ([`crate::prealloc`]). On a failed write the file is
+    /// cut back, so a partial batch never stays in front of later ones.
+    pub(crate) fn append(
+        &mut self,
+        batch: &[u8],
+        enc: &EncodedBatch,
+        segment_bytes: u64,
+    ) -> Result<()> {
         // Only the offsets, sizes and timestamps matter to the indexes.
         let pos = self.size;
+        if let Some(range) = self.reserve.next(pos, batch.len() as u64, segment_bytes) {
+            self.reserve.reserve(&self.file, range);
+        }
         if let Err(e) = self.file.write_all_at(batch, pos) {
             let _ = self.file.set_len(pos);
+            // Cutting back gave the reserved blocks back too.
+            self.reserve.end = pos;
             return Err(LogError::Io {
                 op: "write",
                 path: self.path.clone(),
@@ -646,6 +666,16 @@ impl Segment {
         };
         self.note_batch(pos, &h);
         self.size += enc.len as u64;
+        Ok(())
+    }
+
+    /// Gives back the blocks reserved past the data (at a clean close; a rolled
+    /// segment's flush does it for a closed one).
+    pub(crate) fn give_back_reserve(&mut self) -> Result<()> {
+        if self.reserve.end > self.size {
+            self.file.set_len(self.size).ctx("truncate", &self.path)?;
+            self.reserve.end = self.size;
+        }
         Ok(())
     }
 
@@ -676,6 +706,7 @@ impl Segment {
             base_offset: self.base_offset,
             file: Arc::clone(&self.file),
             path: self.path.clone(),
+            reserved_past: (self.reserve.end > self.size).then_some(self.size),
             index_files: if self.size == 0 {
                 Vec::new()
             } else {
