@@ -10,7 +10,8 @@
 //! first, and the ratio YAML / typed. Both sides must deliver the same number of rows
 //! to their sink.
 //!
-//! Knobs: `BROOK_BENCH_SCALE` (of 5 M rows), `BROOK_BENCH_REPS` (3). Run without
+//! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows: at 5 M a job's start, 0.1-0.2 s, was
+//! half of the time), `BROOK_BENCH_REPS` (3). Run without
 //! `--bench` (as `cargo test --all-targets` does) it only checks both jobs on a small
 //! input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
@@ -131,7 +132,7 @@ fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let (n, reps) = if bench {
         (
-            (5_000_000.0 * env_f64("BROOK_BENCH_SCALE", 1.0)) as u64,
+            (50_000_000.0 * env_f64("BROOK_BENCH_SCALE", 1.0)) as u64,
             env_f64("BROOK_BENCH_REPS", 3.0) as usize,
         )
     } else {
