@@ -616,10 +616,15 @@ fn login(link: &str) -> (String, String) {
     )
 }
 
-/// Writes `clicks.jsonl` into `dir`: 6000 clicks, every third by the user `hot`, the
-/// rest spread over 2000 users, so `hot` holds a third of the records.
+/// How many clicks [`write_clicks_with_a_hot_user`] writes.
+const CLICKS_WRITTEN: u64 = 12_000;
+
+/// Writes `clicks.jsonl` into `dir`: 12 000 clicks, every third by the user `hot`, the
+/// rest spread over 2000 users, so `hot` holds a third of the records. (Hot keys are
+/// counted on a sample of one record in 32: about 375 counted clicks put the share's
+/// estimate within 0.33 ± 0.08 with 3.5 standard deviations to spare.)
 fn write_clicks_with_a_hot_user(dir: &std::path::Path) {
-    let clicks: String = (0..6000)
+    let clicks: String = (0..CLICKS_WRITTEN)
         .map(|i| {
             let user = if i % 3 == 0 {
                 "hot".to_string()
@@ -647,7 +652,8 @@ fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
         let v: serde_json::Value = serde_json::from_str(body(&answer)).expect("JSON");
         let ops = v["job"]["status"]["operators"].as_array()?.clone();
         let w = ops.iter().find(|o| o["name"] == "per_user")?.clone();
-        (w["records_in"].as_u64()? >= 6000 && !w["hot_keys"].as_array()?.is_empty()).then_some(ops)
+        (w["records_in"].as_u64()? >= CLICKS_WRITTEN && !w["hot_keys"].as_array()?.is_empty())
+            .then_some(ops)
     });
     drop(child);
     let window = op.iter().find(|o| o["name"] == "per_user").expect("window");

@@ -125,11 +125,7 @@ impl<T: Clone + Send + 'static> Link<T> for ChannelWriter<T> {
             Partitioner::KeyGroups if self.senders.len() == 1 => {
                 // Hashes the sampled records only: partitioning needs no hash here.
                 if let (Some(t), Some(hash)) = (&mut self.hot_keys, &self.key_hash) {
-                    for r in &batch {
-                        if t.sample() {
-                            t.count(hash(&r.value), &r.value);
-                        }
-                    }
+                    t.count_sampled(&batch, |r| &r.value, |v| hash(v));
                 }
                 self.send(0, StreamElement::Records(batch))
             }

@@ -33,7 +33,7 @@ pub struct JobConfig {
     /// (see [`crate::checkpoint::latest_complete`]).
     pub restore: Option<Arc<RestoredCheckpoint>>,
     /// Count the hottest keys of every keyed operator (crate::hot_keys: a sample of
-    /// one record in 8 into 32 counters per writer). Default on.
+    /// about one record in 32 into 32 counters per writer). Default on.
     pub hot_keys: bool,
 }
 

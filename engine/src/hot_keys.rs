@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 /// Counters per summary (per upstream subtask of a keyed edge): keys with more than
 /// 1/32 of the sampled records are always reported.
 pub const COUNTERS: usize = 32;
-/// One record in this many is counted (with this weight).
-pub const SAMPLE_EVERY: u32 = 8;
+/// One record in this many, on average, is counted (with this weight). The gaps
+/// between counted records vary (1 to `2 * SAMPLE_EVERY - 1`, [`next_gap`]): a fixed
+/// stride would see only one key of keys that arrive in a cycle of its length.
+pub const SAMPLE_EVERY: u32 = 32;
 /// Length of one counting window (ms); the figures cover the last one or two.
 pub const WINDOW_MS: Millis = 30_000;
 /// How often a writer publishes its figures to the board (ms).
@@ -49,9 +51,16 @@ pub struct Counter {
 }
 
 /// A Space-Saving summary of key hashes with a fixed number of counters.
+///
+/// Held as columns (hashes, counts, errors, labels) so that the two scans a counted
+/// record may take (is its hash counted? which count is smallest?) read 32 packed
+/// `u64`s each rather than 32 structs with their labels.
 #[derive(Debug, Clone)]
 pub struct SpaceSaving {
-    counters: Vec<Counter>,
+    hashes: Vec<u64>,
+    counts: Vec<u64>,
+    errors: Vec<u64>,
+    labels: Vec<Option<String>>,
     capacity: usize,
     total: u64,
 }
@@ -61,7 +70,10 @@ impl SpaceSaving {
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         SpaceSaving {
-            counters: Vec::with_capacity(capacity),
+            hashes: Vec::with_capacity(capacity),
+            counts: Vec::with_capacity(capacity),
+            errors: Vec::with_capacity(capacity),
+            labels: Vec::with_capacity(capacity),
             capacity,
             total: 0,
         }
@@ -73,47 +85,52 @@ impl SpaceSaving {
     #[inline]
     pub fn add(&mut self, hash: u64, weight: u64) -> Option<usize> {
         self.total += weight;
-        if let Some(i) = self.counters.iter().position(|c| c.hash == hash) {
-            let c = &mut self.counters[i];
-            c.count += weight;
-            return c.label.is_none().then_some(i);
+        // Branch-free scans (the compiler vectorizes them); an early exit does not pay
+        // over 32 packed values, and most counted records of a skew-free stream miss.
+        let hit = self
+            .hashes
+            .iter()
+            .enumerate()
+            .fold(usize::MAX, |at, (i, &h)| if h == hash { i } else { at });
+        if let Some(c) = self.counts.get_mut(hit) {
+            *c += weight;
+            return self.labels[hit].is_none().then_some(hit);
         }
-        if self.counters.len() < self.capacity {
+        if self.hashes.len() < self.capacity {
             // Within the capacity reserved by `new`: no allocation.
-            self.counters.push(Counter {
-                hash,
-                count: weight,
-                error: 0,
-                label: None,
-            });
+            self.hashes.push(hash);
+            self.counts.push(weight);
+            self.errors.push(0);
+            self.labels.push(None);
             return None;
         }
         // Full: the key takes over the smallest counter (Space-Saving's rule).
-        let (i, min) = self
-            .counters
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, c)| c.count)
-            .map(|(i, c)| (i, c.count))?;
-        self.counters[i] = Counter {
-            hash,
-            count: min + weight,
-            error: min,
-            label: None,
-        };
+        let min = self.counts.iter().copied().min()?;
+        let i = self.counts.iter().position(|&c| c == min)?;
+        self.hashes[i] = hash;
+        self.counts[i] = min + weight;
+        self.errors[i] = min;
+        self.labels[i] = None;
         None
     }
 
     /// Gives counter `i` its key's text.
     pub fn set_label(&mut self, i: usize, label: String) {
-        if let Some(c) = self.counters.get_mut(i) {
-            c.label = Some(label);
+        if let Some(l) = self.labels.get_mut(i) {
+            *l = Some(label);
         }
     }
 
-    /// The counters, in no order.
-    pub fn counters(&self) -> &[Counter] {
-        &self.counters
+    /// The counters, in no order (built per call: for publishing, once a second).
+    pub fn counters(&self) -> Vec<Counter> {
+        (0..self.hashes.len())
+            .map(|i| Counter {
+                hash: self.hashes[i],
+                count: self.counts[i],
+                error: self.errors[i],
+                label: self.labels[i].clone(),
+            })
+            .collect()
     }
 
     /// Records counted (with their weights).
@@ -123,7 +140,10 @@ impl SpaceSaving {
 
     /// Forgets every count (keeps the counters' memory).
     pub fn clear(&mut self) {
-        self.counters.clear();
+        self.hashes.clear();
+        self.counts.clear();
+        self.errors.clear();
+        self.labels.clear();
         self.total = 0;
     }
 }
@@ -231,6 +251,19 @@ pub fn key_text<K: Serialize + ?Sized>(key: &K) -> String {
     }
 }
 
+/// The number of records until the next counted one: 1 to `2 * SAMPLE_EVERY - 1`,
+/// `SAMPLE_EVERY` on average, from a xorshift64 generator whose state is `rng`
+/// (Marsaglia, "Xorshift RNGs", 2003; a non-zero state stays non-zero).
+fn next_gap(rng: &mut u64) -> u32 {
+    let mut x = *rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *rng = x;
+    // (The remainder is below 2 * SAMPLE_EVERY - 1, so it fits.)
+    1 + (x % u64::from(2 * SAMPLE_EVERY - 1)) as u32
+}
+
 /// The hot-key counting of one writer of a keyed edge: samples records, rotates the
 /// windows by the job's clock and publishes to the board.
 pub(crate) struct HotKeyTracker<T> {
@@ -240,6 +273,8 @@ pub(crate) struct HotKeyTracker<T> {
     window_start: Millis,
     published: Millis,
     countdown: u32,
+    /// The state of [`next_gap`]'s generator (never 0).
+    rng: u64,
     label: KeyLabel<T>,
     board: Arc<HotKeyBoard>,
     writer: usize,
@@ -257,13 +292,19 @@ impl<T> HotKeyTracker<T> {
         parallelism: u32,
     ) -> Self {
         let writer = board.add_writer();
+        // Any odd constant mixed with the writer: writers sample different records.
+        let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (writer as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        if rng == 0 {
+            rng = 1;
+        }
         HotKeyTracker {
             current: SpaceSaving::new(COUNTERS),
             previous: Vec::with_capacity(COUNTERS),
             previous_total: 0,
             window_start: Millis::MIN,
             published: Millis::MIN,
-            countdown: SAMPLE_EVERY,
+            countdown: next_gap(&mut rng),
+            rng,
             label,
             board,
             writer,
@@ -279,11 +320,33 @@ impl<T> HotKeyTracker<T> {
     pub(crate) fn sample(&mut self) -> bool {
         self.countdown -= 1;
         if self.countdown == 0 {
-            self.countdown = SAMPLE_EVERY;
+            self.countdown = next_gap(&mut self.rng);
             true
         } else {
             false
         }
+    }
+
+    /// Counts the sampled records among `records` (the values `value` gives), hashing
+    /// only those with `hash`: the batch is not walked record by record, the count
+    /// jumps from one sampled record to the next.
+    #[inline]
+    pub(crate) fn count_sampled<R>(
+        &mut self,
+        records: &[R],
+        value: impl Fn(&R) -> &T,
+        hash: impl Fn(&T) -> u64,
+    ) {
+        let n = records.len();
+        // `countdown` is at least 1: the next sampled record is `countdown - 1` on.
+        let mut at = self.countdown as usize - 1;
+        while let Some(r) = records.get(at) {
+            let v = value(r);
+            self.count(hash(v), v);
+            at += next_gap(&mut self.rng) as usize;
+        }
+        // `at >= n` here, and less than `n` plus a gap: it fits.
+        self.countdown = (at - n + 1) as u32;
     }
 
     /// Counts a sampled record whose key hashes to `hash`.
@@ -301,8 +364,7 @@ impl<T> HotKeyTracker<T> {
             self.window_start = now;
         }
         if now.saturating_sub(self.window_start) >= WINDOW_MS {
-            self.previous.clear();
-            self.previous.extend_from_slice(self.current.counters());
+            self.previous = self.current.counters();
             self.previous_total = self.current.total();
             self.current.clear();
             self.window_start = now;
@@ -316,7 +378,8 @@ impl<T> HotKeyTracker<T> {
     /// Publishes the figures of the previous and the current window.
     pub(crate) fn publish(&self) {
         let mut keys: Vec<(u64, HotKey)> = Vec::with_capacity(2 * COUNTERS);
-        for c in self.previous.iter().chain(self.current.counters()) {
+        let current = self.current.counters();
+        for c in self.previous.iter().chain(&current) {
             match keys.iter_mut().find(|(h, _)| *h == c.hash) {
                 Some((_, k)) => {
                     k.records += c.count;
@@ -434,6 +497,72 @@ mod tests {
                 label: None
             })
         );
+    }
+
+    #[test]
+    fn sampling_gaps_average_sample_every_and_do_not_repeat_a_cycle() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15;
+        let gaps: Vec<u32> = (0..100_000).map(|_| next_gap(&mut rng)).collect();
+        assert!(gaps.iter().all(|&g| (1..2 * SAMPLE_EVERY).contains(&g)));
+        let mean = gaps.iter().map(|&g| f64::from(g)).sum::<f64>() / gaps.len() as f64;
+        assert!(
+            (mean - f64::from(SAMPLE_EVERY)).abs() < 0.1,
+            "mean gap {mean}"
+        );
+        // Keys arriving in a cycle of SAMPLE_EVERY: every key is sampled about
+        // equally (a fixed stride would count one key only).
+        let mut seen = [0u32; SAMPLE_EVERY as usize];
+        let mut at = 0u64;
+        for g in gaps {
+            at += u64::from(g);
+            seen[(at % u64::from(SAMPLE_EVERY)) as usize] += 1;
+        }
+        let (lo, hi) = (seen.iter().min().copied(), seen.iter().max().copied());
+        assert!(
+            lo.zip(hi)
+                .is_some_and(|(l, h)| f64::from(h) < 1.2 * f64::from(l)),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn counting_a_batch_samples_the_records_one_at_a_time_would() {
+        let tracker = || {
+            let label: KeyLabel<u64> = Arc::new(|k: &u64| k.to_string());
+            let clock = brook_core::time::ManualClock::new(0);
+            HotKeyTracker::new(
+                label,
+                Arc::new(HotKeyBoard::default()),
+                clock.shared(),
+                128,
+                1,
+            )
+        };
+        let (mut batched, mut single) = (tracker(), tracker());
+        let records: Vec<u64> = (0..10_000).map(|i| i * 7 % 40).collect();
+        let hash = |k: &u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Batches of 0 to 99 records, across which the gaps carry on.
+        let mut rest = &records[..];
+        let mut size = 0;
+        while !rest.is_empty() {
+            let (batch, after) = rest.split_at(size.min(rest.len()));
+            batched.count_sampled(batch, |r| r, hash);
+            rest = after;
+            size = (size + 37) % 100;
+        }
+        for r in &records {
+            if single.sample() {
+                single.count(hash(r), r);
+            }
+        }
+        assert!(batched.current.total() > 0);
+        assert_eq!(batched.current.total(), single.current.total());
+        let sorted = |t: &HotKeyTracker<u64>| {
+            let mut c = t.current.counters();
+            c.sort_by_key(|c| c.hash);
+            c
+        };
+        assert_eq!(sorted(&batched), sorted(&single));
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
 <section><h2>Operators and subtasks</h2>
 <table id="operators"><thead><tr><th>operator</th><th>subtask</th><th>records in</th><th>records out</th><th>in/s</th><th>out/s</th><th>busy</th><th>backpressured</th><th>watermark</th><th>skew</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Hot keys</h2>
-<p class="note">Per keyed operator, the keys with the most records in the last minute (30 to 60 s), estimated from a sample of one record in 8; share is of the operator's records.</p>
+<p class="note">Per keyed operator, the keys with the most records in the last minute (30 to 60 s), estimated from a sample of about one record in 32; share is of the operator's records.</p>
 <table id="hotkeys"><thead><tr><th>operator</th><th>key</th><th>subtask</th><th>records</th><th>share</th></tr></thead><tbody></tbody></table>
 <p id="hotkeys-empty" class="note" hidden>No keyed operator has counted records yet.</p></section>
 <section><h2>Watermarks</h2>
