@@ -336,6 +336,35 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
     ] {
         assert!(metrics.contains(&series), "{series} in:\n{metrics}");
     }
+    // The keyed window's hottest keys (issue 19), in /metrics and in `brook job`;
+    // writers publish them about once a second.
+    let rank1 =
+        format!("brook_hot_key_share{{job=\"{id}\",operator=\"per-second\",rank=\"1\",key=\"");
+    wait_for(
+        "the window's hot keys in /metrics",
+        Duration::from_secs(20),
+        || {
+            let metrics = rt()
+                .block_on(async {
+                    reqwest::Client::new()
+                        .get(format!("{}/metrics", runner.url))
+                        .bearer_auth(&runner.token)
+                        .send()
+                        .await?
+                        .text()
+                        .await
+                })
+                .expect("GET /metrics");
+            metrics.contains(&rank1).then_some(())
+        },
+    );
+    let out = run_brook(&mut runner.cli(&["job", &id]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hot keys of per-second: ") && l.contains("% (subtask ")),
+        "{text}"
+    );
     let d = runner.job(&id);
     let st = d.status.expect("a status");
     let split = st

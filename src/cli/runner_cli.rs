@@ -335,6 +335,9 @@ fn watermark(ms: Option<i64>) -> String {
     }
 }
 
+/// Hot keys `brook job` lists per keyed operator (the status has up to ten).
+const HOT_KEYS_SHOWN: usize = 5;
+
 fn show_job(d: &JobDetail) -> Result<()> {
     let s = &d.summary;
     outln!(
@@ -370,6 +373,16 @@ fn show_job(d: &JobDetail) -> Result<()> {
                 watermark(o.watermark_ms),
                 o.backpressure_ms
             );
+        }
+        // The hottest keys of each keyed operator (the dashboard's table, shortened).
+        for o in st.operators.iter().filter(|o| !o.hot_keys.is_empty()) {
+            let keys: Vec<String> = o
+                .hot_keys
+                .iter()
+                .take(HOT_KEYS_SHOWN)
+                .map(|k| format!("{} {:.1}% (subtask {})", k.key, k.share * 100.0, k.subtask))
+                .collect();
+            outln!("hot keys of {}: {}", o.name, keys.join(", "));
         }
         if !st.splits.is_empty() {
             outln!(

@@ -315,6 +315,37 @@ async fn metrics(State(app): State<AppState>) -> Response {
         "Watermark of a source split (ms)",
         rows,
     );
+    // The hottest keys of keyed operators (brook_engine::hot_keys), one series per
+    // rank: at most ten per operator, so the key's text as a label stays bounded.
+    let (mut shares, mut counts) = (Vec::new(), Vec::new());
+    for (j, st) in &live {
+        for o in &st.operators {
+            for (rank, k) in o.hot_keys.iter().enumerate() {
+                let labels = format!(
+                    "{},operator=\"{}\",rank=\"{}\",key=\"{}\",subtask=\"{}\"",
+                    job_label(&j.id),
+                    escape(&o.name),
+                    rank + 1,
+                    escape(&k.key),
+                    k.subtask
+                );
+                shares.push((labels.clone(), k.share));
+                counts.push((labels, k.records as f64));
+            }
+        }
+    }
+    series(
+        "brook_hot_key_share",
+        "gauge",
+        "Share of the keyed operator's records of the last 30 to 60 s that one of its hottest keys had (estimated from a sample)",
+        shares,
+    );
+    series(
+        "brook_hot_key_records",
+        "gauge",
+        "Records of the last 30 to 60 s of one of the keyed operator's hottest keys (estimated from a sample)",
+        counts,
+    );
     type SplitGet = fn(&super::status::SplitStatus) -> Option<f64>;
     let splits: [(&str, &str, SplitGet); 2] = [
         (
