@@ -669,6 +669,32 @@ fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
     assert!(source.get("hot_keys").is_none(), "{source}");
 }
 
+/// Where a chromium test leaves its screenshot, a test artifact kept after the run:
+/// `target/tmp/ui-screenshots/<name>.png`.
+fn screenshot_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("ui-screenshots")
+        .join(format!("{name}.png"))
+}
+
+/// The file is a PNG of a rendered page, not an empty one: a blank 1280 x 900 page
+/// compresses to a few hundred bytes.
+fn assert_is_a_screenshot(png: &std::path::Path) {
+    let bytes = std::fs::read(png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        png.display()
+    );
+    assert!(
+        bytes.len() > 10_000,
+        "{}: {} bytes",
+        png.display(),
+        bytes.len()
+    );
+    eprintln!("screenshot: {}", png.display());
+}
+
 /// The dashboard as a person sees it: headless Chromium opens the link `brook run
 /// --ui` printed, is logged in and redirected to the job's page, and after a few
 /// polls the page shows the operator graph with its operators, records counted, and
@@ -678,8 +704,10 @@ fn the_hot_key_planted_in_the_input_tops_the_keyed_operators_hot_keys() {
 fn chromium_shows_the_job_graph_live_counts_and_who_holds_the_watermark_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (child, link) = run_with_ui(dir.path());
-    let dom = brook_testkit::browser::dump_dom(&link, 5_000);
+    let png = screenshot_path("job-graph-watermarks");
+    let dom = brook_testkit::browser::dump_dom(&link, 5_000, Some(&png));
     drop(child);
+    assert_is_a_screenshot(&png);
     let _ = std::fs::write(dir.path().join("dom.html"), &dom);
     // Logged in and on the job's page (the link's token gone from the address).
     assert!(dom.contains("data-page=\"job\""), "{dom}");
@@ -717,8 +745,10 @@ fn chromium_shows_the_planted_hot_key_at_the_top_of_the_hot_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_clicks_with_a_hot_user(dir.path());
     let (child, link) = run_spec_with_ui(dir.path(), CLICKS);
-    let dom = brook_testkit::browser::dump_dom(&link, 5_000);
+    let png = screenshot_path("hot-keys");
+    let dom = brook_testkit::browser::dump_dom(&link, 5_000, Some(&png));
     drop(child);
+    assert_is_a_screenshot(&png);
     let _ = std::fs::write(dir.path().join("dom.html"), &dom);
     let table = dom.find("id=\"hotkeys\"").expect("the Hot keys table");
     let first = dom[table..]
