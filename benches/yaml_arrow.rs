@@ -16,6 +16,7 @@
 //! input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
+use brook::core::time::process_cpu_secs;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -101,24 +102,13 @@ fn typed_job(n: u64) -> u64 {
     sink.seen.load(Ordering::Relaxed)
 }
 
-/// The process's CPU time (user + system, all threads) in seconds, from
-/// `/proc/self/stat` (10 ms resolution); `None` where there is none.
-fn cpu_time() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11);
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    Some((utime + stime) as f64 / 100.0)
-}
-
 /// Runs `job`: (CPU seconds, wall seconds, rows out).
 fn timed(job: impl FnOnce() -> u64) -> (Option<f64>, f64, u64) {
-    let cpu0 = cpu_time();
+    let cpu0 = process_cpu_secs();
     let t = Instant::now();
     let rows = job();
     let wall = t.elapsed().as_secs_f64();
-    (cpu0.zip(cpu_time()).map(|(a, b)| b - a), wall, rows)
+    (cpu0.zip(process_cpu_secs()).map(|(a, b)| b - a), wall, rows)
 }
 
 fn env_f64(name: &str, default: f64) -> f64 {

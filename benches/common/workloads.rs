@@ -5,6 +5,7 @@
 //! CPU-time measurement and the benches' environment knobs.
 #![allow(dead_code)]
 
+use brook::core::time::process_cpu_secs;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -413,25 +414,12 @@ pub(crate) struct Run {
     pub(crate) tally: Tally,
 }
 
-/// The process's CPU time (user + system, all threads, also those that ended) in
-/// seconds, from `/proc/self/stat` (10 ms resolution); `None` where there is none.
-pub(crate) fn cpu_time() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) end with ')'; utime and
-    // stime are fields 14 and 15 of the line, in clock ticks (USER_HZ = 100).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11);
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    Some((utime + stime) as f64 / 100.0)
-}
-
 pub(crate) fn timed(f: impl FnOnce() -> Tally) -> Run {
-    let cpu0 = cpu_time();
+    let cpu0 = process_cpu_secs();
     let t = Instant::now();
     let tally = f();
     let secs = t.elapsed().as_secs_f64();
-    let cpu_secs = cpu0.zip(cpu_time()).map(|(a, b)| b - a);
+    let cpu_secs = cpu0.zip(process_cpu_secs()).map(|(a, b)| b - a);
     Run {
         secs,
         cpu_secs,

@@ -1,6 +1,7 @@
 //! Running a query on the generator's events into a sink that only counts, timed: what
 //! `brook nexmark` prints (events/s, events per CPU-second, rows out).
 
+use brook_core::time::process_cpu_secs;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -183,28 +184,15 @@ pub fn run(
     let rows = Arc::new(AtomicU64::new(0));
     let strategy = source.watermark_strategy();
     query.add(env.from_source(source, strategy), &rows);
-    let cpu0 = cpu_time();
+    let cpu0 = process_cpu_secs();
     let watch = Stopwatch::start();
     env.execute(query.name())?;
     let secs = watch.elapsed_nanos() as f64 / 1e9;
-    let cpu_secs = cpu0.zip(cpu_time()).map(|(a, b)| b - a);
+    let cpu_secs = cpu0.zip(process_cpu_secs()).map(|(a, b)| b - a);
     Ok(RunReport {
         events,
         rows: rows.load(Ordering::Relaxed),
         secs,
         cpu_secs,
     })
-}
-
-/// The process's CPU time (user + system, all threads, also those that ended) in
-/// seconds, from `/proc/self/stat` (10 ms resolution); `None` elsewhere.
-fn cpu_time() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The fields after the command name (which may hold spaces) follow its ')'; utime
-    // and stime are fields 14 and 15 of the line, in clock ticks (USER_HZ = 100).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11);
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    Some((utime + stime) as f64 / 100.0)
 }
