@@ -724,54 +724,6 @@ fn rocksdb_backends_share_one_memory_pool() {
     assert!(!d1.exists() && !d2.exists());
 }
 
-/// Rough ns/op of put and get, memory vs RocksDB:
-/// `cargo test --release -p brook-state --test backends -- --ignored --nocapture`.
-#[test]
-#[ignore = "timing, not a test"]
-#[allow(clippy::disallowed_methods)] // measuring time is the point: Instant::now
-fn rough_ns_per_op() {
-    const N: u32 = 200_000;
-    let ks: Vec<Vec<u8>> = (0..N)
-        .map(|i| {
-            key(
-                i % 128,
-                &(i.wrapping_mul(2_654_435_761)).to_be_bytes(),
-                b"window",
-            )
-        })
-        .collect();
-    let rocks_default: Make =
-        || Box::new(RocksDbStateBackend::open(&fresh_dir(), RocksDbOptions::new()).unwrap());
-    for (name, make) in [("memory", memory as Make), ("rocksdb", rocks_default)] {
-        let mut b = make();
-        let t = std::time::Instant::now();
-        for k in &ks {
-            b.put("s", k, vec![7; 16]);
-        }
-        let put_new = t.elapsed().as_nanos() / u128::from(N);
-        let t = std::time::Instant::now();
-        for k in &ks {
-            b.put("s", k, vec![8; 16]);
-        }
-        let put_update = t.elapsed().as_nanos() / u128::from(N);
-        let t = std::time::Instant::now();
-        let mut found = 0;
-        for k in &ks {
-            found += usize::from(b.get("s", k).is_some());
-        }
-        let get = t.elapsed().as_nanos() / u128::from(N);
-        let t = std::time::Instant::now();
-        for k in &ks {
-            found += usize::from(b.get("s", &k[..k.len() - 1]).is_some());
-        }
-        let get_missing = t.elapsed().as_nanos() / u128::from(N);
-        assert_eq!(found, N as usize);
-        println!(
-            "{name:8} put(new) {put_new:6} ns  put(update) {put_update:6} ns  get {get:6} ns  get(missing) {get_missing:6} ns  ({N} keys, 16-byte values)"
-        );
-    }
-}
-
 /// Native checkpoints: a second checkpoint after a small change adds one SST file and
 /// shares the rest; the files restore at the same key groups (taken over, and the
 /// restored instance goes on sharing them) and at another parallelism, on RocksDB and

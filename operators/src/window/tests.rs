@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use brook_core::element::StreamRecord;
-use brook_core::operator::{Operator, OperatorContext, Output, SubtaskInfo};
-use brook_core::time::{ManualClock, Millis, Watermark};
+use brook_core::operator::{Operator, Output};
+use brook_core::time::{ManualClock, Millis};
 use brook_core::watermark::BoundedOutOfOrderness;
-use brook_state::{KeyedStateBackend, MemoryStateBackend};
+use brook_state::KeyedStateBackend;
 use brook_testkit::operator::{Emitted, HarnessSetup, OperatorHarness, TestBackend};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -75,16 +75,6 @@ impl Backend {
             })
             .unwrap()
     }
-}
-
-fn context(clock: &ManualClock) -> OperatorContext {
-    let info = SubtaskInfo {
-        name: "window".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
-    OperatorContext::new(info, clock.shared())
 }
 
 type CountSum = (Count, Sum<fn(&Ev) -> i64>);
@@ -831,108 +821,6 @@ proptest! {
         prop_assert_eq!(&fast, &run_steps(assigner, lateness, general.1, &steps));
         prop_assert_eq!(&fast, &run_steps(assigner, lateness, bytes.1, &steps));
     }
-}
-
-/// Throughput of tumbling count+sum over 10,000 keys against a hand-written HashMap loop
-/// doing the same (emit a window when the watermark passes its end). Run with
-/// `cargo test --release -p brook-operators window_throughput -- --ignored --nocapture`.
-#[test]
-#[ignore = "benchmark; run in release"]
-fn window_throughput() {
-    use brook_core::time::Stopwatch;
-    use std::collections::HashMap;
-    use std::hint::black_box;
-
-    const N: u64 = 4_000_000;
-    const KEYS: u64 = 10_000;
-    const SIZE: Millis = 1000;
-    const BATCH: u64 = 4096;
-    let ts_of = |i: u64| (i / 100) as Millis;
-    let key_of = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7) % KEYS;
-
-    let hand = || {
-        let start = Stopwatch::start();
-        let mut m: HashMap<(u64, Millis), (u64, i64)> = HashMap::new();
-        let mut next_end = Millis::MIN;
-        let mut emitted = 0u64;
-        let mut i = 0;
-        while i < N {
-            let end = (i + BATCH).min(N);
-            for j in i..end {
-                let (k, ts) = (key_of(j), ts_of(j));
-                let s = ts - ts.rem_euclid(SIZE);
-                let e = m.entry((k, s)).or_insert((0, 0));
-                e.0 += 1;
-                e.1 += j as i64;
-                next_end = if next_end == Millis::MIN {
-                    s + SIZE
-                } else {
-                    next_end.min(s + SIZE)
-                };
-            }
-            let wm = ts_of(end - 1) - 1;
-            if wm >= next_end - 1 {
-                m.retain(|(_, s), v| {
-                    if s + SIZE - 1 <= wm {
-                        black_box(v);
-                        emitted += 1;
-                        false
-                    } else {
-                        true
-                    }
-                });
-                next_end = m.keys().map(|(_, s)| s + SIZE).min().unwrap_or(Millis::MIN);
-            }
-            i = end;
-        }
-        emitted += m.len() as u64;
-        (start.elapsed_nanos(), emitted)
-    };
-
-    let op_run = |backend: Box<dyn KeyedStateBackend>| {
-        let mut op = WindowOperator::aggregate(
-            TumblingEventTimeWindows::of(SIZE).unwrap(),
-            |e: &(u64, i64)| e.0,
-            (Count, Sum::of(|e: &(u64, i64)| e.1)),
-            backend,
-        );
-        let clock = ManualClock::new(0);
-        let mut ctx = context(&clock);
-        let mut out = Output::new();
-        let start = Stopwatch::start();
-        let mut emitted = 0u64;
-        let mut i = 0;
-        while i < N {
-            let end = (i + BATCH).min(N);
-            let batch = (i..end)
-                .map(|j| StreamRecord::with_timestamp((key_of(j), j as i64), ts_of(j)))
-                .collect();
-            op.process_batch(batch, &mut ctx, &mut out).unwrap();
-            let wm = Watermark(ts_of(end - 1) - 1);
-            ctx.set_current_watermark(wm);
-            op.on_watermark(wm, &mut ctx, &mut out).unwrap();
-            emitted += black_box(out.take()).len() as u64;
-            i = end;
-        }
-        ctx.set_current_watermark(Watermark::MAX);
-        op.on_watermark(Watermark::MAX, &mut ctx, &mut out).unwrap();
-        emitted += out.take().len() as u64;
-        (start.elapsed_nanos(), emitted)
-    };
-
-    let (h, he) = hand();
-    let (o, oe) = op_run(Box::new(MemoryStateBackend::new()));
-    let (b, be) = op_run(Box::new(MemoryStateBackend::serialized()));
-    assert_eq!(he, oe);
-    assert_eq!(he, be);
-    let per = |nanos: u64| nanos as f64 / N as f64;
-    println!(
-        "hand-written {:.1} ns/record, operator (heap) {:.1} ns/record ({:.2}x), operator (bytes) {:.1} ns/record",
-        per(h),
-        per(o),
-        per(o) / per(h),
-        per(b)
-    );
 }
 
 /// Snapshot and restore (issue 5): see the file.
