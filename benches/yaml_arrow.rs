@@ -1,22 +1,33 @@
-//! `cargo bench --bench yaml_arrow`: a filter + map job written in YAML, run through
-//! `brook run`'s code path (spec::parse -> validate -> build -> execute), against the
-//! same job written with the typed Rust API, in the same run (issue 18).
+//! `cargo bench --bench yaml_arrow`: jobs written in YAML, run through `brook run`'s
+//! code path (spec::parse -> validate -> build -> execute), against the same jobs
+//! written with the typed Rust API, in the same run (issue 18).
 //!
-//! The job: the generator's W1 events (key = i * 2654435761 mod 10000, ts = i, value =
-//! i mod 100) -> `filter: "value % 4 <> 0"` (keeps 75%) -> `map: {dollars: "value /
-//! 100.0", bucket: "key % 16"}` -> a sink that drops the rows (`blackhole`, Flink's), at
-//! parallelism 1. Rows per CPU-second of the whole process (every thread, from
-//! `/proc/self/stat`, 10 ms resolution) over all rounds, alternating which side goes
-//! first, and the ratio YAML / typed. Both sides must deliver the same number of rows
-//! to their sink.
+//! The jobs, at parallelism 1, in-memory state, each to a sink that drops the rows
+//! (`blackhole`, Flink's):
+//! - **filter + map**: the generator's W1 events (key = i * 2654435761 mod 10000, ts =
+//!   i, value = i mod 100) -> `filter: "value % 4 <> 0"` (keeps 75%) -> `map: {dollars:
+//!   "value / 100.0", bucket: "key % 16"}`.
+//! - **W1-W4** of `../shared/docs/workloads.md`: the generator's events (W3: its
+//!   `bursts` pattern) -> key_by key -> the workload's window -> count() and
+//!   sum(value), watermarks with 0 ms out-of-orderness.
 //!
-//! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows: at 5 M a job's start, 0.1-0.2 s, was
-//! half of the time), `BROOK_BENCH_REPS` (3). Run without
-//! `--bench` (as `cargo test --all-targets` does) it only checks both jobs on a small
-//! input.
+//! Events per CPU-second of the whole process (every thread, from `/proc/self/stat`,
+//! 10 ms resolution) over all rounds, alternating which side goes first, and the ratio
+//! YAML / typed. Both sides must deliver the same number of rows to their sink, the
+//! number workloads.md gives.
+//!
+//! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
+//! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
+//! comma-separated list of `filter-map`, `W1`..`W4`). Run without `--bench` (as `cargo
+//! test --all-targets` does) it only checks both sides on a small input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
 use brook::core::time::process_cpu_secs;
+use brook::core::watermark::WatermarkStrategy;
+use brook::operators::window::assigner::{
+    EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner,
+};
+use brook::operators::window::{Count, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,28 +40,46 @@ use brook::engine::{JobConfig, StreamEnvironment};
 
 const KEYS: u64 = 10_000;
 
-/// The typed job's output row.
+/// The typed filter + map job's output row.
 type Out = (u64, i64, i64, f64, u64);
 
-/// A job of `n` rows: the rows reaching its sink.
-type Job = fn(u64) -> u64;
+/// The typed window jobs' output row.
+type WindowOut = brook::operators::window::WindowResult<u64, (u64, i64)>;
 
 /// Counts what it receives, and drops it.
-#[derive(Clone, Default)]
-struct Discard {
+struct Discard<T> {
     seen: Arc<AtomicU64>,
+    _rows: std::marker::PhantomData<fn(T)>,
 }
 
-impl Sink for Discard {
-    type In = Out;
-    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = Out>>> {
+impl<T> Default for Discard<T> {
+    fn default() -> Self {
+        Discard {
+            seen: Arc::default(),
+            _rows: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for Discard<T> {
+    fn clone(&self) -> Self {
+        Discard {
+            seen: Arc::clone(&self.seen),
+            _rows: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Send + 'static> Sink for Discard<T> {
+    type In = T;
+    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
         Ok(Box::new(self.clone()))
     }
 }
 
-impl SinkWriter for Discard {
-    type In = Out;
-    fn write_batch(&mut self, batch: Batch<Out>) -> OpResult {
+impl<T: Send + 'static> SinkWriter for Discard<T> {
+    type In = T;
+    fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
         self.seen.fetch_add(batch.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -71,12 +100,18 @@ sinks:
     )
 }
 
-/// The YAML job through `brook run`'s code path: rows reaching the sink.
+/// The YAML filter + map job through `brook run`'s code path: rows reaching the sink.
 fn yaml_job(n: u64) -> u64 {
-    let spec = brook::spec::parse(&yaml(n)).unwrap();
+    run_yaml(&yaml(n))
+}
+
+/// A YAML job (its sink named `out`) through `brook run`'s code path: rows reaching
+/// the sink.
+fn run_yaml(yaml: &str) -> u64 {
+    let spec = brook::spec::parse(yaml).unwrap();
     let valid = brook::spec::validate(spec).unwrap();
     let built = brook::spec::build(&valid, JobConfig::with_parallelism(1), None).unwrap();
-    let result = built.env.execute("filter-map").unwrap();
+    let result = built.env.execute("yaml").unwrap();
     result
         .vertices
         .iter()
@@ -85,10 +120,10 @@ fn yaml_job(n: u64) -> u64 {
         .unwrap()
 }
 
-/// The same job with typed records.
+/// The filter + map job with typed records.
 fn typed_job(n: u64) -> u64 {
     let env = StreamEnvironment::new(JobConfig::with_parallelism(1));
-    let sink = Discard::default();
+    let sink = Discard::<Out>::default();
     let source = GeneratorSource::builder()
         .events(n)
         .keys(KEYS)
@@ -100,6 +135,115 @@ fn typed_job(n: u64) -> u64 {
         .sink(sink.clone());
     env.execute("filter-map-typed").unwrap();
     sink.seen.load(Ordering::Relaxed)
+}
+
+/// W1-W4 of workloads.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+            Workload::W3 => "W3",
+            Workload::W4 => "W4",
+        }
+    }
+
+    /// Events per round at scale 1.
+    fn events(self) -> f64 {
+        match self {
+            Workload::W1 | Workload::W3 => 10_000_000.0,
+            Workload::W2 => 2_000_000.0,
+            Workload::W4 => 20_000_000.0,
+        }
+    }
+
+    fn keys(self) -> u64 {
+        match self {
+            Workload::W1 | Workload::W2 => 10_000,
+            Workload::W3 => 1000,
+            Workload::W4 => 100,
+        }
+    }
+
+    /// The YAML window.
+    fn window(self) -> &'static str {
+        match self {
+            Workload::W1 | Workload::W4 => "{kind: tumbling, size: 1000}",
+            Workload::W2 => "{kind: hopping, size: 10000, slide: 1000}",
+            Workload::W3 => "{kind: session, gap: 100}",
+        }
+    }
+
+    fn assigner(self) -> WindowAssigner {
+        match self {
+            Workload::W1 | Workload::W4 => TumblingEventTimeWindows::of(1000).unwrap(),
+            Workload::W2 => SlidingEventTimeWindows::of(10_000, 1000).unwrap(),
+            Workload::W3 => EventTimeSessionWindows::with_gap(100).unwrap(),
+        }
+    }
+
+    /// The rows workloads.md says a run of `n` events emits (`n` a multiple of 1000).
+    fn rows(self, n: u64) -> u64 {
+        match self {
+            Workload::W1 => n,
+            Workload::W2 => 10 * n,
+            Workload::W3 => 1000 * n.div_ceil(100_000),
+            Workload::W4 => n / 10,
+        }
+    }
+
+    fn yaml(self, n: u64) -> String {
+        let pattern = if self == Workload::W3 {
+            ", pattern: bursts"
+        } else {
+            ""
+        };
+        format!(
+            r#"
+name: {name}
+sources:
+  - {{name: events, connector: generator, count: {n}, keys: {keys}{pattern}, event_time: ts, watermark: {{out_of_orderness: 0}}}}
+steps:
+  - key_by: [key]
+  - {{name: window, window: {window}, aggregate: {{count: count(), sum: sum(value)}}}}
+sinks:
+  - {{name: out, connector: blackhole}}
+"#,
+            name = self.name(),
+            keys = self.keys(),
+            window = self.window(),
+        )
+    }
+
+    /// The typed job on the same generator: rows reaching the sink.
+    fn typed(self, n: u64) -> u64 {
+        let env = StreamEnvironment::new(JobConfig::with_parallelism(1));
+        let sink = Discard::<WindowOut>::default();
+        let source = GeneratorSource::builder()
+            .events(n)
+            .keys(self.keys())
+            .bursts(self == Workload::W3)
+            .build()
+            .unwrap();
+        // The YAML source's strategy (`out_of_orderness: 0`, the default interval).
+        let strategy = WatermarkStrategy::<GeneratorEvent>::for_bounded_out_of_orderness(0)
+            .with_timestamp_assigner(|e: &GeneratorEvent, _| e.ts);
+        env.from_source(source, strategy)
+            .key_by(|e: &GeneratorEvent| e.key)
+            .window(self.assigner())
+            .aggregate((Count, Sum::of(|e: &GeneratorEvent| e.value)))
+            .sink(sink.clone());
+        env.execute(self.name()).unwrap();
+        sink.seen.load(Ordering::Relaxed)
+    }
 }
 
 /// Runs `job`: (CPU seconds, wall seconds, rows out).
@@ -118,57 +262,90 @@ fn env_f64(name: &str, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
-fn main() {
-    let bench = std::env::args().any(|a| a == "--bench");
-    let (n, reps) = if bench {
-        (
-            (50_000_000.0 * env_f64("BROOK_BENCH_SCALE", 1.0)) as u64,
-            env_f64("BROOK_BENCH_REPS", 3.0) as usize,
-        )
-    } else {
-        (20_000, 1)
-    };
-    let expected = (0..n).filter(|i| (i % 100) % 4 != 0).count() as u64;
+/// Runs both sides `reps` times, alternating which goes first, checking each delivers
+/// `expected` rows: (YAML, typed) events per CPU-second.
+fn compare(
+    label: &str,
+    n: u64,
+    reps: usize,
+    expected: u64,
+    yaml: &dyn Fn() -> u64,
+    typed: &dyn Fn() -> u64,
+) -> (f64, f64) {
     let (mut yaml_cpu, mut typed_cpu) = (0.0, 0.0);
     for rep in 0..reps {
-        let mut run = |yaml_first: bool| {
-            let sides: [(&str, Job); 2] = if yaml_first {
-                [("yaml", yaml_job), ("typed", typed_job)]
-            } else {
-                [("typed", typed_job), ("yaml", yaml_job)]
-            };
-            for (name, job) in sides {
-                let (cpu, wall, rows) = timed(|| job(n));
-                assert_eq!(rows, expected, "{name}: rows reaching the sink");
-                let cpu = cpu.unwrap_or(wall);
-                eprintln!("round {rep} {name}: {wall:.3} s wall, {cpu:.2} s CPU");
-                if name == "yaml" {
-                    yaml_cpu += cpu;
-                } else {
-                    typed_cpu += cpu;
-                }
-            }
+        let order: [(&str, &dyn Fn() -> u64); 2] = if rep % 2 == 0 {
+            [("yaml", yaml), ("typed", typed)]
+        } else {
+            [("typed", typed), ("yaml", yaml)]
         };
-        run(rep % 2 == 0);
-    }
-    if !bench {
-        println!("yaml_arrow: both jobs deliver {expected} of {n} rows (smoke run)");
-        return;
+        for (side, job) in order {
+            let (cpu, wall, rows) = timed(job);
+            assert_eq!(rows, expected, "{label} {side}: rows reaching the sink");
+            let cpu = cpu.unwrap_or(wall);
+            eprintln!("{label} round {rep} {side}: {wall:.3} s wall, {cpu:.2} s CPU");
+            if side == "yaml" {
+                yaml_cpu += cpu;
+            } else {
+                typed_cpu += cpu;
+            }
+        }
     }
     let rate = |cpu: f64| (n * reps as u64) as f64 / cpu.max(0.01);
-    let (y, t) = (rate(yaml_cpu), rate(typed_cpu));
+    (rate(yaml_cpu), rate(typed_cpu))
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let scale = env_f64("BROOK_BENCH_SCALE", 1.0);
+    let reps = if bench {
+        env_f64("BROOK_BENCH_REPS", 3.0) as usize
+    } else {
+        1
+    };
+    let only = std::env::var("BROOK_BENCH_ONLY").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|o| o.trim() == name);
+    let mut table = Vec::new();
+    if wanted("filter-map") {
+        let n = if bench {
+            (50_000_000.0 * scale) as u64
+        } else {
+            20_000
+        };
+        let expected = (0..n).filter(|i| (i % 100) % 4 != 0).count() as u64;
+        let (y, t) = compare("filter-map", n, reps, expected, &|| yaml_job(n), &|| {
+            typed_job(n)
+        });
+        table.push(("filter + map".to_string(), n, y, t));
+    }
+    for w in [Workload::W1, Workload::W2, Workload::W3, Workload::W4] {
+        if !wanted(w.name()) {
+            continue;
+        }
+        // A multiple of 100,000 (whole bursts for W3, whole windows for the others).
+        let n = if bench {
+            (((w.events() * scale) as u64) / 100_000).max(1) * 100_000
+        } else {
+            100_000
+        };
+        let yaml = w.yaml(n);
+        let (y, t) = compare(w.name(), n, reps, w.rows(n), &|| run_yaml(&yaml), &|| {
+            w.typed(n)
+        });
+        table.push((format!("{} (YAML window)", w.name()), n, y, t));
+    }
+    if !bench {
+        for (job, n, ..) in &table {
+            println!("yaml_arrow: {job}: both sides deliver the expected rows of {n} (smoke run)");
+        }
+        return;
+    }
+    println!("yaml_arrow: x {reps} rounds, parallelism 1, in-memory state");
     println!(
-        "yaml_arrow: {n} rows x {reps}, generator -> filter -> map -> blackhole, parallelism 1"
+        "{:<22} {:>12} {:>16} {:>16} {:>8}",
+        "job", "events", "YAML ev/CPU-s", "typed ev/CPU-s", "ratio"
     );
-    println!(
-        "{:<26} {:>14} {:>14} {:>8}",
-        "job", "YAML rows/CPU-s", "typed rows/CPU-s", "ratio"
-    );
-    println!(
-        "{:<26} {:>14.0} {:>14.0} {:>8.2}",
-        "filter + map",
-        y,
-        t,
-        y / t
-    );
+    for (job, n, y, t) in table {
+        println!("{job:<22} {n:>12} {y:>16.0} {t:>16.0} {:>8.2}", y / t);
+    }
 }

@@ -10,6 +10,15 @@
 //!
 //! so every run, at any parallelism, produces the same multiset of events.
 //!
+//! With [`GeneratorBuilder::bursts`] (W3 of the benchmark workloads: sessions), events
+//! come in bursts of 100,000 over 1000 steps, each followed by 200 steps of silence:
+//!
+//! ```text
+//! key   = i mod K
+//! ts    = start_ms + (i div 100 + 200 * (i div 100000)) * step_ms
+//! value = i mod 100
+//! ```
+//!
 //! It is a [`NumberedSource`](crate::numbered): 16 splits (by default) of blocks of 16
 //! events, independent of the parallelism; a split's checkpointed position is its next
 //! event number; with a rate, each subtask emits its share per second.
@@ -59,6 +68,7 @@ pub struct GeneratorBuilder {
     step_ms: Millis,
     rate: Option<f64>,
     splits: u32,
+    bursts: bool,
 }
 
 impl Default for GeneratorBuilder {
@@ -70,6 +80,7 @@ impl Default for GeneratorBuilder {
             step_ms: 1,
             rate: None,
             splits: 16,
+            bursts: false,
         }
     }
 }
@@ -113,6 +124,12 @@ impl GeneratorBuilder {
         self
     }
 
+    /// Events in bursts (see the [module docs](self)): W3's formula instead of W1's.
+    pub fn bursts(mut self, on: bool) -> Self {
+        self.bursts = on;
+        self
+    }
+
     /// As fast as possible (the default).
     pub fn unlimited(mut self) -> Self {
         self.rate = None;
@@ -128,17 +145,19 @@ impl GeneratorBuilder {
         if self.keys == 0 {
             return Err(ConnectorError::config("keys", "must be at least 1"));
         }
-        let last = i128::from(self.start_ms)
-            + i128::from(self.events.saturating_sub(1)) * i128::from(self.step_ms);
+        let last_i = self.events.saturating_sub(1);
+        let last_step = if self.bursts {
+            burst_step(last_i)
+        } else {
+            last_i
+        };
+        let last = i128::from(self.start_ms) + i128::from(last_step) * i128::from(self.step_ms);
         if Millis::try_from(last).is_err() {
             return Err(ConnectorError::config(
                 "step_ms",
                 format!(
                     "the timestamp of event {} ({} + {} * {}) does not fit in 64 bits",
-                    self.events.saturating_sub(1),
-                    self.start_ms,
-                    self.events.saturating_sub(1),
-                    self.step_ms
+                    last_i, self.start_ms, last_step, self.step_ms
                 ),
             ));
         }
@@ -146,6 +165,7 @@ impl GeneratorBuilder {
             keys: self.keys,
             start_ms: self.start_ms,
             step_ms: self.step_ms,
+            bursts: self.bursts,
         };
         let inner = NumberedSource::new("generator", formula, self.events)
             .splits(self.splits)?
@@ -196,6 +216,14 @@ struct Formula {
     keys: u64,
     start_ms: Millis,
     step_ms: Millis,
+    bursts: bool,
+}
+
+/// The step (time in units of `step_ms`) of event `i` in bursts: 100 events per step,
+/// 1000 steps per burst of 100,000, then 200 steps of silence.
+#[inline]
+fn burst_step(i: u64) -> u64 {
+    i / 100 + 200 * (i / 100_000)
 }
 
 impl NumberedEvents for Formula {
@@ -209,6 +237,15 @@ impl NumberedEvents for Formula {
 }
 
 fn event(cfg: &Formula, i: u64) -> GeneratorEvent {
+    if cfg.bursts {
+        return GeneratorEvent {
+            key: i % cfg.keys,
+            ts: cfg
+                .start_ms
+                .wrapping_add((burst_step(i) as Millis).wrapping_mul(cfg.step_ms)),
+            value: (i % 100) as i64,
+        };
+    }
     // The remainder is < keys, a u64, so the narrowing is exact. While the product
     // fits in 64 bits, 64-bit arithmetic gives the same result far faster than u128
     // division (a library call).
@@ -257,5 +294,42 @@ impl Source for GeneratorSource {
 
     fn is_bounded(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bursts follow W3 of the benchmark workloads: key k's events of burst b fall in
+    /// `[1200 b + k div 100, 1200 b + k div 100 + 990]`, 100 per burst, with 200 ms of
+    /// silence between bursts.
+    #[test]
+    fn bursts_are_w3() {
+        let g = GeneratorSource::builder()
+            .events(300_000)
+            .keys(1000)
+            .bursts(true)
+            .build()
+            .expect("valid");
+        let mut per_key_burst = std::collections::HashMap::<(u64, i64), (i64, i64, u32)>::new();
+        for i in 0..300_000 {
+            let e = g.event(i);
+            assert_eq!(e.key, i % 1000);
+            assert_eq!(e.value, (i % 100) as i64);
+            let b = e.ts / 1200;
+            let r = per_key_burst
+                .entry((e.key, b))
+                .or_insert((i64::MAX, i64::MIN, 0));
+            *r = (r.0.min(e.ts), r.1.max(e.ts), r.2 + 1);
+        }
+        assert_eq!(per_key_burst.len(), 3000);
+        for ((k, b), (lo, hi, n)) in per_key_burst {
+            assert_eq!(n, 100, "key {k} burst {b}");
+            assert_eq!(lo, 1200 * b + (k / 100) as i64);
+            assert_eq!(hi, lo + 990);
+        }
+        assert_eq!(g.event(99_999).ts, 999);
+        assert_eq!(g.event(100_000).ts, 1200);
     }
 }

@@ -1,15 +1,22 @@
 //! Boundary conversions between the batch path of YAML jobs ([`RowBatch`]) and the row
-//! path ([`Row`]): where a row-based step (`key_by`, a window, a join, `enrich`, the
-//! log or Kafka sink, ...) follows a batch step, its batches become rows **once**, each
-//! row with its own event time (issue 18 step 3).
+//! path ([`Row`]): where a row-based step (a join, `enrich`, the log or Kafka sink, ...)
+//! follows a batch step, its batches become rows **once**, each row with its own event
+//! time (issue 18 step 3); where a step that runs on batches (a typed window, issue 18
+//! step 4) follows rows of a schema known at plan time (a file source's), the rows
+//! become batches of that schema ([`ToBatches`]).
 //!
 //! A row is a JSON object of the batch's fields in the schema's order, each cell as
 //! brook-sql's [`value_at`] gives it: the same row the row path makes for the same
 //! input (a map's computed fields after the input's, a replaced field in its place).
 
-use arrow_array::RecordBatch;
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::SchemaRef;
+use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
-use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
+use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
+use brook_sql::decode::{Format, RecordDecoder};
 use brook_sql::values::value_at;
 use serde_json::{Map, Value};
 
@@ -50,6 +57,94 @@ impl Operator for ToRows {
     }
 }
 
+/// Rows into one batch of a schema per engine batch, each row with its event time. A
+/// row that does not fit the schema (a field of another type) goes to `on_bad_record`
+/// with the field named, as a `filter` on rows does ([`crate::row_sql`]).
+#[derive(Debug)]
+pub struct ToBatches {
+    decoder: RecordDecoder,
+    bad: BadRecords,
+    /// The batch's rows as JSON text, one after another (reused across batches).
+    text: Vec<u8>,
+    /// Where each row's text ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl ToBatches {
+    /// Rows into batches of `schema`; those that do not fit go to `bad`.
+    pub fn new(schema: SchemaRef, bad: BadRecords) -> Self {
+        ToBatches {
+            decoder: RecordDecoder::new(schema, Format::Json),
+            bad,
+            text: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
+}
+
+impl Operator for ToBatches {
+    type In = Row;
+    type Out = RowBatch;
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<Row>,
+        ctx: &mut OperatorContext,
+        out: &mut Output<RowBatch>,
+    ) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.text.clear();
+        self.ends.clear();
+        for r in &batch {
+            serde_json::to_writer(&mut self.text, &r.value).map_err(OperatorError::other)?;
+            self.ends.push(self.text.len());
+        }
+        let mut start = 0;
+        let records: Vec<&[u8]> = self
+            .ends
+            .iter()
+            .map(|&end| {
+                let record = &self.text[start..end];
+                start = end;
+                record
+            })
+            .collect();
+        let decoded = self.decoder.decode(&records);
+        let position = ctx.info().to_string();
+        let mut bad = decoded.bad.iter().peekable();
+        let mut times = Vec::with_capacity(batch.len());
+        for (i, r) in batch.iter().enumerate() {
+            if let Some(b) = bad.next_if(|b| b.index == i) {
+                let reason = match &b.field {
+                    Some(f) => format!("field `{f}`: {}", b.reason),
+                    None => b.reason.clone(),
+                };
+                self.bad
+                    .handle(&String::from_utf8_lossy(records[i]), &position, &reason)?;
+            } else {
+                times.push(r.timestamp);
+            }
+        }
+        if decoded.batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let timestamps = times
+            .iter()
+            .any(Option::is_some)
+            .then(|| Arc::new(times.into_iter().collect::<Int64Array>()));
+        out.push(
+            RowBatch {
+                columns: decoded.batch,
+                timestamps,
+            }
+            .into_record(),
+        );
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -83,5 +178,27 @@ mod tests {
                 (json!({"item": null, "price": 40}), None),
             ]
         );
+    }
+
+    #[test]
+    fn rows_become_batches_and_misfits_are_bad_records() {
+        use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
+        use brook_core::element::StreamRecord;
+        let schema =
+            brook_sql::schema::declared([("item", "string"), ("price", "int64")]).expect("schema");
+        let counts = Arc::new(BadRecordCounts::default());
+        let bad = BadRecords::new(BadRecordPolicy::Skip, Arc::clone(&counts), None);
+        let rows = vec![
+            StreamRecord::with_timestamp(json!({"item": "milk", "price": 60}), 3),
+            StreamRecord::with_timestamp(json!({"item": "tea", "price": "cheap"}), 4),
+            StreamRecord::new(json!({"price": 40, "other": true})),
+        ];
+        let out = OperatorHarness::run_batch(ToBatches::new(schema, bad), rows).expect("runs");
+        assert_eq!(out.len(), 1);
+        let b = &out[0].value;
+        assert_eq!(row_at(&b.columns, 0), json!({"item": "milk", "price": 60}));
+        assert_eq!(row_at(&b.columns, 1), json!({"item": null, "price": 40}));
+        assert_eq!((b.timestamp(0), b.timestamp(1)), (Some(3), None));
+        assert_eq!(counts.total(), 1);
     }
 }

@@ -19,14 +19,16 @@ use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
-use brook_operators::batch_rows::ToRows;
+use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
+use brook_operators::group_key::GroupKey;
 use brook_operators::row::{join_rows, row_key, Row, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_batch::RowBatch;
 use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
+use brook_operators::typed_aggregate::KeyedRow;
 use brook_operators::window::WindowResult;
 
 use super::columnar::{self, BatchBlackhole, GeneratorBatches};
@@ -34,9 +36,10 @@ use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
 use super::{
-    connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat, Isolation,
-    KafkaAssignment, KafkaStartSpec, LookupErrorSpec, MissingSpec, ResolvedJoin, SinkSpec,
-    SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec, Watermarks,
+    connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat,
+    GeneratorPattern, Isolation, KafkaAssignment, KafkaStartSpec, LookupErrorSpec, MissingSpec,
+    ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec,
+    Watermarks, WindowStep,
 };
 
 /// A job ready to start, and what to report about it.
@@ -57,7 +60,8 @@ pub struct BuiltJob {
 #[derive(Clone)]
 enum Stream {
     Plain(DataStream<Row>),
-    Keyed(DataStream<Row>, Vec<String>),
+    /// A `key_by` step's input (`Plain` or `Batches`) and its key fields.
+    Keyed(Box<Stream>, Vec<String>),
     /// Batches of rows (the batch path, issue 18 step 3) of the named source or step:
     /// a `filter`/`map`/`select` takes them as they are, anything else gets rows.
     Batches(DataStream<RowBatch>, String),
@@ -71,7 +75,7 @@ impl Stream {
     fn plain(self) -> DataStream<Row> {
         match self {
             Stream::Plain(s) => s,
-            Stream::Keyed(s, fields) => key_by(s, fields).into_stream(),
+            Stream::Keyed(s, fields) => key_by(s.plain(), fields).into_stream(),
             Stream::Batches(s, name) => to_rows(s, &name),
         }
     }
@@ -80,6 +84,60 @@ impl Stream {
 /// The boundary of the batch path: batches into rows, chained to their producer.
 fn to_rows(s: DataStream<RowBatch>, producer: &str) -> DataStream<Row> {
     s.transform_chained(&format!("{producer}-rows"), |_| ToRows)
+}
+
+/// A window step planned on typed state (issue 18 step 4,
+/// [`brook_operators::batch_window`]): its input as batches (rows of a file source
+/// decoded into them first, misfits to the step's `on_bad_record`), keys and values
+/// taken from them, the engine's window operator on those, and its results as batches.
+fn typed_window(
+    input: Stream,
+    key_fields: Vec<String>,
+    w: &WindowStep,
+    name: &str,
+    parallelism: Option<u32>,
+    bad: BadRecords,
+) -> Result<Stream, SpecError> {
+    let columns = w
+        .columns
+        .clone()
+        .ok_or_else(|| SpecError::new(name, "not planned on typed state"))?;
+    let batches = match input {
+        Stream::Batches(s, _) => s,
+        other => {
+            let schema = Arc::clone(columns.input_schema());
+            other
+                .plain()
+                .transform_chained(&format!("{name}-batches"), move |_| {
+                    ToBatches::new(Arc::clone(&schema), bad.clone())
+                })
+        }
+    };
+    let c = Arc::clone(&columns);
+    let keyed_rows = batches.transform_chained(&format!("{name}-keys"), move |_| c.to_keyed_rows());
+    let keyed = if key_fields.is_empty() {
+        // One window for all rows (Flink's windowAll): one key, one subtask.
+        keyed_rows.key_by(|_: &KeyedRow| GroupKey::Int(None))
+    } else {
+        keyed_rows.key_by(|r: &KeyedRow| r.key.clone())
+    };
+    let mut ws = keyed
+        .window(w.assigner)
+        .allowed_lateness(w.allowed_lateness_ms)
+        .name(name);
+    if let Some(t) = w.trigger {
+        ws = ws.trigger(t);
+    }
+    match parallelism {
+        Some(p) => ws = ws.set_parallelism(p),
+        None if key_fields.is_empty() => ws = ws.set_parallelism(1),
+        None => {}
+    }
+    let results = ws.aggregate(columns.aggregate());
+    let batches = results.transform_chained(&format!("{name}-batches-out"), move |_| {
+        columns.results_to_batch()
+    });
+    Ok(Stream::Batches(batches, name.to_string()))
 }
 
 /// The watermark strategy of a source of rows.
@@ -372,6 +430,7 @@ fn build_with(
                 start_ms,
                 step_ms,
                 rate,
+                pattern,
                 parallelism,
                 ..
             } => {
@@ -379,7 +438,8 @@ fn build_with(
                     .events(*count)
                     .keys(keys.unwrap_or(10_000))
                     .start_ms(start_ms.unwrap_or(0))
-                    .step_ms(step_ms.unwrap_or(1));
+                    .step_ms(step_ms.unwrap_or(1))
+                    .bursts(*pattern == Some(GeneratorPattern::Bursts));
                 if let Some(r) = rate {
                     b = b.rate(*r);
                 }
@@ -603,12 +663,26 @@ fn build_with(
                     )
                 }))
             }
-            StepOp::KeyBy(fields) => Stream::Keyed(input.plain(), fields.clone()),
+            StepOp::KeyBy(fields) => {
+                // Batches stay batches until a consumer partitions them.
+                let inner = match input {
+                    b @ Stream::Batches(..) => b,
+                    other => Stream::Plain(other.plain()),
+                };
+                Stream::Keyed(Box::new(inner), fields.clone())
+            }
+            StepOp::Window(w) if w.columns.is_some() => {
+                let (inner, key_fields) = match input {
+                    Stream::Keyed(s, f) => (*s, f),
+                    other => (other, Vec::new()),
+                };
+                typed_window(inner, key_fields, w, &step.name, step.parallelism, handler)?
+            }
             StepOp::Union => input,
             StepOp::Window(w) => {
                 // Without key_by: one window for all rows (Flink's windowAll).
                 let (rows, key_fields) = match input {
-                    Stream::Keyed(s, f) => (s, f),
+                    Stream::Keyed(s, f) => (s.plain(), f),
                     other => (other.plain(), Vec::new()),
                 };
                 let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())
@@ -800,7 +874,7 @@ where
     F: Fn() -> O + Send + Sync + 'static,
 {
     match input {
-        Stream::Keyed(s, fields) => key_by(s, fields).transform(name, move |_| make()),
+        Stream::Keyed(s, fields) => key_by(s.plain(), fields).transform(name, move |_| make()),
         other => other.plain().transform(name, move |_| make()),
     }
 }

@@ -321,6 +321,11 @@ pub enum SourceSpec {
         /// Events per second over all readers; as fast as possible when absent.
         #[serde(default)]
         rate: Option<f64>,
+        /// `spread` (default): key `(i * 2654435761) mod keys`, time `start_ms + i *
+        /// step_ms`; `bursts`: key `i mod keys`, bursts of 100,000 events over 1000 steps
+        /// then 200 steps of silence (the W1 and W3 workloads of the benchmarks).
+        #[serde(default)]
+        pattern: Option<GeneratorPattern>,
         /// Parallel generators.
         #[serde(default)]
         parallelism: Option<u32>,
@@ -332,6 +337,16 @@ pub enum SourceSpec {
         #[serde(default)]
         watermark: Option<WatermarkSpec>,
     },
+}
+
+/// How a generator spreads its events (see `SourceSpec::Generator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GeneratorPattern {
+    /// Keys spread by a multiplicative hash, one event per step.
+    Spread,
+    /// Keys in turn, in bursts with silence between them.
+    Bursts,
 }
 
 impl SourceSpec {
@@ -1140,6 +1155,8 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     let mut source_time = Vec::with_capacity(spec.sources.len());
     // The schema of each source's and step's rows, where known at plan time.
     let mut schemas: HashMap<String, Option<arrow_schema::SchemaRef>> = HashMap::new();
+    // The key fields of each `key_by` step: a window reading one is keyed by them.
+    let mut key_steps: HashMap<String, Vec<String>> = HashMap::new();
     let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
     for (i, s) in spec.sources.iter().enumerate() {
         let field = format!("sources[{i}] ({})", s.name());
@@ -1359,6 +1376,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 allowed_lateness_ms,
                 aggregates: time::aggregates(&format!("{field}.aggregate"), aggregate)?,
                 late_output: s.late_output.clone(),
+                columns: None,
             }))
         } else if let Some(f) = &s.filter {
             StepOp::Sql(SqlStep::Filter(f.clone()), None)
@@ -1435,7 +1453,22 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 if let Some(schema) = &input_schema {
                     check_fields(&format!("{field}.key_by"), &keys, schema)?;
                 }
+                key_steps.insert(name.clone(), keys.clone());
                 (StepOp::KeyBy(keys), input_schema)
+            }
+            StepOp::Window(mut w) => {
+                let keys = match inputs.as_slice() {
+                    [one] => key_steps.get(one).cloned().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                let out = match &input_schema {
+                    Some(schema) => {
+                        plan_window(&field, &mut w, schema, &keys)?;
+                        w.columns.as_ref().map(|c| Arc::clone(c.output_schema()))
+                    }
+                    None => None,
+                };
+                (StepOp::Window(w), out)
             }
             StepOp::Union => (StepOp::Union, input_schema),
             StepOp::Join(j) => {
@@ -1450,7 +1483,8 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 };
                 (StepOp::Join(j), out)
             }
-            // Not derived yet (issue 18): planned downstream on the first batch.
+            // Not derived yet (issue 18): planned downstream on the first batch; a window
+            // whose input schema is unknown or that needs the row path too.
             other => (other, None),
         };
         schemas.insert(name.clone(), output_schema);
@@ -1634,6 +1668,29 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     })
 }
 
+/// Checks a window step's aggregates against its input `schema` (a field the input
+/// lacks, `sum`/`avg` of a field that is not a number: plan-time errors) and plans it on
+/// typed state (issue 18 step 4) when it can be: every aggregate typed and no
+/// `late_output` (late rows leave whole, which typed state does not keep).
+fn plan_window(
+    field: &str,
+    w: &mut WindowStep,
+    schema: &arrow_schema::SchemaRef,
+    keys: &[String],
+) -> Result<(), SpecError> {
+    use brook_operators::batch_window::{WindowColumns, WindowPlanError};
+    match WindowColumns::plan(schema, keys, &w.aggregates) {
+        Ok(planned) => {
+            w.columns = planned.filter(|_| w.late_output.is_none()).map(Arc::new);
+            Ok(())
+        }
+        Err(WindowPlanError::Key(reason)) => Err(SpecError::new(format!("{field}.key_by"), reason)),
+        Err(WindowPlanError::Aggregate(name, reason)) => {
+            Err(SpecError::new(format!("{field}.aggregate.{name}"), reason))
+        }
+    }
+}
+
 /// Checks that a step's `late_output` names a sink without an `input` of its own.
 fn check_late_output(spec: &JobSpec, field: &str, late: &str) -> Result<(), SpecError> {
     match spec.sinks.iter().find(|k| k.name() == late) {
@@ -1731,6 +1788,8 @@ pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_window_tests;
 
 /// `assignment: group`: a group, the only source, and Kafka sinks only (each
 /// partition's job runs in whichever process holds the partition).

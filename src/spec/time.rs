@@ -325,6 +325,9 @@ pub(crate) struct WindowStep {
     pub(crate) allowed_lateness_ms: Millis,
     pub(crate) aggregates: Vec<(String, AggSpec)>,
     pub(crate) late_output: Option<String>,
+    /// The step planned on typed state, when its input schema is known at plan time and
+    /// it can be (issue 18 step 4); on JSON rows otherwise.
+    pub(crate) columns: Option<std::sync::Arc<brook_operators::batch_window::WindowColumns>>,
 }
 
 /// Reads a map in its order, refusing a key given twice (YAML would keep the last one

@@ -1,0 +1,512 @@
+//! The aggregates of a YAML window step on typed state (issue 18 step 4): with the
+//! input's schema known at plan time, each aggregate reads one typed column and keeps a
+//! typed accumulator, instead of JSON values ([`crate::row_aggregate`], the row path).
+//!
+//! A row travels to the window as a [`KeyedRow`]: its key ([`GroupKey`]) and the one
+//! value ([`Cell`]) each aggregate with a field reads, inline (no allocation per row).
+//! The accumulator of a key and window is one [`AccCell`] per aggregate, inline too.
+//!
+//! # Which aggregates (the rest stay on the row path)
+//! `count()`; `count(f)` of a field of any type; `sum`, `avg`, `min`, `max` of an
+//! `int64` or `float64` field. The results are those of the row path
+//! ([`crate::row_aggregate`]'s semantics, as SQL): `count` an `int64`; `sum` of the
+//! field's type, `null` over no values; `avg` a `float64`, `null` over no values;
+//! `min`/`max` of the field's type, the first of equal values kept. One difference, as
+//! Flink's `SUM(BIGINT)`: the sum of an `int64` field wraps on overflow (the row path
+//! turns it into a float), docs/semantics.md §5a.
+//!
+//! Mistakes in the aggregate list are plan-time errors when the schema is known
+//! ([`plan_aggregates`]): a field the input lacks, `sum`/`avg` of a field that is not a
+//! number.
+
+use arrow_schema::{DataType, Schema};
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::group_key::GroupKey;
+use crate::row_aggregate::{AggFunc, AggSpec};
+use crate::window::AggregateFunction;
+
+/// One value an aggregate reads from a row.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Cell {
+    /// `null`.
+    Null,
+    /// An `int64` value, or `1` for a non-null value `count(f)` reads of another type.
+    Int(i64),
+    /// A `float64` value.
+    Float(f64),
+}
+
+/// The values of one row's aggregates (those with a field, in aggregate order).
+pub type Cells = SmallVec<[Cell; 2]>;
+
+/// A row on its way to a typed window: its key and the values its aggregates read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedRow {
+    /// The key fields' values.
+    pub key: GroupKey,
+    /// One value per aggregate that reads a field, in aggregate order.
+    pub cells: Cells,
+}
+
+/// What an aggregate reads from its column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// Whether the value is null (`count(f)` of a non-numeric field).
+    Presence,
+    /// An `int64` column.
+    Int,
+    /// A `float64` column.
+    Float,
+}
+
+/// An aggregate of a typed window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedFunc {
+    /// `count()`.
+    CountRows,
+    /// `count(f)`.
+    CountValues,
+    /// `sum(f)`, `avg(f)`, `min(f)`, `max(f)` of an `int64` field.
+    Int(AggFunc),
+    /// The same of a `float64` field.
+    Float(AggFunc),
+}
+
+/// One aggregate: its output name, function and input column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedAgg {
+    /// The output field.
+    pub name: String,
+    /// The function.
+    pub func: TypedFunc,
+    /// The input column it reads and how (`None` for `count()`).
+    pub column: Option<(usize, Read)>,
+}
+
+impl TypedAgg {
+    /// The type of its output column.
+    pub fn output_type(&self) -> DataType {
+        match self.func {
+            TypedFunc::CountRows | TypedFunc::CountValues => DataType::Int64,
+            TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(_) => DataType::Float64,
+            TypedFunc::Int(_) => DataType::Int64,
+        }
+    }
+}
+
+/// Checks `aggregates` (output name, aggregate) against the window's input `schema`,
+/// and plans them on typed state when every one can be.
+///
+/// Returns `Ok(None)` when some aggregate needs the row path (`first`, `last`,
+/// `count_distinct`, or `min`/`max` of a field that is not `int64` or `float64`).
+///
+/// # Errors
+/// (output name, reason) for a field the schema lacks, or `sum`/`avg` of a field that
+/// is not a number.
+pub fn plan_aggregates(
+    schema: &Schema,
+    aggregates: &[(String, AggSpec)],
+) -> Result<Option<Vec<TypedAgg>>, (String, String)> {
+    let mut planned = Vec::with_capacity(aggregates.len());
+    let mut typed = true;
+    for (name, spec) in aggregates {
+        let Some(field) = &spec.field else {
+            planned.push(TypedAgg {
+                name: name.clone(),
+                func: TypedFunc::CountRows,
+                column: None,
+            });
+            continue;
+        };
+        let Ok(i) = schema.index_of(field) else {
+            let fields: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err((
+                name.clone(),
+                format!(
+                    "{spec}: unknown field `{field}` (the input has {})",
+                    fields.join(", ")
+                ),
+            ));
+        };
+        let ty = schema.field(i).data_type();
+        let numeric = ty.is_numeric();
+        if matches!(spec.func, AggFunc::Sum | AggFunc::Avg) && !numeric {
+            return Err((
+                name.clone(),
+                format!("{spec}: `{field}` is {ty}, not a number"),
+            ));
+        }
+        let (func, read) = match (spec.func, ty) {
+            (AggFunc::Count, DataType::Int64) => (TypedFunc::CountValues, Read::Int),
+            (AggFunc::Count, DataType::Float64) => (TypedFunc::CountValues, Read::Float),
+            (AggFunc::Count, _) => (TypedFunc::CountValues, Read::Presence),
+            (f @ (AggFunc::Sum | AggFunc::Avg | AggFunc::Min | AggFunc::Max), DataType::Int64) => {
+                (TypedFunc::Int(f), Read::Int)
+            }
+            (
+                f @ (AggFunc::Sum | AggFunc::Avg | AggFunc::Min | AggFunc::Max),
+                DataType::Float64,
+            ) => (TypedFunc::Float(f), Read::Float),
+            _ => {
+                typed = false;
+                continue;
+            }
+        };
+        planned.push(TypedAgg {
+            name: name.clone(),
+            func,
+            column: Some((i, read)),
+        });
+    }
+    Ok(typed.then_some(planned))
+}
+
+/// One aggregate's accumulator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum AccCell {
+    /// `count()`, `count(f)`.
+    Count(i64),
+    /// `sum`/`avg` of integers: exact (2^64 values of at most 2^63 cannot overflow it).
+    IntSum {
+        /// The sum.
+        sum: i128,
+        /// The values summed.
+        n: i64,
+    },
+    /// `sum`/`avg` of floats.
+    FloatSum {
+        /// The sum.
+        sum: f64,
+        /// The values summed.
+        n: i64,
+    },
+    /// `min`/`max` of integers.
+    IntPick(Option<i64>),
+    /// `min`/`max` of floats.
+    FloatPick(Option<f64>),
+}
+
+/// A typed window's accumulator: one cell per aggregate, inline for up to two.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypedAcc(SmallVec<[AccCell; 2]>);
+
+// As a sequence of cells, by hand: smallvec's `serde` feature would rebuild every crate
+// that uses smallvec (parking_lot's dependents, DataFusion among them).
+impl Serialize for TypedAcc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for TypedAcc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<AccCell>::deserialize(d).map(|v| TypedAcc(v.into_iter().collect()))
+    }
+}
+
+/// A typed window's result: one value per aggregate.
+pub type TypedResult = SmallVec<[Cell; 4]>;
+
+/// The aggregates of a typed window step.
+#[derive(Debug, Clone)]
+pub struct TypedAggregate {
+    aggs: Vec<(TypedFunc, Option<usize>)>,
+}
+
+impl TypedAggregate {
+    /// The aggregates `planned` (by [`plan_aggregates`]); the `k`-th with a column reads
+    /// `cells[k]` of each row.
+    pub fn new(planned: &[TypedAgg]) -> TypedAggregate {
+        let mut slot = 0;
+        let aggs = planned
+            .iter()
+            .map(|a| {
+                let s = a.column.map(|_| {
+                    slot += 1;
+                    slot - 1
+                });
+                (a.func, s)
+            })
+            .collect();
+        TypedAggregate { aggs }
+    }
+}
+
+/// Whether `new` replaces `cur` as the `min` (`max` false) or `max`: strictly further in
+/// that direction (the first of equal values is kept).
+#[inline]
+fn beats<T: PartialOrd>(new: T, cur: T, max: bool) -> bool {
+    if max {
+        new > cur
+    } else {
+        new < cur
+    }
+}
+
+impl AggregateFunction<KeyedRow> for TypedAggregate {
+    type Acc = TypedAcc;
+    type Out = TypedResult;
+
+    fn create_accumulator(&self) -> TypedAcc {
+        TypedAcc(
+            self.aggs
+                .iter()
+                .map(|(f, _)| match f {
+                    TypedFunc::CountRows | TypedFunc::CountValues => AccCell::Count(0),
+                    TypedFunc::Int(AggFunc::Sum | AggFunc::Avg) => AccCell::IntSum { sum: 0, n: 0 },
+                    TypedFunc::Float(AggFunc::Sum | AggFunc::Avg) => {
+                        AccCell::FloatSum { sum: 0.0, n: 0 }
+                    }
+                    TypedFunc::Int(_) => AccCell::IntPick(None),
+                    TypedFunc::Float(_) => AccCell::FloatPick(None),
+                })
+                .collect(),
+        )
+    }
+
+    #[inline]
+    fn add(&self, acc: &mut TypedAcc, row: &KeyedRow) {
+        for ((func, slot), cell) in self.aggs.iter().zip(acc.0.iter_mut()) {
+            let value = match slot {
+                Some(s) => row.cells.get(*s).copied().unwrap_or(Cell::Null),
+                None => Cell::Int(1),
+            };
+            match (cell, value) {
+                (_, Cell::Null) => {}
+                (AccCell::Count(c), _) => *c += 1,
+                (AccCell::IntSum { sum, n }, Cell::Int(v)) => {
+                    *sum += i128::from(v);
+                    *n += 1;
+                }
+                (AccCell::FloatSum { sum, n }, Cell::Float(v)) => {
+                    *sum += v;
+                    *n += 1;
+                }
+                (AccCell::IntPick(cur), Cell::Int(v)) => {
+                    let max = matches!(func, TypedFunc::Int(AggFunc::Max));
+                    if cur.is_none_or(|c| beats(v, c, max)) {
+                        *cur = Some(v);
+                    }
+                }
+                (AccCell::FloatPick(cur), Cell::Float(v)) => {
+                    let max = matches!(func, TypedFunc::Float(AggFunc::Max));
+                    if cur.is_none_or(|c| beats(v, c, max)) {
+                        *cur = Some(v);
+                    }
+                }
+                // A value of another type than planned: the conversion reads each
+                // column by its planned type, so none comes.
+                _ => {}
+            }
+        }
+    }
+
+    fn merge(&self, acc: &mut TypedAcc, other: TypedAcc) {
+        for (((func, _), cell), o) in self.aggs.iter().zip(acc.0.iter_mut()).zip(other.0) {
+            match (cell, o) {
+                (AccCell::Count(c), AccCell::Count(d)) => *c += d,
+                (AccCell::IntSum { sum, n }, AccCell::IntSum { sum: s, n: m }) => {
+                    *sum = sum.saturating_add(s);
+                    *n += m;
+                }
+                (AccCell::FloatSum { sum, n }, AccCell::FloatSum { sum: s, n: m }) => {
+                    *sum += s;
+                    *n += m;
+                }
+                (AccCell::IntPick(cur), AccCell::IntPick(Some(v))) => {
+                    let max = matches!(func, TypedFunc::Int(AggFunc::Max));
+                    if cur.is_none_or(|c| beats(v, c, max)) {
+                        *cur = Some(v);
+                    }
+                }
+                (AccCell::FloatPick(cur), AccCell::FloatPick(Some(v))) => {
+                    let max = matches!(func, TypedFunc::Float(AggFunc::Max));
+                    if cur.is_none_or(|c| beats(v, c, max)) {
+                        *cur = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn get_result(&self, acc: &TypedAcc) -> TypedResult {
+        self.aggs
+            .iter()
+            .zip(acc.0.iter())
+            .map(|((func, _), cell)| match (func, *cell) {
+                (_, AccCell::Count(c)) => Cell::Int(c),
+                (_, AccCell::IntSum { n: 0, .. } | AccCell::FloatSum { n: 0, .. }) => Cell::Null,
+                (TypedFunc::Int(AggFunc::Avg), AccCell::IntSum { sum, n }) => {
+                    Cell::Float(sum as f64 / n as f64)
+                }
+                // Wraps as a Java `long` (Flink's SUM(BIGINT)): the low 64 bits.
+                (_, AccCell::IntSum { sum, .. }) => Cell::Int(sum as i64),
+                (TypedFunc::Float(AggFunc::Avg), AccCell::FloatSum { sum, n }) => {
+                    Cell::Float(sum / n as f64)
+                }
+                (_, AccCell::FloatSum { sum, .. }) => Cell::Float(sum),
+                (_, AccCell::IntPick(v)) => v.map_or(Cell::Null, Cell::Int),
+                (_, AccCell::FloatPick(v)) => v.map_or(Cell::Null, Cell::Float),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::Field;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("item", DataType::Utf8, true),
+        ])
+    }
+
+    fn aggs(list: &[(&str, &str)]) -> Vec<(String, AggSpec)> {
+        list.iter()
+            .map(|(n, s)| (n.to_string(), AggSpec::parse(s).expect("parses")))
+            .collect()
+    }
+
+    fn run(list: &[(&str, &str)], rows: &[&[Cell]]) -> TypedResult {
+        let planned = plan_aggregates(&schema(), &aggs(list))
+            .expect("valid")
+            .expect("typed");
+        let f = TypedAggregate::new(&planned);
+        let mut acc = f.create_accumulator();
+        for cells in rows {
+            let row = KeyedRow {
+                key: GroupKey::Int(None),
+                cells: cells.iter().copied().collect(),
+            };
+            f.add(&mut acc, &row);
+        }
+        f.get_result(&acc)
+    }
+
+    #[test]
+    fn results_follow_sql() {
+        let got = run(
+            &[
+                ("c", "count()"),
+                ("cn", "count(n)"),
+                ("s", "sum(n)"),
+                ("a", "avg(n)"),
+                ("lo", "min(x)"),
+                ("hi", "max(x)"),
+                ("ci", "count(item)"),
+            ],
+            &[
+                &[
+                    Cell::Int(4),
+                    Cell::Int(4),
+                    Cell::Int(4),
+                    Cell::Float(2.5),
+                    Cell::Float(2.5),
+                    Cell::Int(1),
+                ],
+                &[
+                    Cell::Null,
+                    Cell::Null,
+                    Cell::Null,
+                    Cell::Float(-1.0),
+                    Cell::Float(-1.0),
+                    Cell::Null,
+                ],
+                &[
+                    Cell::Int(-1),
+                    Cell::Int(-1),
+                    Cell::Int(-1),
+                    Cell::Null,
+                    Cell::Null,
+                    Cell::Int(1),
+                ],
+            ],
+        );
+        assert_eq!(
+            got.as_slice(),
+            [
+                Cell::Int(3),
+                Cell::Int(2),
+                Cell::Int(3),
+                Cell::Float(1.5),
+                Cell::Float(-1.0),
+                Cell::Float(2.5),
+                Cell::Int(2)
+            ]
+        );
+    }
+
+    #[test]
+    fn no_values_give_null_and_int_sums_wrap_as_flink() {
+        let got = run(&[("s", "sum(n)"), ("a", "avg(x)"), ("m", "min(n)")], &[]);
+        assert_eq!(got.as_slice(), [Cell::Null, Cell::Null, Cell::Null]);
+        let got = run(
+            &[("s", "sum(n)")],
+            &[&[Cell::Int(i64::MAX)], &[Cell::Int(1)]],
+        );
+        assert_eq!(got.as_slice(), [Cell::Int(i64::MIN)]);
+    }
+
+    #[test]
+    fn merging_equals_adding_everything_to_one() {
+        let planned = plan_aggregates(
+            &schema(),
+            &aggs(&[
+                ("c", "count()"),
+                ("s", "sum(x)"),
+                ("m", "max(n)"),
+                ("a", "avg(n)"),
+            ]),
+        )
+        .expect("valid")
+        .expect("typed");
+        let f = TypedAggregate::new(&planned);
+        let rows: Vec<KeyedRow> = (0..10)
+            .map(|i| KeyedRow {
+                key: GroupKey::Int(Some(1)),
+                cells: [
+                    Cell::Float(f64::from(i) / 4.0),
+                    Cell::Int(i64::from(i % 7)),
+                    Cell::Int(i64::from(i)),
+                ]
+                .into_iter()
+                .collect(),
+            })
+            .collect();
+        let mut all = f.create_accumulator();
+        rows.iter().for_each(|r| f.add(&mut all, r));
+        let (mut a, mut b) = (f.create_accumulator(), f.create_accumulator());
+        rows[..4].iter().for_each(|r| f.add(&mut a, r));
+        rows[4..].iter().for_each(|r| f.add(&mut b, r));
+        f.merge(&mut a, b);
+        assert_eq!(f.get_result(&a), f.get_result(&all));
+    }
+
+    #[test]
+    fn mistakes_are_named_and_other_aggregates_need_rows() {
+        let err = plan_aggregates(&schema(), &aggs(&[("t", "sum(nosuch)")])).expect_err("unknown");
+        assert_eq!(
+            err,
+            (
+                "t".to_string(),
+                "sum(nosuch): unknown field `nosuch` (the input has n, x, item)".to_string()
+            )
+        );
+        let err = plan_aggregates(&schema(), &aggs(&[("t", "avg(item)")])).expect_err("string");
+        assert_eq!(err.1, "avg(item): `item` is Utf8, not a number");
+        for rows_only in ["first(n)", "last(x)", "count_distinct(n)", "min(item)"] {
+            assert_eq!(
+                plan_aggregates(&schema(), &aggs(&[("t", rows_only)])),
+                Ok(None),
+                "{rows_only}"
+            );
+        }
+    }
+}

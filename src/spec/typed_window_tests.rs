@@ -1,0 +1,203 @@
+//! A window step on typed state (issue 18 step 4) gives the rows the row path gives,
+//! on random input: keys of two types with nulls, values with nulls, out-of-order
+//! times, late rows, each window kind and allowed lateness.
+
+use std::path::Path;
+
+use brook_engine::JobConfig;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// One input row: key, value, time.
+type Event = (Option<u8>, Option<i64>, i64);
+
+fn events() -> impl Strategy<Value = Vec<Event>> {
+    prop::collection::vec(
+        (
+            prop::option::weighted(0.9, 0u8..4),
+            prop::option::weighted(0.8, -50i64..50),
+            -400i64..400,
+        ),
+        1..120,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (k, v, jitter))| (k, v, (i as i64 * 37 + jitter).max(0)))
+            .collect()
+    })
+}
+
+fn job(dir: &Path, window: &str, lateness: i64, key_type: &str, float_values: bool) -> String {
+    let out = dir.join("out.jsonl");
+    let input = dir.join("in.jsonl");
+    let schema = format!(
+        "{{k: {key_type}, v: {}, ts: int64}}",
+        if float_values { "float64" } else { "int64" }
+    );
+    format!(
+        r#"
+name: typed
+sources:
+  - name: in
+    connector: file
+    path: {}
+    schema: {schema}
+    event_time: ts
+    watermark: {{out_of_orderness: 100}}
+steps:
+  - key_by: [k]
+  - name: w
+    window: {window}
+    allowed_lateness: {lateness}
+    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v)}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+        input.display(),
+        out.display()
+    )
+}
+
+/// The job's output rows, sorted; on typed state or (`rows`) on the row path.
+fn run(yaml: &str, out: &Path, rows: bool) -> Vec<String> {
+    let mut valid = validate(parse(yaml).expect("parses")).expect("valid");
+    for s in &mut valid.steps {
+        if let StepOp::Window(w) = &mut s.op {
+            assert!(w.columns.is_some(), "planned on typed state");
+            if rows {
+                w.columns = None;
+            }
+        }
+    }
+    let built = build(&valid, JobConfig::with_parallelism(1), None).expect("builds");
+    built.env.execute("typed").expect("runs");
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let _ = std::fs::remove_file(out);
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            // One form per number (the row path writes a count as u64, the same value).
+            let v: Value = serde_json::from_str(l).expect("json");
+            v.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn typed_windows_emit_what_the_row_path_emits(
+        events in events(),
+        window in prop::sample::select(vec![
+            "{kind: tumbling, size: 1000}",
+            "{kind: hopping, size: 1000, slide: 400}",
+            "{kind: session, gap: 150}",
+        ]),
+        lateness in prop::sample::select(vec![0i64, 300]),
+        string_keys in any::<bool>(),
+        float_values in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text: String = events
+            .iter()
+            .map(|(k, v, ts)| {
+                let k = match (k, string_keys) {
+                    (None, _) => Value::Null,
+                    (Some(k), true) => json!(format!("key-{k}")),
+                    (Some(k), false) => json!(k),
+                };
+                let v = match (v, float_values) {
+                    (None, _) => Value::Null,
+                    (Some(v), true) => json!(*v as f64 / 4.0),
+                    (Some(v), false) => json!(v),
+                };
+                format!("{}\n", json!({"k": k, "v": v, "ts": ts}))
+            })
+            .collect();
+        std::fs::write(dir.path().join("in.jsonl"), text).expect("write");
+        let key_type = if string_keys { "string" } else { "int64" };
+        let yaml = job(dir.path(), window, lateness, key_type, float_values);
+        let out = dir.path().join("out.jsonl");
+        let typed = run(&yaml, &out, false);
+        let rows = run(&yaml, &out, true);
+        prop_assert!(!typed.is_empty());
+        prop_assert_eq!(typed, rows);
+    }
+}
+
+/// A window after a generator runs on batches from the source to a `blackhole`: no
+/// vertex turns its rows into JSON.
+#[test]
+fn a_generated_window_job_stays_on_batches() {
+    let yaml = r#"
+name: w1
+sources:
+  - {name: events, connector: generator, count: 20000, keys: 100, event_time: ts, watermark: {out_of_orderness: 0}}
+steps:
+  - key_by: [key]
+  - {name: w, window: {kind: tumbling, size: 1000}, aggregate: {count: count(), sum: sum(value)}}
+  - {name: big, filter: "count > 5"}
+sinks:
+  - {name: out, connector: blackhole}
+"#;
+    let valid = validate(parse(yaml).expect("parses")).expect("valid");
+    let built = build(&valid, JobConfig::with_parallelism(1), None).expect("builds");
+    let result = built.env.execute("w1").expect("runs");
+    let names: Vec<&str> = result.vertices.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        !names.iter().any(|n| n.ends_with("-rows")),
+        "no boundary to rows: {names:?}"
+    );
+    let written = result
+        .vertices
+        .iter()
+        .find(|(n, _)| n == "out")
+        .map(|(_, t)| t.records_in);
+    // 20 windows of 1000 events over 100 keys: 10 per key and window.
+    assert_eq!(written, Some(2000));
+}
+
+/// With the schema known, an aggregate of a field the input lacks, or `sum` of a string,
+/// is an error before anything runs, naming the step and the aggregate.
+#[test]
+fn window_mistakes_are_plan_time_errors() {
+    let yaml = |agg: &str| {
+        format!(
+            r#"
+name: x
+sources:
+  - {{name: s, connector: log, topic: sales, schema: {{item: string, cents: int64, ts: int64}}, event_time: ts}}
+steps:
+  - key_by: [item]
+  - {{name: w, window: {{kind: tumbling, size: 1s}}, aggregate: {{{agg}}}}}
+sinks:
+  - {{name: o, connector: stdout}}
+"#
+        )
+    };
+    for (agg, want) in [
+        (
+            "total: sum(nosuch)",
+            "steps[1] (w).aggregate.total: sum(nosuch): unknown field `nosuch` (the input has item, cents, ts)",
+        ),
+        (
+            "total: avg(item)",
+            "steps[1] (w).aggregate.total: avg(item): `item` is Utf8, not a number",
+        ),
+    ] {
+        let err = validate(parse(&yaml(agg)).expect("parses")).expect_err(agg);
+        assert_eq!(err.to_string(), want);
+    }
+    // The row path's aggregates still plan (on rows).
+    let v = validate(parse(&yaml("first: first(item)")).expect("parses")).expect("valid");
+    assert!(v
+        .steps
+        .iter()
+        .all(|s| !matches!(&s.op, StepOp::Window(w) if w.columns.is_some())));
+}
