@@ -145,6 +145,20 @@ impl Runner {
     }
 
     /// What the runner logged so far.
+    /// Its Prometheus metrics, fetched with its token.
+    fn metrics(&self) -> String {
+        rt().block_on(async {
+            reqwest::Client::new()
+                .get(format!("{}/metrics", self.url))
+                .bearer_auth(&self.token)
+                .send()
+                .await?
+                .text()
+                .await
+        })
+        .expect("GET /metrics")
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -316,17 +330,7 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
     let id = runner.submit(&[&job_path]);
     runner.wait_for_checkpoint(&id, 1);
 
-    let metrics = rt()
-        .block_on(async {
-            reqwest::Client::new()
-                .get(format!("{}/metrics", runner.url))
-                .bearer_auth(&runner.token)
-                .send()
-                .await?
-                .text()
-                .await
-        })
-        .expect("GET /metrics");
+    let metrics = runner.metrics();
     for series in [
         format!("brook_job_up{{job=\"{id}\",name=\"windows\",state=\"RUNNING\"}} 1"),
         format!("brook_records_in_total{{job=\"{id}\",operator=\"per-second\"}}"),
@@ -343,20 +347,7 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
     wait_for(
         "the window's hot keys in /metrics",
         Duration::from_secs(20),
-        || {
-            let metrics = rt()
-                .block_on(async {
-                    reqwest::Client::new()
-                        .get(format!("{}/metrics", runner.url))
-                        .bearer_auth(&runner.token)
-                        .send()
-                        .await?
-                        .text()
-                        .await
-                })
-                .expect("GET /metrics");
-            metrics.contains(&rank1).then_some(())
-        },
+        || runner.metrics().contains(&rank1).then_some(()),
     );
     let out = run_brook(&mut runner.cli(&["job", &id]));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -942,24 +933,12 @@ fn metrics_of_a_runner_serving_the_log_count_segments_held_by_future_timestamps(
     brook_testkit::future_segment::segment_held_by_a_future_timestamp(&data, "t");
     let runner = Runner::start(&data, None);
     let held = "brook_log_segments_held_by_future_timestamps{topic=\"t\",partition=\"0\"}";
-    let scrape = || {
-        rt().block_on(async {
-            reqwest::Client::new()
-                .get(format!("{}/metrics", runner.url))
-                .bearer_auth(&runner.token)
-                .send()
-                .await?
-                .text()
-                .await
-        })
-        .expect("GET /metrics")
-    };
     // The log's retention pass runs every second.
     let body = wait_for(
         "the held segment in /metrics",
         Duration::from_secs(20),
         || {
-            let body = scrape();
+            let body = runner.metrics();
             (brook_testkit::metrics::metric(&body, held) == Some(1.0)).then_some(body)
         },
     );
