@@ -18,8 +18,9 @@
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`). Run without `--bench` (as `cargo
-//! test --all-targets` does) it only checks both sides on a small input.
+//! comma-separated list of `filter-map`, `W1`..`W4`), `BROOK_BENCH_SIDE` (`yaml` or
+//! `typed`: run one side only, for a profile). Run without `--bench` (as `cargo test
+//! --all-targets` does) it only checks both sides on a small input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
 use brook::core::time::process_cpu_secs;
@@ -280,6 +281,10 @@ fn compare(
             [("typed", typed), ("yaml", yaml)]
         };
         for (side, job) in order {
+            // For a profile of one side: `BROOK_BENCH_SIDE=yaml` (or `typed`).
+            if std::env::var("BROOK_BENCH_SIDE").is_ok_and(|s| s != side) {
+                continue;
+            }
             let (cpu, wall, rows) = timed(job);
             assert_eq!(rows, expected, "{label} {side}: rows reaching the sink");
             let cpu = cpu.unwrap_or(wall);

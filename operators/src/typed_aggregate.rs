@@ -163,29 +163,49 @@ pub fn plan_aggregates(
     Ok(typed.then_some(planned))
 }
 
-/// One aggregate's accumulator.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum AccCell {
-    /// `count()`, `count(f)`.
-    Count(i64),
-    /// `sum`/`avg` of integers: exact (2^64 values of at most 2^63 cannot overflow it).
-    IntSum {
-        /// The sum.
-        sum: i128,
-        /// The values summed.
-        n: i64,
-    },
-    /// `sum`/`avg` of floats.
-    FloatSum {
-        /// The sum.
-        sum: f64,
-        /// The values summed.
-        n: i64,
-    },
-    /// `min`/`max` of integers.
-    IntPick(Option<i64>),
-    /// `min`/`max` of floats.
-    FloatPick(Option<f64>),
+/// One aggregate's accumulator: two words, read by the aggregate's function (a tag
+/// per cell would make it three; the accumulators of a window's keys are most of its
+/// memory). All zero is empty for every function.
+///
+/// - `count`: `n` the count.
+/// - `sum` of integers: `v` the sum (wrapping, as a Java `long`), `n` the values.
+/// - `sum` of floats, `avg`: `v` the sum's `f64` bits, `n` the values (an integer
+///   field's values are added as floats: exact while the sum stays within 2^53).
+/// - `min`/`max`: `v` the value (an `i64`, or an `f64`'s bits), `n` 1 once there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AccCell {
+    v: u64,
+    n: i64,
+}
+
+impl AccCell {
+    #[inline]
+    fn float(self) -> f64 {
+        f64::from_bits(self.v)
+    }
+
+    #[inline]
+    fn add_float(&mut self, x: f64, n: i64) {
+        self.v = (self.float() + x).to_bits();
+        self.n += n;
+    }
+
+    /// Keeps `x` if it is the first value or beats the kept one.
+    #[inline]
+    fn pick_int(&mut self, x: i64, max: bool) {
+        if self.n == 0 || beats(x, self.v as i64, max) {
+            self.v = x as u64;
+            self.n = 1;
+        }
+    }
+
+    #[inline]
+    fn pick_float(&mut self, x: f64, max: bool) {
+        if self.n == 0 || beats(x, self.float(), max) {
+            self.v = x.to_bits();
+            self.n = 1;
+        }
+    }
 }
 
 /// A typed window's accumulator: one cell per aggregate, inline for up to two.
@@ -250,20 +270,7 @@ impl AggregateFunction<KeyedRow> for TypedAggregate {
     type Out = TypedResult;
 
     fn create_accumulator(&self) -> TypedAcc {
-        TypedAcc(
-            self.aggs
-                .iter()
-                .map(|(f, _)| match f {
-                    TypedFunc::CountRows | TypedFunc::CountValues => AccCell::Count(0),
-                    TypedFunc::Int(AggFunc::Sum | AggFunc::Avg) => AccCell::IntSum { sum: 0, n: 0 },
-                    TypedFunc::Float(AggFunc::Sum | AggFunc::Avg) => {
-                        AccCell::FloatSum { sum: 0.0, n: 0 }
-                    }
-                    TypedFunc::Int(_) => AccCell::IntPick(None),
-                    TypedFunc::Float(_) => AccCell::FloatPick(None),
-                })
-                .collect(),
-        )
+        TypedAcc(SmallVec::from_elem(AccCell::default(), self.aggs.len()))
     }
 
     #[inline]
@@ -273,29 +280,19 @@ impl AggregateFunction<KeyedRow> for TypedAggregate {
                 Some(s) => row.cells.get(*s).copied().unwrap_or(Cell::Null),
                 None => Cell::Int(1),
             };
-            match (cell, value) {
+            match (func, value) {
                 (_, Cell::Null) => {}
-                (AccCell::Count(c), _) => *c += 1,
-                (AccCell::IntSum { sum, n }, Cell::Int(v)) => {
-                    *sum += i128::from(v);
-                    *n += 1;
+                (TypedFunc::CountRows | TypedFunc::CountValues, _) => cell.n += 1,
+                (TypedFunc::Int(AggFunc::Sum), Cell::Int(v)) => {
+                    cell.v = (cell.v as i64).wrapping_add(v) as u64;
+                    cell.n += 1;
                 }
-                (AccCell::FloatSum { sum, n }, Cell::Float(v)) => {
-                    *sum += v;
-                    *n += 1;
+                (TypedFunc::Int(AggFunc::Avg), Cell::Int(v)) => cell.add_float(v as f64, 1),
+                (TypedFunc::Float(AggFunc::Sum | AggFunc::Avg), Cell::Float(v)) => {
+                    cell.add_float(v, 1);
                 }
-                (AccCell::IntPick(cur), Cell::Int(v)) => {
-                    let max = matches!(func, TypedFunc::Int(AggFunc::Max));
-                    if cur.is_none_or(|c| beats(v, c, max)) {
-                        *cur = Some(v);
-                    }
-                }
-                (AccCell::FloatPick(cur), Cell::Float(v)) => {
-                    let max = matches!(func, TypedFunc::Float(AggFunc::Max));
-                    if cur.is_none_or(|c| beats(v, c, max)) {
-                        *cur = Some(v);
-                    }
-                }
+                (TypedFunc::Int(f), Cell::Int(v)) => cell.pick_int(v, *f == AggFunc::Max),
+                (TypedFunc::Float(f), Cell::Float(v)) => cell.pick_float(v, *f == AggFunc::Max),
                 // A value of another type than planned: the conversion reads each
                 // column by its planned type, so none comes.
                 _ => {}
@@ -305,29 +302,18 @@ impl AggregateFunction<KeyedRow> for TypedAggregate {
 
     fn merge(&self, acc: &mut TypedAcc, other: TypedAcc) {
         for (((func, _), cell), o) in self.aggs.iter().zip(acc.0.iter_mut()).zip(other.0) {
-            match (cell, o) {
-                (AccCell::Count(c), AccCell::Count(d)) => *c += d,
-                (AccCell::IntSum { sum, n }, AccCell::IntSum { sum: s, n: m }) => {
-                    *sum = sum.saturating_add(s);
-                    *n += m;
+            match func {
+                TypedFunc::CountRows | TypedFunc::CountValues => cell.n += o.n,
+                TypedFunc::Int(AggFunc::Sum) => {
+                    cell.v = (cell.v as i64).wrapping_add(o.v as i64) as u64;
+                    cell.n += o.n;
                 }
-                (AccCell::FloatSum { sum, n }, AccCell::FloatSum { sum: s, n: m }) => {
-                    *sum += s;
-                    *n += m;
+                TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(AggFunc::Sum | AggFunc::Avg) => {
+                    cell.add_float(o.float(), o.n);
                 }
-                (AccCell::IntPick(cur), AccCell::IntPick(Some(v))) => {
-                    let max = matches!(func, TypedFunc::Int(AggFunc::Max));
-                    if cur.is_none_or(|c| beats(v, c, max)) {
-                        *cur = Some(v);
-                    }
-                }
-                (AccCell::FloatPick(cur), AccCell::FloatPick(Some(v))) => {
-                    let max = matches!(func, TypedFunc::Float(AggFunc::Max));
-                    if cur.is_none_or(|c| beats(v, c, max)) {
-                        *cur = Some(v);
-                    }
-                }
-                _ => {}
+                _ if o.n == 0 => {}
+                TypedFunc::Int(f) => cell.pick_int(o.v as i64, *f == AggFunc::Max),
+                TypedFunc::Float(f) => cell.pick_float(o.float(), *f == AggFunc::Max),
             }
         }
     }
@@ -336,20 +322,14 @@ impl AggregateFunction<KeyedRow> for TypedAggregate {
         self.aggs
             .iter()
             .zip(acc.0.iter())
-            .map(|((func, _), cell)| match (func, *cell) {
-                (_, AccCell::Count(c)) => Cell::Int(c),
-                (_, AccCell::IntSum { n: 0, .. } | AccCell::FloatSum { n: 0, .. }) => Cell::Null,
-                (TypedFunc::Int(AggFunc::Avg), AccCell::IntSum { sum, n }) => {
-                    Cell::Float(sum as f64 / n as f64)
+            .map(|((func, _), cell)| match func {
+                TypedFunc::CountRows | TypedFunc::CountValues => Cell::Int(cell.n),
+                _ if cell.n == 0 => Cell::Null,
+                TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(AggFunc::Avg) => {
+                    Cell::Float(cell.float() / cell.n as f64)
                 }
-                // Wraps as a Java `long` (Flink's SUM(BIGINT)): the low 64 bits.
-                (_, AccCell::IntSum { sum, .. }) => Cell::Int(sum as i64),
-                (TypedFunc::Float(AggFunc::Avg), AccCell::FloatSum { sum, n }) => {
-                    Cell::Float(sum / n as f64)
-                }
-                (_, AccCell::FloatSum { sum, .. }) => Cell::Float(sum),
-                (_, AccCell::IntPick(v)) => v.map_or(Cell::Null, Cell::Int),
-                (_, AccCell::FloatPick(v)) => v.map_or(Cell::Null, Cell::Float),
+                TypedFunc::Int(_) => Cell::Int(cell.v as i64),
+                TypedFunc::Float(_) => Cell::Float(cell.float()),
             })
             .collect()
     }
