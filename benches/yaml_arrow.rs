@@ -19,8 +19,10 @@
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
 //! comma-separated list of `filter-map`, `W1`..`W4`), `BROOK_BENCH_SIDE` (`yaml` or
-//! `typed`: run one side only, for a profile). Run without `--bench` (as `cargo test
-//! --all-targets` does) it only checks both sides on a small input.
+//! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
+//! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
+//! without `--bench` (as `cargo test --all-targets` does) it only checks every job on a
+//! small input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
 use brook::core::time::process_cpu_secs;
@@ -201,11 +203,21 @@ impl Workload {
         }
     }
 
-    fn yaml(self, n: u64) -> String {
+    /// The YAML job; with `rows`, its window on JSON rows (the path before issue 18 step
+    /// 4, which a `late_output` still takes) for a before/after figure.
+    fn yaml(self, n: u64, rows: bool) -> String {
         let pattern = if self == Workload::W3 {
             ", pattern: bursts"
         } else {
             ""
+        };
+        let (late, late_sink) = if rows {
+            (
+                ", late_output: late",
+                "\n  - {name: late, connector: blackhole}",
+            )
+        } else {
+            ("", "")
         };
         format!(
             r#"
@@ -214,9 +226,9 @@ sources:
   - {{name: events, connector: generator, count: {n}, keys: {keys}{pattern}, event_time: ts, watermark: {{out_of_orderness: 0}}}}
 steps:
   - key_by: [key]
-  - {{name: window, window: {window}, aggregate: {{count: count(), sum: sum(value)}}}}
+  - {{name: window, window: {window}, aggregate: {{count: count(), sum: sum(value)}}{late}}}
 sinks:
-  - {{name: out, connector: blackhole}}
+  - {{name: out, connector: blackhole, input: window}}{late_sink}
 "#,
             name = self.name(),
             keys = self.keys(),
@@ -333,11 +345,19 @@ fn main() {
         } else {
             100_000
         };
-        let yaml = w.yaml(n);
+        let yaml = w.yaml(n, false);
         let (y, t) = compare(w.name(), n, reps, w.rows(n), &|| run_yaml(&yaml), &|| {
             w.typed(n)
         });
         table.push((format!("{} (YAML window)", w.name()), n, y, t));
+        if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() || !bench {
+            let rows = w.yaml(n, true);
+            let label = format!("{} rows", w.name());
+            let (y, t) = compare(&label, n, reps, w.rows(n), &|| run_yaml(&rows), &|| {
+                w.typed(n)
+            });
+            table.push((format!("{} (window on rows)", w.name()), n, y, t));
+        }
     }
     if !bench {
         for (job, n, ..) in &table {

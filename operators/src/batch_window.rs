@@ -28,7 +28,8 @@ use crate::group_key::{GroupKey, KeyCodec};
 use crate::row_aggregate::AggSpec;
 use crate::row_batch::RowBatch;
 use crate::typed_aggregate::{
-    plan_aggregates, Cell, Cells, KeyedRow, Read, TypedAgg, TypedAggregate, TypedResult,
+    inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, TypedAgg, TypedAggregate,
+    TypedResult,
 };
 use crate::window::WindowResult;
 
@@ -199,7 +200,7 @@ impl Operator for ToKeyedRows {
             }
             out.reserve(rows.num_rows());
             for (row, key) in self.keys.drain(..).enumerate() {
-                let cells: Cells = cols.iter().map(|c| c.cell(row)).collect();
+                let cells: Cells = inline_collect(cols.iter().map(|c| c.cell(row)));
                 out.collect(KeyedRow { key, cells }, rows.timestamp(row));
             }
         }
