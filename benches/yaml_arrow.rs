@@ -21,7 +21,7 @@
 //! comma-separated list of `filter-map`, `W1`..`W4`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
-//! without `--bench` (as `cargo test --all-targets` does) it only checks every job on a
+//! without `--bench` (as `cargo test --all-targets` does) it only checks each job on a
 //! small input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
@@ -350,7 +350,7 @@ fn main() {
             w.typed(n)
         });
         table.push((format!("{} (YAML window)", w.name()), n, y, t));
-        if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() || !bench {
+        if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() {
             let rows = w.yaml(n, true);
             let label = format!("{} rows", w.name());
             let (y, t) = compare(&label, n, reps, w.rows(n), &|| run_yaml(&rows), &|| {
