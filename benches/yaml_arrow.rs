@@ -16,6 +16,9 @@
 //! YAML / typed. Both sides must deliver the same number of rows to their sink, the
 //! number workloads.md gives.
 //!
+//! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
+//! take a checkpoint every second (for the windows; filter + map has no state).
+//!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
 //! comma-separated list of `filter-map`, `W1`..`W4`), `BROOK_BENCH_SIDE` (`yaml` or
@@ -39,7 +42,8 @@ use brook::connectors::{GeneratorEvent, GeneratorSource};
 use brook::core::element::Batch;
 use brook::core::operator::{OpResult, SubtaskInfo};
 use brook::core::sink::{Sink, SinkWriter};
-use brook::engine::{JobConfig, StreamEnvironment};
+use brook::engine::{CheckpointConfig, JobConfig, StateBackendFactory, StreamEnvironment};
+use brook::state::RocksDbOptions;
 
 const KEYS: u64 = 10_000;
 
@@ -108,12 +112,29 @@ fn yaml_job(n: u64) -> u64 {
     run_yaml(&yaml(n))
 }
 
+/// The jobs' configuration: parallelism 1; with `BROOK_BENCH_STATE=rocksdb`, keyed state
+/// in RocksDB (`RocksDbOptions::default()`, as `brook run`) and a checkpoint every
+/// second, both under a fresh temporary directory (the same for the YAML and the typed
+/// side).
+fn config() -> (JobConfig, Option<tempfile::TempDir>) {
+    let mut config = JobConfig::with_parallelism(1);
+    if std::env::var("BROOK_BENCH_STATE").is_ok_and(|s| s == "rocksdb") {
+        let dir = tempfile::tempdir().unwrap();
+        config.state_backend =
+            StateBackendFactory::rocksdb(dir.path().join("state"), RocksDbOptions::default());
+        config.checkpoint = Some(CheckpointConfig::new(dir.path().join("checkpoints"), 1000));
+        return (config, Some(dir));
+    }
+    (config, None)
+}
+
 /// A YAML job (its sink named `out`) through `brook run`'s code path: rows reaching
 /// the sink.
 fn run_yaml(yaml: &str) -> u64 {
     let spec = brook::spec::parse(yaml).unwrap();
     let valid = brook::spec::validate(spec).unwrap();
-    let built = brook::spec::build(&valid, JobConfig::with_parallelism(1), None).unwrap();
+    let (config, _dir) = config();
+    let built = brook::spec::build(&valid, config, None).unwrap();
     let result = built.env.execute("yaml").unwrap();
     result
         .vertices
@@ -238,7 +259,8 @@ sinks:
 
     /// The typed job on the same generator: rows reaching the sink.
     fn typed(self, n: u64) -> u64 {
-        let env = StreamEnvironment::new(JobConfig::with_parallelism(1));
+        let (config, _dir) = config();
+        let env = StreamEnvironment::new(config);
         let sink = Discard::<WindowOut>::default();
         let source = GeneratorSource::builder()
             .events(n)
@@ -365,7 +387,12 @@ fn main() {
         }
         return;
     }
-    println!("yaml_arrow: x {reps} rounds, parallelism 1, in-memory state");
+    let state = if std::env::var("BROOK_BENCH_STATE").is_ok_and(|s| s == "rocksdb") {
+        "RocksDB state, checkpoints every 1 s"
+    } else {
+        "in-memory state"
+    };
+    println!("yaml_arrow: x {reps} rounds, parallelism 1, {state}");
     println!(
         "{:<22} {:>12} {:>16} {:>16} {:>8}",
         "job", "events", "YAML ev/CPU-s", "typed ev/CPU-s", "ratio"
