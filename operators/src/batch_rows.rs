@@ -9,19 +9,18 @@
 //! brook-sql's [`value_at`] gives it: the same row the row path makes for the same
 //! input (a map's computed fields after the input's, a replaced field in its place).
 
-use std::sync::Arc;
-
-use arrow_array::{Int64Array, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
-use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
+use brook_core::operator::{OpResult, Operator, OperatorContext, Output};
 use brook_sql::decode::{Format, RecordDecoder};
 use brook_sql::values::value_at;
 use serde_json::{Map, Value};
 
 use crate::row::Row;
-use crate::row_batch::RowBatch;
+use crate::row_batch::{row_times, RowBatch};
+use crate::row_sql::{misfit_reason, RowTexts};
 
 /// Row `row` of `columns` as a JSON object.
 pub fn row_at(columns: &RecordBatch, row: usize) -> Row {
@@ -64,10 +63,8 @@ impl Operator for ToRows {
 pub struct ToBatches {
     decoder: RecordDecoder,
     bad: BadRecords,
-    /// The batch's rows as JSON text, one after another (reused across batches).
-    text: Vec<u8>,
-    /// Where each row's text ends in `text`.
-    ends: Vec<usize>,
+    /// The rows of the batch at hand.
+    texts: RowTexts,
 }
 
 impl ToBatches {
@@ -76,8 +73,7 @@ impl ToBatches {
         ToBatches {
             decoder: RecordDecoder::new(schema, Format::Json),
             bad,
-            text: Vec::new(),
-            ends: Vec::new(),
+            texts: RowTexts::default(),
         }
     }
 }
@@ -95,34 +91,19 @@ impl Operator for ToBatches {
         if batch.is_empty() {
             return Ok(());
         }
-        self.text.clear();
-        self.ends.clear();
-        for r in &batch {
-            serde_json::to_writer(&mut self.text, &r.value).map_err(OperatorError::other)?;
-            self.ends.push(self.text.len());
-        }
-        let mut start = 0;
-        let records: Vec<&[u8]> = self
-            .ends
-            .iter()
-            .map(|&end| {
-                let record = &self.text[start..end];
-                start = end;
-                record
-            })
-            .collect();
+        self.texts.fill(&batch)?;
+        let records = self.texts.records();
         let decoded = self.decoder.decode(&records);
         let position = ctx.info().to_string();
         let mut bad = decoded.bad.iter().peekable();
         let mut times = Vec::with_capacity(batch.len());
         for (i, r) in batch.iter().enumerate() {
             if let Some(b) = bad.next_if(|b| b.index == i) {
-                let reason = match &b.field {
-                    Some(f) => format!("field `{f}`: {}", b.reason),
-                    None => b.reason.clone(),
-                };
-                self.bad
-                    .handle(&String::from_utf8_lossy(records[i]), &position, &reason)?;
+                self.bad.handle(
+                    &String::from_utf8_lossy(records[i]),
+                    &position,
+                    &misfit_reason(b),
+                )?;
             } else {
                 times.push(r.timestamp);
             }
@@ -130,10 +111,7 @@ impl Operator for ToBatches {
         if decoded.batch.num_rows() == 0 {
             return Ok(());
         }
-        let timestamps = times
-            .iter()
-            .any(Option::is_some)
-            .then(|| Arc::new(times.into_iter().collect::<Int64Array>()));
+        let timestamps = row_times(times);
         out.push(
             RowBatch {
                 columns: decoded.batch,

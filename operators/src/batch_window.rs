@@ -26,7 +26,7 @@ use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, O
 
 use crate::group_key::{GroupKey, KeyCodec};
 use crate::row_aggregate::AggSpec;
-use crate::row_batch::RowBatch;
+use crate::row_batch::{row_times, RowBatch};
 use crate::typed_aggregate::{
     inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, TypedAgg, TypedAggregate,
     TypedResult,
@@ -267,10 +267,7 @@ impl Operator for ResultsToBatch {
             };
             columns.push(col);
         }
-        let timestamps = batch
-            .iter()
-            .any(|r| r.timestamp.is_some())
-            .then(|| Arc::new(batch.iter().map(|r| r.timestamp).collect::<Int64Array>()));
+        let timestamps = row_times(batch.iter().map(|r| r.timestamp));
         let columns = RecordBatch::try_new(Arc::clone(&self.schema), columns)
             .map_err(OperatorError::other)?;
         out.push(

@@ -64,6 +64,12 @@ impl RowBatch {
     }
 }
 
+/// Rows' event times as a [`RowBatch::timestamps`] column: `None` when no row has one.
+pub fn row_times(times: impl IntoIterator<Item = Option<Millis>>) -> Option<Arc<Int64Array>> {
+    let t: Int64Array = times.into_iter().collect();
+    (t.null_count() < t.len()).then(|| Arc::new(t))
+}
+
 /// The largest non-null value .
 fn max_value(t: &Int64Array) -> Option<Millis> {
     if t.null_count() == 0 {
@@ -103,6 +109,14 @@ mod tests {
         assert_eq!(rows_of(&b), 6);
         let plain: Batch<u64> = vec![StreamRecord::new(1), StreamRecord::new(2)];
         assert_eq!(rows_of(&plain), 2);
+    }
+
+    #[test]
+    fn rows_without_times_have_no_time_column() {
+        assert!(row_times([None, None]).is_none());
+        assert!(row_times([]).is_none());
+        let t = row_times([None, Some(4)]).expect("one time");
+        assert_eq!((t.is_null(0), t.value(1)), (true, 4));
     }
 
     #[test]

@@ -143,6 +143,58 @@ impl PlannedSql {
     }
 }
 
+/// An engine batch of rows as JSON texts, newline-delimited in one buffer reused across
+/// batches: what brook-sql's decoder (and, on a first batch, its inference) reads.
+#[derive(Debug, Default)]
+pub(crate) struct RowTexts {
+    text: Vec<u8>,
+    /// Where each row's text ends in `text` (its newline follows).
+    ends: Vec<usize>,
+}
+
+impl RowTexts {
+    /// Writes the rows of `batch`.
+    ///
+    /// # Errors
+    /// serde_json's, should a row not serialize.
+    pub(crate) fn fill(&mut self, batch: &Batch<Row>) -> OpResult {
+        self.text.clear();
+        self.ends.clear();
+        for r in batch {
+            serde_json::to_writer(&mut self.text, &r.value).map_err(OperatorError::other)?;
+            self.ends.push(self.text.len());
+            self.text.push(b'\n');
+        }
+        Ok(())
+    }
+
+    /// All rows' texts, newline-delimited.
+    pub(crate) fn all(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// Each row's text, in order.
+    pub(crate) fn records(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let record = &self.text[start..end];
+                start = end + 1;
+                record
+            })
+            .collect()
+    }
+}
+
+/// Why a record did not fit the schema, naming the field where there is one.
+pub(crate) fn misfit_reason(b: &brook_sql::decode::BadRecord) -> String {
+    match &b.field {
+        Some(f) => format!("field `{f}`: {}", b.reason),
+        None => b.reason.clone(),
+    }
+}
+
 /// The operator of a `filter`, `map` or `select` step.
 #[derive(Debug)]
 pub struct RowSql {
@@ -150,10 +202,8 @@ pub struct RowSql {
     planned: Option<Arc<PlannedSql>>,
     names: Vec<String>,
     bad: BadRecords,
-    /// The batch's rows as JSON text, one after another (reused across batches).
-    text: Vec<u8>,
-    /// Where each row's text ends in `text`.
-    ends: Vec<usize>,
+    /// The rows of the batch at hand.
+    texts: RowTexts,
 }
 
 impl RowSql {
@@ -170,15 +220,14 @@ impl RowSql {
             planned,
             names,
             bad,
-            text: Vec::new(),
-            ends: Vec::new(),
+            texts: RowTexts::default(),
         }
     }
 
     /// Plans the step against the schema of the rows in `text` (the first batch).
     fn plan_on_first_batch(&mut self, ctx: &OperatorContext) -> OpResult<Arc<PlannedSql>> {
         let fail = |reason: String| OperatorError::failed(format!("{}: {reason}", ctx.info()));
-        let (schema, _nested) = brook_sql::infer::infer_json_scalars(&self.text, None)
+        let (schema, _nested) = brook_sql::infer::infer_json_scalars(self.texts.all(), None)
             .map_err(|e| fail(format!("cannot infer the rows' schema: {e}")))?;
         let planned = Arc::new(self.step.plan(&schema).map_err(|e| fail(e.to_string()))?);
         self.names = planned.field_names();
@@ -200,28 +249,12 @@ impl Operator for RowSql {
         if batch.is_empty() {
             return Ok(());
         }
-        self.text.clear();
-        self.ends.clear();
-        for r in &batch {
-            serde_json::to_writer(&mut self.text, &r.value).map_err(OperatorError::other)?;
-            self.ends.push(self.text.len());
-            // Newline-delimited, for inference on a first batch.
-            self.text.push(b'\n');
-        }
+        self.texts.fill(&batch)?;
         let planned = match &self.planned {
             Some(p) => Arc::clone(p),
             None => self.plan_on_first_batch(ctx)?,
         };
-        let mut start = 0;
-        let records: Vec<&[u8]> = self
-            .ends
-            .iter()
-            .map(|&end| {
-                let record = &self.text[start..end];
-                start = end + 1;
-                record
-            })
-            .collect();
+        let records = self.texts.records();
         let decoded = planned.decoder.decode(&records);
         let whole = planned.evaluate(&decoded.batch);
         let position = ctx.info().to_string();
@@ -229,12 +262,11 @@ impl Operator for RowSql {
         let mut j = 0;
         for (i, r) in batch.into_iter().enumerate() {
             if let Some(b) = bad.next_if(|b| b.index == i) {
-                let reason = match &b.field {
-                    Some(f) => format!("field `{f}`: {}", b.reason),
-                    None => b.reason.clone(),
-                };
-                self.bad
-                    .handle(&String::from_utf8_lossy(records[i]), &position, &reason)?;
+                self.bad.handle(
+                    &String::from_utf8_lossy(records[i]),
+                    &position,
+                    &misfit_reason(b),
+                )?;
                 continue;
             }
             let row = j;

@@ -11,9 +11,11 @@
 //! `int64` or `float64` field. The results are those of the row path
 //! ([`crate::row_aggregate`]'s semantics, as SQL): `count` an `int64`; `sum` of the
 //! field's type, `null` over no values; `avg` a `float64`, `null` over no values;
-//! `min`/`max` of the field's type, the first of equal values kept. One difference, as
-//! Flink's `SUM(BIGINT)`: the sum of an `int64` field wraps on overflow (the row path
-//! turns it into a float), docs/semantics.md §5a.
+//! `min`/`max` of the field's type, the first of equal values kept. Two differences at
+//! the edges of 64 bits (docs/semantics.md §5a): the sum of an `int64` field wraps on
+//! overflow, as Flink's `SUM(BIGINT)` (the row path turns it into a float), and the
+//! average of an `int64` field adds its values as `f64`s, exact while the sum stays
+//! within ±2^53 (the row path sums exactly).
 //!
 //! Mistakes in the aggregate list are plan-time errors when the schema is known
 //! ([`plan_aggregates`]): a field the input lacks, `sum`/`avg` of a field that is not a

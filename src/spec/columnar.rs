@@ -14,7 +14,7 @@ use brook_core::operator::{
     OpResult, Operator, OperatorContext, OperatorError, Output, SubtaskInfo,
 };
 use brook_core::sink::{Sink, SinkWriter};
-use brook_operators::row_batch::RowBatch;
+use brook_operators::row_batch::{row_times, RowBatch};
 use brook_sql::schema::SchemaError;
 
 /// The schema of generated events: `{key, ts, value}`, all `int64`; the one their
@@ -60,10 +60,7 @@ impl Operator for GeneratorBatches {
         let value: ArrayRef = Arc::new(Int64Array::from_iter_values(
             batch.iter().map(|r| r.value.value),
         ));
-        let timestamps = batch
-            .iter()
-            .any(|r| r.timestamp.is_some())
-            .then(|| Arc::new(batch.iter().map(|r| r.timestamp).collect::<Int64Array>()));
+        let timestamps = row_times(batch.iter().map(|r| r.timestamp));
         let columns = RecordBatch::try_new(Arc::clone(&self.schema), vec![key, ts, value])
             .map_err(OperatorError::other)?;
         out.push(
