@@ -21,8 +21,8 @@ use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
+use brook_operators::batch_window::WindowColumns;
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
-use brook_operators::group_key::GroupKey;
 use brook_operators::row::{join_rows, row_key, Row, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_batch::RowBatch;
@@ -94,14 +94,10 @@ fn typed_window(
     input: Stream,
     key_fields: Vec<String>,
     w: &WindowStep,
-    name: &str,
-    parallelism: Option<u32>,
+    columns: &Arc<WindowColumns>,
+    (name, parallelism): (&str, Option<u32>),
     bad: BadRecords,
-) -> Result<Stream, SpecError> {
-    let columns = w
-        .columns
-        .clone()
-        .ok_or_else(|| SpecError::new(name, "not planned on typed state"))?;
+) -> Stream {
     let batches = match input {
         Stream::Batches(s, _) => s,
         other => {
@@ -113,14 +109,11 @@ fn typed_window(
                 })
         }
     };
-    let c = Arc::clone(&columns);
-    let keyed_rows = batches.transform_chained(&format!("{name}-keys"), move |_| c.to_keyed_rows());
-    let keyed = if key_fields.is_empty() {
-        // One window for all rows (Flink's windowAll): one key, one subtask.
-        keyed_rows.key_by(|_: &KeyedRow| GroupKey::Int(None))
-    } else {
-        keyed_rows.key_by(|r: &KeyedRow| r.key.clone())
-    };
+    let c = Arc::clone(columns);
+    // Without key fields every row has the same key (Flink's windowAll).
+    let keyed = batches
+        .transform_chained(&format!("{name}-keys"), move |_| c.to_keyed_rows())
+        .key_by(|r: &KeyedRow| r.key.clone());
     let mut ws = keyed
         .window(w.assigner)
         .allowed_lateness(w.allowed_lateness_ms)
@@ -130,14 +123,16 @@ fn typed_window(
     }
     match parallelism {
         Some(p) => ws = ws.set_parallelism(p),
+        // The one key's subtask does all the work: no others.
         None if key_fields.is_empty() => ws = ws.set_parallelism(1),
         None => {}
     }
     let results = ws.aggregate(columns.aggregate());
+    let c = Arc::clone(columns);
     let batches = results.transform_chained(&format!("{name}-batches-out"), move |_| {
-        columns.results_to_batch()
+        c.results_to_batch()
     });
-    Ok(Stream::Batches(batches, name.to_string()))
+    Stream::Batches(batches, name.to_string())
 }
 
 /// The watermark strategy of a source of rows.
@@ -671,58 +666,65 @@ fn build_with(
                 };
                 Stream::Keyed(Box::new(inner), fields.clone())
             }
-            StepOp::Window(w) if w.columns.is_some() => {
-                let (inner, key_fields) = match input {
-                    Stream::Keyed(s, f) => (*s, f),
-                    other => (other, Vec::new()),
-                };
-                typed_window(inner, key_fields, w, &step.name, step.parallelism, handler)?
-            }
             StepOp::Union => input,
             StepOp::Window(w) => {
                 // Without key_by: one window for all rows (Flink's windowAll).
-                let (rows, key_fields) = match input {
-                    Stream::Keyed(s, f) => (s.plain(), f),
-                    other => (other.plain(), Vec::new()),
+                let (input, key_fields) = match input {
+                    Stream::Keyed(s, f) => (*s, f),
+                    other => (other, Vec::new()),
                 };
-                let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())
-                    .map_err(|e| SpecError::new(format!("{}.aggregate", step.name), e))?;
-                let check = {
-                    let (agg, step_name) = (agg.clone(), step.name.clone());
-                    rows.transform_chained(&format!("{}-check", step.name), move |_| CheckRows {
-                        agg: agg.clone(),
-                        bad: handler.clone(),
-                        step: step_name.clone(),
+                if let Some(columns) = &w.columns {
+                    typed_window(
+                        input,
+                        key_fields,
+                        w,
+                        columns,
+                        (&step.name, step.parallelism),
+                        handler,
+                    )
+                } else {
+                    let rows = input.plain();
+                    let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())
+                        .map_err(|e| SpecError::new(format!("{}.aggregate", step.name), e))?;
+                    let check = {
+                        let (agg, step_name) = (agg.clone(), step.name.clone());
+                        rows.transform_chained(&format!("{}-check", step.name), move |_| {
+                            CheckRows {
+                                agg: agg.clone(),
+                                bad: handler.clone(),
+                                step: step_name.clone(),
+                            }
+                        })
+                    };
+                    let mut ws = key_by(check, key_fields.clone())
+                        .window(w.assigner)
+                        .allowed_lateness(w.allowed_lateness_ms)
+                        .name(&step.name);
+                    if let Some(t) = w.trigger {
+                        ws = ws.trigger(t);
+                    }
+                    if let Some(p) = step.parallelism {
+                        ws = ws.set_parallelism(p);
+                    }
+                    let tag = OutputTag::<Row>::new(late_input(&step.name));
+                    if w.late_output.is_some() {
+                        ws = ws.side_output_late_data(&tag);
+                    }
+                    let results = ws.aggregate(agg);
+                    if w.late_output.is_some() {
+                        let late = results
+                            .get_side_output(&tag)
+                            .map_err(|e| SpecError::new(&step.name, e.to_string()))?;
+                        streams.insert(late_input(&step.name), Stream::Plain(late));
+                    }
+                    let rows = results.map(move |r: WindowResult<String, Row>| {
+                        window_row(r.value, &key_fields, r.window.start, r.window.end)
+                    });
+                    Stream::Plain(match step.parallelism {
+                        Some(p) => rows.set_parallelism(p),
+                        None => rows,
                     })
-                };
-                let mut ws = key_by(check, key_fields.clone())
-                    .window(w.assigner)
-                    .allowed_lateness(w.allowed_lateness_ms)
-                    .name(&step.name);
-                if let Some(t) = w.trigger {
-                    ws = ws.trigger(t);
                 }
-                if let Some(p) = step.parallelism {
-                    ws = ws.set_parallelism(p);
-                }
-                let tag = OutputTag::<Row>::new(late_input(&step.name));
-                if w.late_output.is_some() {
-                    ws = ws.side_output_late_data(&tag);
-                }
-                let results = ws.aggregate(agg);
-                if w.late_output.is_some() {
-                    let late = results
-                        .get_side_output(&tag)
-                        .map_err(|e| SpecError::new(&step.name, e.to_string()))?;
-                    streams.insert(late_input(&step.name), Stream::Plain(late));
-                }
-                let rows = results.map(move |r: WindowResult<String, Row>| {
-                    window_row(r.value, &key_fields, r.window.start, r.window.end)
-                });
-                Stream::Plain(match step.parallelism {
-                    Some(p) => rows.set_parallelism(p),
-                    None => rows,
-                })
             }
         };
         let out = match (out, step.parallelism) {

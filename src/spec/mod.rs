@@ -1155,8 +1155,6 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     let mut source_time = Vec::with_capacity(spec.sources.len());
     // The schema of each source's and step's rows, where known at plan time.
     let mut schemas: HashMap<String, Option<arrow_schema::SchemaRef>> = HashMap::new();
-    // The key fields of each `key_by` step: a window reading one is keyed by them.
-    let mut key_steps: HashMap<String, Vec<String>> = HashMap::new();
     let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
     for (i, s) in spec.sources.iter().enumerate() {
         let field = format!("sources[{i}] ({})", s.name());
@@ -1453,12 +1451,18 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 if let Some(schema) = &input_schema {
                     check_fields(&format!("{field}.key_by"), &keys, schema)?;
                 }
-                key_steps.insert(name.clone(), keys.clone());
                 (StepOp::KeyBy(keys), input_schema)
             }
             StepOp::Window(mut w) => {
+                // Keyed by the fields of the `key_by` step it reads, if it reads one.
                 let keys = match inputs.as_slice() {
-                    [one] => key_steps.get(one).cloned().unwrap_or_default(),
+                    [one] => steps
+                        .iter()
+                        .find_map(|st: &ResolvedStep| match &st.op {
+                            StepOp::KeyBy(k) if st.name == *one => Some(k.clone()),
+                            _ => None,
+                        })
+                        .unwrap_or_default(),
                     _ => Vec::new(),
                 };
                 let out = match &input_schema {
