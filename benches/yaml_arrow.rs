@@ -16,12 +16,19 @@
 //! YAML / typed. Both sides must deliver the same number of rows to their sink, the
 //! number workloads.md gives.
 //!
+//! - **file filter + map**, **file W1**: the same events as JSON lines in a file
+//!   (`{"key": .., "ts": .., "value": ..}`, 4 M lines at scale 1), read by a file source
+//!   with a declared `schema:` (straight into Arrow batches) -> the filter + map above /
+//!   W1's window; the typed side reads the file with `FileSource::jsonl::<Event>`
+//!   (serde). With `BROOK_BENCH_ROW_PATH` also the YAML job without `schema:` (each line
+//!   a JSON row first, the path before batches).
+//!
 //! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
 //! take a checkpoint every second (for the windows; filter + map has no state).
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
 //! without `--bench` (as `cargo test --all-targets` does) it only checks each job on a
@@ -38,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use brook::connectors::{GeneratorEvent, GeneratorSource};
+use brook::connectors::{FileSource, GeneratorEvent, GeneratorSource};
 use brook::core::element::Batch;
 use brook::core::operator::{OpResult, SubtaskInfo};
 use brook::core::sink::{Sink, SinkWriter};
@@ -281,6 +288,96 @@ sinks:
     }
 }
 
+/// One line of the file jobs' input.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Event {
+    key: i64,
+    ts: i64,
+    value: i64,
+}
+
+/// `n` of the generator's W1 events as JSON lines at `path`.
+fn write_events(path: &std::path::Path, n: u64) {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for i in 0..n {
+        let key = (u128::from(i) * 2_654_435_761 % u128::from(KEYS)) as u64;
+        writeln!(w, r#"{{"key": {key}, "ts": {i}, "value": {}}}"#, i % 100).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// The jobs on the file of events.
+#[derive(Debug, Clone, Copy)]
+enum FileJob {
+    FilterMap,
+    W1,
+}
+
+impl FileJob {
+    fn rows(self, n: u64) -> u64 {
+        match self {
+            FileJob::FilterMap => (0..n).filter(|i| (i % 100) % 4 != 0).count() as u64,
+            FileJob::W1 => Workload::W1.rows(n),
+        }
+    }
+
+    /// The YAML job; with `schema`, its source declares the file's schema.
+    fn yaml(self, path: &std::path::Path, schema: bool) -> String {
+        let schema = if schema {
+            ", schema: {key: int64, ts: int64, value: int64}"
+        } else {
+            ""
+        };
+        let source = format!(
+            "{{name: events, connector: file, path: {}{schema}, event_time: ts, watermark: {{out_of_orderness: 0}}}}",
+            path.display()
+        );
+        let steps = match self {
+            FileJob::FilterMap => {
+                r#"  - {name: kept, filter: "value % 4 <> 0"}
+  - {name: priced, map: {dollars: "value / 100.0", bucket: "key % 16"}}"#
+            }
+            FileJob::W1 => {
+                r#"  - key_by: [key]
+  - {name: window, window: {kind: tumbling, size: 1000}, aggregate: {count: count(), sum: sum(value)}}"#
+            }
+        };
+        format!("name: file\nsources:\n  - {source}\nsteps:\n{steps}\nsinks:\n  - {{name: out, connector: blackhole}}\n")
+    }
+
+    /// The typed job reading the file with serde: rows reaching the sink.
+    fn typed(self, path: &std::path::Path) -> u64 {
+        let (config, _dir) = config();
+        let env = StreamEnvironment::new(config);
+        let strategy = WatermarkStrategy::<Event>::for_bounded_out_of_orderness(0)
+            .with_timestamp_assigner(|e: &Event, _| e.ts);
+        let events = env.from_source(FileSource::jsonl::<Event>(path), strategy);
+        match self {
+            FileJob::FilterMap => {
+                let sink = Discard::<(i64, i64, i64, f64, i64)>::default();
+                events
+                    .filter(|e: &Event| e.value % 4 != 0)
+                    .map(|e: Event| (e.key, e.ts, e.value, e.value as f64 / 100.0, e.key % 16))
+                    .sink(sink.clone());
+                env.execute("file-filter-map").unwrap();
+                sink.seen.load(Ordering::Relaxed)
+            }
+            FileJob::W1 => {
+                let sink =
+                    Discard::<brook::operators::window::WindowResult<i64, (u64, i64)>>::default();
+                events
+                    .key_by(|e: &Event| e.key)
+                    .window(Workload::W1.assigner())
+                    .aggregate((Count, Sum::of(|e: &Event| e.value)))
+                    .sink(sink.clone());
+                env.execute("file-W1").unwrap();
+                sink.seen.load(Ordering::Relaxed)
+            }
+        }
+    }
+}
+
 /// Runs `job`: (CPU seconds, wall seconds, rows out).
 fn timed(job: impl FnOnce() -> u64) -> (Option<f64>, f64, u64) {
     let cpu0 = process_cpu_secs();
@@ -386,6 +483,39 @@ fn main() {
             println!("yaml_arrow: {job}: both sides deliver the expected rows of {n} (smoke run)");
         }
         return;
+    }
+    if wanted("file-filter-map") || wanted("file-W1") {
+        let n = if bench {
+            (((4_000_000.0 * scale) as u64) / 100_000).max(1) * 100_000
+        } else {
+            100_000
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        write_events(&path, n);
+        let rows_too = std::env::var("BROOK_BENCH_ROW_PATH").is_ok();
+        for (name, job) in [
+            ("file-filter-map", FileJob::FilterMap),
+            ("file-W1", FileJob::W1),
+        ] {
+            if !wanted(name) {
+                continue;
+            }
+            let yaml = job.yaml(&path, true);
+            let expected = job.rows(n);
+            let (y, t) = compare(name, n, reps, expected, &|| run_yaml(&yaml), &|| {
+                job.typed(&path)
+            });
+            table.push((name.to_string(), n, y, t));
+            if rows_too {
+                let rows = job.yaml(&path, false);
+                let label = format!("{name} rows");
+                let (y, t) = compare(&label, n, reps, expected, &|| run_yaml(&rows), &|| {
+                    job.typed(&path)
+                });
+                table.push((format!("{name} (no schema)"), n, y, t));
+            }
+        }
     }
     let state = if std::env::var("BROOK_BENCH_STATE").is_ok_and(|s| s == "rocksdb") {
         "RocksDB state, checkpoints every 1 s"

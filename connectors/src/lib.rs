@@ -34,7 +34,9 @@ mod split;
 pub mod stdout;
 
 pub use error::ConnectorError;
-pub use file::{csv_row_to_json, FileInput, FileSink, FileSource};
+pub use file::{
+    csv_row_to_json, CsvRow, FileDecoder, FileInput, FileSink, FileSource, RecordAt, SerdeDecoder,
+};
 pub use generator::{GeneratorBuilder, GeneratorEvent, GeneratorSource};
 pub use log::{LogReader, LogSink, LogSource, StartingOffsets, LOG_SINK_TRANSACTION_TIMEOUT_MS};
 pub use numbered::{NumberedEvents, NumberedSource, NumberedSplit};

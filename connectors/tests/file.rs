@@ -420,3 +420,135 @@ fn a_csv_position_inside_the_header_never_breaks_the_snapshot() {
     }
     panic!("a bounded file source did not end");
 }
+
+/// A decoder that holds lines and emits each flush's lines as one record, so the test
+/// can see which lines the reader flushed together.
+#[derive(Default)]
+struct Held {
+    lines: Vec<String>,
+}
+
+impl brook_connectors::FileDecoder for Held {
+    type Out = Vec<String>;
+
+    fn json(
+        &mut self,
+        line: &[u8],
+        at: brook_connectors::RecordAt<'_>,
+        _bad: &BadRecords,
+        _out: &mut brook_core::operator::Output<Vec<String>>,
+    ) -> brook_core::operator::OpResult<usize> {
+        let name = Path::new(at.file).file_name().unwrap().to_string_lossy();
+        self.lines.push(format!(
+            "{name}:{}:{}",
+            at.line,
+            String::from_utf8_lossy(line)
+        ));
+        Ok(1)
+    }
+
+    fn csv(
+        &mut self,
+        row: brook_connectors::CsvRow<'_>,
+        at: brook_connectors::RecordAt<'_>,
+        _bad: &BadRecords,
+        _out: &mut brook_core::operator::Output<Vec<String>>,
+    ) -> brook_core::operator::OpResult<usize> {
+        let header: Vec<&str> = row.headers.iter().collect();
+        self.lines.push(format!(
+            "{}:{}:{}",
+            header.join("+"),
+            at.line,
+            String::from_utf8_lossy(row.raw)
+        ));
+        Ok(1)
+    }
+
+    fn flush(
+        &mut self,
+        _bad: &BadRecords,
+        out: &mut brook_core::operator::Output<Vec<String>>,
+    ) -> brook_core::operator::OpResult {
+        if !self.lines.is_empty() {
+            out.collect(std::mem::take(&mut self.lines), None);
+        }
+        Ok(())
+    }
+}
+
+/// A decoder that holds records is flushed before the reader turns to another file
+/// (each record it emits comes from one split, marked as that split) and at the end of
+/// every poll (a checkpoint after the poll has every line read emitted).
+#[test]
+fn a_holding_decoder_is_flushed_per_file_and_per_poll() {
+    use brook_core::operator::Output;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    fs::write(&a, "1\n2\n").unwrap();
+    fs::write(&b, "3\n").unwrap();
+    let src = FileSource::jsonl_with(vec![&a, &b], Held::default).follow(true);
+    let splits = src.enumerate_splits(1).unwrap();
+    let info = SubtaskInfo {
+        name: "source".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    };
+    let mut reader = src.create_reader(&info, splits).unwrap();
+    let mut out = Output::new();
+    reader.poll_next(&mut out).unwrap();
+    // (A run may start after the last record: the reader went back to a, which had
+    // nothing more.)
+    let runs: Vec<(usize, u32)> = out.split_runs().filter(|(i, _)| *i < out.len()).collect();
+    let got: Vec<Vec<String>> = out.drain().map(|r| r.value).collect();
+    assert_eq!(
+        got,
+        vec![
+            vec!["a.jsonl:1:1".to_string(), "a.jsonl:2:2".to_string()],
+            vec!["b.jsonl:1:3".to_string()],
+        ]
+    );
+    assert_eq!(
+        runs,
+        vec![(0, 0), (1, 1)],
+        "each record marked with its file"
+    );
+    // Lines appended to a: read and emitted by the next poll, before any snapshot.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&a)
+        .unwrap()
+        .write_all(b"4\n")
+        .unwrap();
+    reader.poll_next(&mut out).unwrap();
+    let got: Vec<Vec<String>> = out.drain().map(|r| r.value).collect();
+    assert_eq!(got, vec![vec!["a.jsonl:3:4".to_string()]]);
+    let positions: HashMap<String, Vec<u8>> =
+        reader.snapshot_positions().unwrap().into_iter().collect();
+    // Version 1, then a's offset after its 3 lines (6 bytes).
+    assert_eq!(
+        positions[&a.display().to_string()][..9],
+        [1, 6, 0, 0, 0, 0, 0, 0, 0]
+    );
+}
+
+/// A holding decoder of CSV gets each data row with the file's header, its first line
+/// and its raw text (a quoted field may span lines).
+#[test]
+fn a_holding_csv_decoder_gets_the_header_and_raw_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    fs::write(&path, "id,name\n1,\"two\nlines\"\n3,x\n").unwrap();
+    let env = StreamEnvironment::new(JobConfig::with_parallelism(1));
+    let out = CollectSink::new();
+    env.source(FileSource::csv_with(&path, Held::default))
+        .sink(out.clone());
+    env.execute("read").unwrap();
+    assert_eq!(
+        out.values(),
+        vec![vec![
+            "id+name:2:1,\"two\nlines\"".to_string(),
+            "id+name:4:3,x".to_string()
+        ]]
+    );
+}

@@ -238,6 +238,12 @@ impl<T> Output<T> {
         }
     }
 
+    /// Source readers: the split of the records collected from now on (the last
+    /// [`Output::set_split`], 0 before any).
+    pub fn split(&self) -> u32 {
+        self.splits.current
+    }
+
     /// Source readers: split `index` has been read completely (a bounded split); it no
     /// longer holds back the watermark.
     pub fn finish_split(&mut self, index: u32) {

@@ -30,6 +30,7 @@
 
 pub mod async_enrich;
 pub mod basic;
+pub mod batch_decode;
 pub mod batch_rows;
 pub mod batch_sql;
 pub mod batch_window;

@@ -10,7 +10,11 @@
 
 use std::fmt;
 
+use arrow_array::{
+    Array, Float64Array, Int64Array, LargeStringArray, StringArray, TimestampMillisecondArray,
+};
 use brook_core::time::Millis;
+use brook_sql::values::value_at;
 use chrono::format::{self, Parsed, StrftimeItems};
 use chrono::offset::LocalResult;
 use chrono::{DateTime, FixedOffset, NaiveDate, TimeZone};
@@ -161,31 +165,88 @@ impl EventTimeField {
         let Some(v) = obj.get(&self.field) else {
             return Err(format!("field \"{}\" is missing", self.field));
         };
-        let result = match (v, &self.format) {
-            (Value::String(s), f) => f.parse_str(s),
-            (Value::Number(n), TimestampFormat::EpochMillis) => match n.as_i64() {
-                Some(i) => Ok(i),
-                None => float_to_millis(n.as_f64().unwrap_or(f64::NAN), 1.0),
+        let value = match v {
+            Value::String(s) => TimeValue::Str(s),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => TimeValue::Int(i),
+                None => TimeValue::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
-            (Value::Number(n), TimestampFormat::EpochSeconds) => match n.as_i64() {
-                Some(i) => i.checked_mul(1000).ok_or(Some(OUT_OF_RANGE.to_string())),
-                None => float_to_millis(n.as_f64().unwrap_or(f64::NAN), 1000.0),
-            },
-            _ => Err(None),
+            _ => TimeValue::Other,
         };
-        result.map_err(|reason| {
-            let mut msg = format!(
-                "field \"{}\": {} is not a timestamp in {}",
-                self.field,
-                shorten(v),
-                self.format
-            );
-            if let Some(r) = reason {
-                msg.push_str(": ");
-                msg.push_str(&r);
+        self.format
+            .millis_of(value)
+            .map_err(|reason| self.not_a_timestamp(v, reason))
+    }
+
+    /// Row `row`'s event time from `column`, this field's column of a batch: the same
+    /// time [`EventTimeField::extract`] reads from the row brook-sql's `value_at`
+    /// makes of it (a `timestamp` column holds the instant itself). Allocates nothing
+    /// on success for `epoch_ms` and `epoch_s`.
+    ///
+    /// # Errors
+    /// As [`EventTimeField::extract`]'s; a null (or a field missing from the record) is `field "ts" is missing or null`.
+    pub fn extract_at(&self, column: &dyn Array, row: usize) -> Result<Millis, String> {
+        if column.is_null(row) {
+            return Err(format!("field \"{}\" is missing or null", self.field));
+        }
+        let any = column.as_any();
+        let value = if let Some(a) = any.downcast_ref::<Int64Array>() {
+            TimeValue::Int(a.value(row))
+        } else if let Some(a) = any.downcast_ref::<Float64Array>() {
+            TimeValue::Float(a.value(row))
+        } else if let Some(a) = any.downcast_ref::<StringArray>() {
+            TimeValue::Str(a.value(row))
+        } else if let Some(a) = any.downcast_ref::<LargeStringArray>() {
+            TimeValue::Str(a.value(row))
+        } else if let Some(a) = any.downcast_ref::<TimestampMillisecondArray>() {
+            return Ok(a.value(row));
+        } else {
+            TimeValue::Other
+        };
+        self.format
+            .millis_of(value)
+            .map_err(|reason| self.not_a_timestamp(&value_at(column, row), reason))
+    }
+
+    fn not_a_timestamp(&self, v: &Value, reason: Option<String>) -> String {
+        let mut msg = format!(
+            "field \"{}\": {} is not a timestamp in {}",
+            self.field,
+            shorten(v),
+            self.format
+        );
+        if let Some(r) = reason {
+            msg.push_str(": ");
+            msg.push_str(&r);
+        }
+        msg
+    }
+}
+
+/// A timestamp field's value, as written.
+#[derive(Debug, Clone, Copy)]
+enum TimeValue<'a> {
+    Str(&'a str),
+    Int(i64),
+    Float(f64),
+    /// Not a string or a number.
+    Other,
+}
+
+impl TimestampFormat {
+    /// The value in ms since the epoch; `Err(Some(why))` or `Err(None)` (not in this
+    /// format).
+    fn millis_of(&self, v: TimeValue<'_>) -> Result<Millis, Option<String>> {
+        match (v, self) {
+            (TimeValue::Str(s), f) => f.parse_str(s),
+            (TimeValue::Int(i), TimestampFormat::EpochMillis) => Ok(i),
+            (TimeValue::Float(f), TimestampFormat::EpochMillis) => float_to_millis(f, 1.0),
+            (TimeValue::Int(i), TimestampFormat::EpochSeconds) => {
+                i.checked_mul(1000).ok_or(Some(OUT_OF_RANGE.to_string()))
             }
-            msg
-        })
+            (TimeValue::Float(f), TimestampFormat::EpochSeconds) => float_to_millis(f, 1000.0),
+            _ => Err(None),
+        }
     }
 }
 
@@ -352,6 +413,46 @@ fn parse_pattern(s: &str, format: &str, zone: Tz) -> Result<Millis, Option<Strin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A batch column gives the time its row's JSON value gives.
+    #[test]
+    fn a_column_cell_gives_the_time_of_the_same_value_in_a_row() {
+        use std::sync::Arc;
+        let ints: Arc<dyn Array> = Arc::new(Int64Array::from(vec![Some(1_500), None]));
+        let floats: Arc<dyn Array> = Arc::new(Float64Array::from(vec![1.2345, -0.5]));
+        let strings: Arc<dyn Array> = Arc::new(StringArray::from(vec![
+            "2024-03-10T07:30:00.5-05:00",
+            "soon",
+        ]));
+        let formats = [
+            TimestampFormat::EpochMillis,
+            TimestampFormat::EpochSeconds,
+            TimestampFormat::Rfc3339,
+        ];
+        for format in formats {
+            let f = field(format);
+            for column in [&ints, &floats, &strings] {
+                for row in 0..2 {
+                    let value = value_at(column.as_ref(), row);
+                    let from_row = f.extract(&json!({"ts": value}));
+                    let from_column = f.extract_at(column.as_ref(), row);
+                    if value.is_null() {
+                        assert_eq!(
+                            from_column,
+                            Err("field \"ts\" is missing or null".to_string())
+                        );
+                    } else {
+                        assert_eq!(from_column, from_row, "{} {value}", f.format);
+                    }
+                }
+            }
+        }
+        let stamps = TimestampMillisecondArray::from(vec![42]);
+        assert_eq!(
+            field(TimestampFormat::EpochSeconds).extract_at(&stamps, 0),
+            Ok(42)
+        );
+    }
 
     fn field(format: TimestampFormat) -> EventTimeField {
         EventTimeField::new("ts", format)

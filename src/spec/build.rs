@@ -19,6 +19,7 @@ use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
+use brook_operators::batch_decode::TimedDecoder;
 use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::batch_window::WindowColumns;
@@ -30,8 +31,9 @@ use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
 use brook_operators::typed_aggregate::KeyedRow;
 use brook_operators::window::WindowResult;
+use brook_sql::decode::Format as DecodeFormat;
 
-use super::columnar::{self, BatchBlackhole, GeneratorBatches};
+use super::columnar::{self, BatchBlackhole, FileBatches, GeneratorBatches};
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
@@ -306,6 +308,40 @@ fn build_with(
                 let fmt = format
                     .or_else(|| file_format(path))
                     .unwrap_or(FileFormat::Jsonl);
+                if let Some(schema) = v.source_batches.get(i).cloned().flatten() {
+                    let format = match fmt {
+                        FileFormat::Jsonl => DecodeFormat::Json,
+                        FileFormat::Csv => DecodeFormat::Csv,
+                    };
+                    let ts = time.as_ref().and_then(|(ts, _)| ts.clone());
+                    let decoder = TimedDecoder::new(schema, format, ts)
+                        .map_err(|e| SpecError::new(format!("{field}.event_time"), e))?;
+                    let make = move || FileBatches::new(decoder.clone());
+                    let src = match fmt {
+                        FileFormat::Jsonl => FileSource::jsonl_with(path.clone(), make),
+                        FileFormat::Csv => FileSource::csv_with(path.clone(), make),
+                    };
+                    let src = src.follow(*follow).on_bad_record(bad(*on_bad_record));
+                    // Each batch's record carries its latest row's time (`RowBatch`).
+                    let strategy = match &time {
+                        Some((_, wm)) => {
+                            let mut st =
+                                WatermarkStrategy::<RowBatch>::for_bounded_out_of_orderness(
+                                    wm.out_of_orderness_ms,
+                                )
+                                .with_emit_interval(wm.interval_ms);
+                            if let Some(t) = wm.idle_timeout_ms {
+                                st = st.with_idleness(t);
+                            }
+                            st
+                        }
+                        None => WatermarkStrategy::no_watermarks(),
+                    };
+                    let batches =
+                        with_parallelism(env.from_source(src, strategy), *parallelism).name(name);
+                    streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
+                    continue;
+                }
                 let src = match fmt {
                     FileFormat::Jsonl => FileSource::jsonl::<Row>(path.clone()),
                     FileFormat::Csv => FileSource::csv::<Row>(path.clone()),

@@ -8,13 +8,18 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::SchemaRef;
-use brook_connectors::GeneratorEvent;
+use brook_connectors::{CsvRow, FileDecoder, GeneratorEvent, RecordAt};
+use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
 use brook_core::operator::{
     OpResult, Operator, OperatorContext, OperatorError, Output, SubtaskInfo,
 };
 use brook_core::sink::{Sink, SinkWriter};
+use brook_operators::batch_decode::TimedDecoder;
 use brook_operators::row_batch::{row_times, RowBatch};
+use csv::StringRecord;
+
+use super::SourceTime;
 use brook_sql::schema::SchemaError;
 
 /// The schema of generated events: `{key, ts, value}`, all `int64`; the one their
@@ -74,6 +79,168 @@ impl Operator for GeneratorBatches {
     }
 }
 
+/// Whether a file source reads straight into batches of `schema` (its declared one):
+/// unless its watermarks are emitted after every record (`interval: 0`), which needs
+/// each row's time seen before the next row's, or its event time's field is not in
+/// the schema (the rows then keep it on the row path).
+pub(crate) fn file_reads_batches(schema: &SchemaRef, time: &SourceTime) -> bool {
+    match time {
+        None => true,
+        Some((ts, wm)) => {
+            wm.interval_ms > 0
+                && ts
+                    .as_ref()
+                    .is_some_and(|t| schema.index_of(&t.field).is_ok())
+        }
+    }
+}
+
+/// A file source's lines (or CSV rows) into batches of its declared schema (issue 18):
+/// the records of one poll are held and decoded together by a [`TimedDecoder`], each
+/// row with its event time; one that does not fit the schema or has no valid time goes
+/// to `on_bad_record` at `path:line`.
+///
+/// CSV rows are matched to the schema by the file's header: a header in the schema's
+/// order is decoded as written; otherwise each row is written again with its fields in
+/// the schema's order (a field the header lacks is empty, so null; columns the schema
+/// lacks are left out), and a bad one is reported in that form.
+pub(crate) struct FileBatches {
+    decoder: TimedDecoder,
+    /// The held records' texts, back to back.
+    text: Vec<u8>,
+    /// Where each held record ends in `text` (the next one starts there).
+    ends: Vec<usize>,
+    /// Each held record's line.
+    lines: Vec<u64>,
+    /// The file of the held records.
+    file: String,
+    /// CSV: the header last seen, and for each schema field its column in it (`None`:
+    /// the header is in the schema's order).
+    csv_order: Option<(StringRecord, Option<Vec<Option<usize>>>)>,
+}
+
+impl FileBatches {
+    pub(crate) fn new(decoder: TimedDecoder) -> Self {
+        FileBatches {
+            decoder,
+            text: Vec::new(),
+            ends: Vec::new(),
+            lines: Vec::new(),
+            file: String::new(),
+            csv_order: None,
+        }
+    }
+
+    /// Holds the record just written to `text`.
+    fn hold(&mut self, at: RecordAt<'_>) -> usize {
+        if self.ends.is_empty() && self.file != at.file {
+            self.file.clear();
+            self.file.push_str(at.file);
+        }
+        self.ends.push(self.text.len());
+        self.lines.push(at.line);
+        1
+    }
+
+    /// For each schema field, its column in `headers`; `None` when they are the same.
+    fn order(&mut self, headers: &StringRecord) -> Option<&[Option<usize>]> {
+        if self.csv_order.as_ref().is_none_or(|(h, _)| h != headers) {
+            let fields = self.decoder.schema().fields();
+            let same = headers.len() == fields.len()
+                && headers
+                    .iter()
+                    .zip(fields.iter())
+                    .all(|(h, f)| h == f.name());
+            let order = (!same).then(|| {
+                fields
+                    .iter()
+                    .map(|f| headers.iter().position(|h| h == f.name()))
+                    .collect()
+            });
+            self.csv_order = Some((headers.clone(), order));
+        }
+        self.csv_order.as_ref().and_then(|(_, o)| o.as_deref())
+    }
+}
+
+impl FileDecoder for FileBatches {
+    type Out = RowBatch;
+
+    fn json(
+        &mut self,
+        line: &[u8],
+        at: RecordAt<'_>,
+        _bad: &BadRecords,
+        _out: &mut Output<RowBatch>,
+    ) -> OpResult<usize> {
+        self.text.extend_from_slice(line);
+        Ok(self.hold(at))
+    }
+
+    fn csv(
+        &mut self,
+        row: CsvRow<'_>,
+        at: RecordAt<'_>,
+        _bad: &BadRecords,
+        _out: &mut Output<RowBatch>,
+    ) -> OpResult<usize> {
+        match self.order(row.headers).map(<[_]>::to_vec) {
+            None => self.text.extend_from_slice(row.raw),
+            Some(order) => {
+                let mut w = csv::WriterBuilder::new()
+                    .has_headers(false)
+                    .terminator(csv::Terminator::Any(b'\n'))
+                    .from_writer(std::mem::take(&mut self.text));
+                let fields = order
+                    .iter()
+                    .map(|c| c.and_then(|c| row.fields.get(c)).unwrap_or_default());
+                let written = w
+                    .write_record(fields)
+                    .and_then(|()| w.flush().map_err(Into::into));
+                self.text = w
+                    .into_inner()
+                    .map_err(|e| OperatorError::other(e.into_error()))?;
+                written.map_err(OperatorError::other)?;
+                // Without the terminator the writer adds.
+                self.text.pop();
+            }
+        }
+        Ok(self.hold(at))
+    }
+
+    fn flush(&mut self, bad: &BadRecords, out: &mut Output<RowBatch>) -> OpResult {
+        if self.ends.is_empty() {
+            return Ok(());
+        }
+        let mut start = 0;
+        let records: Vec<&[u8]> = self
+            .ends
+            .iter()
+            .map(|&end| {
+                let r = &self.text[start..end];
+                start = end;
+                r
+            })
+            .collect();
+        let (batch, rejected) = self.decoder.decode(&records);
+        for r in rejected {
+            let position = format!("{}:{}", self.file, self.lines[r.index]);
+            bad.handle(
+                &String::from_utf8_lossy(records[r.index]),
+                &position,
+                &r.reason,
+            )?;
+        }
+        self.text.clear();
+        self.ends.clear();
+        self.lines.clear();
+        if let Some(batch) = batch {
+            out.push(batch.into_record());
+        }
+        Ok(())
+    }
+}
+
 /// The `blackhole` sink of the batch path: drops every batch (the engine counts its
 /// rows as written).
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +266,122 @@ impl SinkWriter for BatchBlackhole {
 #[cfg(test)]
 mod tests {
     use brook_engine::JobConfig;
+
+    fn valid(yaml: &str) -> crate::spec::ValidSpec {
+        crate::spec::validate(crate::spec::parse(yaml).expect("parses")).expect("valid")
+    }
+
+    /// A file with a declared schema is read straight into batches: `filter` and `map`
+    /// run on them with no vertex between the source and the steps, a line that does
+    /// not fit (or has no valid time) is a bad record, and the rows keep their times.
+    #[test]
+    fn a_file_with_a_declared_schema_is_read_into_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("in.jsonl");
+        let mut text = String::new();
+        for i in 0..5000 {
+            text.push_str(&format!(
+                "{{\"item\": \"i{}\", \"cents\": {i}, \"ts\": {}}}\n",
+                i % 7,
+                i * 10
+            ));
+        }
+        text.push_str("{\"item\": \"x\", \"cents\": \"lots\", \"ts\": 1}\n");
+        text.push_str("not json\n");
+        text.push_str("{\"item\": \"x\", \"cents\": 5}\n");
+        std::fs::write(&input, text).expect("write");
+        let out = dir.path().join("out.jsonl");
+        let yaml = format!(
+            r#"
+name: declared
+sources:
+  - name: sales
+    connector: file
+    path: {}
+    schema: {{item: string, cents: int64, ts: int64}}
+    event_time: ts
+    on_bad_record: skip
+steps:
+  - {{name: big, filter: "cents >= 4990"}}
+  - {{name: dollars, map: {{dollars: "cents / 100.0"}}}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+            input.display(),
+            out.display()
+        );
+        let valid = valid(&yaml);
+        assert!(valid.source_batches[0].is_some());
+        let built =
+            crate::spec::build(&valid, JobConfig::with_parallelism(1), None).expect("builds");
+        let result = built.env.execute("declared").expect("runs");
+        let names: Vec<&str> = result.vertices.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[..3], ["sales", "big", "dollars"], "{names:?}");
+        assert_eq!(built.bad_records.total(), 3);
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+            .expect("output")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(rows.len(), 10);
+        assert_eq!(
+            rows[0],
+            serde_json::json!({"item": "i6", "cents": 4990, "ts": 49900, "dollars": 49.9})
+        );
+    }
+
+    /// A CSV file's columns are matched to the declared schema by its header, in any
+    /// order: a column the schema lacks is left out, a field the header lacks is null.
+    #[test]
+    fn csv_columns_are_matched_to_the_schema_by_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("in.csv");
+        std::fs::write(&input, "note,cents,item\n\"a, b\",60,milk\n,40,\"tea\"\n").expect("write");
+        let out = dir.path().join("out.jsonl");
+        let yaml = format!(
+            r#"
+name: csv
+sources:
+  - {{name: s, connector: file, path: {}, schema: {{item: string, cents: int64, ts: int64}}}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+            input.display(),
+            out.display()
+        );
+        let built = crate::spec::build(&valid(&yaml), JobConfig::with_parallelism(1), None)
+            .expect("builds");
+        built.env.execute("csv").expect("runs");
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("output"),
+            "{\"item\":\"milk\",\"cents\":60,\"ts\":null}\n{\"item\":\"tea\",\"cents\":40,\"ts\":null}\n"
+        );
+    }
+
+    /// Rows read as JSON where batches would change what the job sees: without a
+    /// declared schema (an inferred one may miss fields the first records lack), with
+    /// watermarks after every record, or with the event time outside the schema.
+    #[test]
+    fn which_file_sources_are_read_into_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("in.jsonl");
+        std::fs::write(&input, "{\"item\": \"milk\", \"ts\": 1}\n").expect("write");
+        let batches = |source: &str| {
+            let yaml = format!(
+                "name: x\nsources:\n  - {{name: s, connector: file, path: {}, {source}}}\nsinks:\n  - {{name: o, connector: blackhole}}\n",
+                input.display()
+            );
+            valid(&yaml).source_batches[0].is_some()
+        };
+        let schema = "schema: {item: string, ts: int64}";
+        assert!(batches(schema));
+        assert!(batches(&format!("{schema}, event_time: ts")));
+        assert!(!batches("event_time: ts"));
+        assert!(!batches(&format!(
+            "{schema}, event_time: ts, watermark: {{interval: 0}}"
+        )));
+        assert!(!batches("schema: {item: string}, event_time: ts"));
+    }
 
     /// A generator's rows through `filter` and `map` to a `blackhole` stay batches from
     /// the source to the sink (no vertex turns them into rows), and the job still

@@ -852,6 +852,9 @@ pub struct ValidSpec {
     pub(crate) default_policy: BadRecordPolicy,
     /// Per source (in order): its event time.
     pub(crate) source_time: Vec<SourceTime>,
+    /// Per source (in order): the schema it reads straight into batches of, if it does
+    /// (a file source with a declared schema, `columnar::file_reads_batches`).
+    pub(crate) source_batches: Vec<Option<arrow_schema::SchemaRef>>,
 }
 
 fn resolve_async_enrich(field: &str, a: &AsyncEnrichSpec) -> Result<AsyncEnrichStep, SpecError> {
@@ -1153,6 +1156,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
     });
     let mut names: HashSet<String> = HashSet::new();
     let mut source_time = Vec::with_capacity(spec.sources.len());
+    let mut source_batches = Vec::with_capacity(spec.sources.len());
     // The schema of each source's and step's rows, where known at plan time.
     let mut schemas: HashMap<String, Option<arrow_schema::SchemaRef>> = HashMap::new();
     let mut uses_dead_letter = default_policy == BadRecordPolicy::DeadLetter;
@@ -1163,8 +1167,18 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         if !names.insert(s.name().to_string()) {
             return Err(SpecError::new(format!("{field}.name"), "is used twice"));
         }
-        source_time.push(source_event_time(&field, s)?);
-        schemas.insert(s.name().to_string(), schema::source_schema(&field, s)?);
+        let time = source_event_time(&field, s)?;
+        let schema = schema::source_schema(&field, s)?;
+        source_batches.push(match s {
+            SourceSpec::File {
+                schema: Some(_), ..
+            } => schema
+                .clone()
+                .filter(|schema| columnar::file_reads_batches(schema, &time)),
+            _ => None,
+        });
+        source_time.push(time);
+        schemas.insert(s.name().to_string(), schema);
         match s {
             SourceSpec::File {
                 path,
@@ -1669,6 +1683,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         sink_inputs,
         default_policy,
         source_time,
+        source_batches,
     })
 }
 

@@ -29,6 +29,13 @@
 //! header again. Follow mode goes on after a restore. A file shorter than its
 //! checkpointed offset fails the restore: it changed since the checkpoint.
 //!
+//! [`FileSource::jsonl_with`] and [`FileSource::csv_with`] take a [`FileDecoder`] of each
+//! reader's own instead of serde: one that may hold records and emit them together
+//! (a YAML job's decodes the lines of a poll into one Arrow batch). The reader flushes
+//! it before it turns to another file and at the end of every poll, so each record
+//! comes from one split and a checkpoint never falls between a line read and its
+//! record emitted.
+//!
 //! A line (or CSV row) that does not decode follows the [`BadRecords`] policy
 //! ([`FileSource::on_bad_record`]); its position is `path:line` with 1-based line
 //! numbers (the first line of a CSV row).
@@ -117,6 +124,7 @@
 //! ```
 
 mod committable;
+mod decode;
 mod format;
 mod sink;
 mod source;
@@ -133,6 +141,7 @@ use flate2::Compression;
 
 use crate::error::ConnectorError;
 
+pub use decode::{CsvRow, FileDecoder, RecordAt, SerdeDecoder};
 pub use format::csv_row_to_json;
 pub use sink::FileSink;
 pub use source::{FileInput, FileSource, FileSplit};

@@ -5,17 +5,17 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use brook_core::bad_record::BadRecords;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::source::{InputStatus, Source, SourceOptions, SourceReader, Split};
 use serde::de::DeserializeOwned;
 
-use super::format::{decode_csv_row, CsvState, Format};
+use super::decode::{CsvRow, FileDecoder, RecordAt, SerdeDecoder};
+use super::format::{CsvState, Format};
 use super::{is_gzip, open_input};
-use crate::bad_record;
 use crate::error::ConnectorError;
 use crate::split::restored_position;
 use crate::BATCH;
@@ -68,13 +68,16 @@ impl<P: AsRef<Path>, const N: usize> From<[P; N]> for FileInput {
     }
 }
 
+/// Makes a reader's [`FileDecoder`].
+type MakeDecoder<T> = dyn Fn() -> Box<dyn FileDecoder<Out = T>> + Send + Sync;
+
 /// A source of JSON lines or CSV records read from files (see the
 /// [module docs](super)).
 pub struct FileSource<T> {
     input: FileInput,
     format: Format,
     options: SourceOptions,
-    _out: PhantomData<fn() -> T>,
+    decoder: Arc<MakeDecoder<T>>,
 }
 
 impl<T> fmt::Debug for FileSource<T> {
@@ -94,7 +97,7 @@ impl<T> Clone for FileSource<T> {
             input: self.input.clone(),
             format: self.format,
             options: self.options.clone(),
-            _out: PhantomData,
+            decoder: Arc::clone(&self.decoder),
         }
     }
 }
@@ -107,17 +110,46 @@ impl FileSource<()> {
     pub fn jsonl<T: DeserializeOwned + Send + 'static>(
         input: impl Into<FileInput>,
     ) -> FileSource<T> {
-        FileSource::new(input.into(), Format::JsonLines)
+        FileSource::jsonl_with(input, SerdeDecoder::<T>::default)
     }
 
     /// CSV with a header row, each row decoded into `T`.
     pub fn csv<T: DeserializeOwned + Send + 'static>(input: impl Into<FileInput>) -> FileSource<T> {
-        FileSource::new(input.into(), Format::Csv)
+        FileSource::csv_with(input, SerdeDecoder::<T>::default)
+    }
+
+    /// JSON lines decoded by a [`FileDecoder`] of each reader's own, made by `make`
+    /// (for records serde does not make one by one, such as Arrow batches).
+    pub fn jsonl_with<D, F>(input: impl Into<FileInput>, make: F) -> FileSource<D::Out>
+    where
+        D: FileDecoder + 'static,
+        D::Out: Send + 'static,
+        F: Fn() -> D + Send + Sync + 'static,
+    {
+        FileSource::new(input.into(), Format::JsonLines, boxed(make))
+    }
+
+    /// CSV with a header row, decoded as [`FileSource::jsonl_with`]'s lines are.
+    pub fn csv_with<D, F>(input: impl Into<FileInput>, make: F) -> FileSource<D::Out>
+    where
+        D: FileDecoder + 'static,
+        D::Out: Send + 'static,
+        F: Fn() -> D + Send + Sync + 'static,
+    {
+        FileSource::new(input.into(), Format::Csv, boxed(make))
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
-    fn new(input: FileInput, format: Format) -> Self {
+fn boxed<D, F>(make: F) -> Arc<MakeDecoder<D::Out>>
+where
+    D: FileDecoder + 'static,
+    F: Fn() -> D + Send + Sync + 'static,
+{
+    Arc::new(move || -> Box<dyn FileDecoder<Out = D::Out>> { Box::new(make()) })
+}
+
+impl<T: Send + 'static> FileSource<T> {
+    fn new(input: FileInput, format: Format, decoder: Arc<MakeDecoder<T>>) -> Self {
         FileSource {
             input,
             format,
@@ -126,7 +158,7 @@ impl<T: DeserializeOwned + Send + 'static> FileSource<T> {
                 bounded: true,
                 ..SourceOptions::default()
             },
-            _out: PhantomData,
+            decoder,
         }
     }
 
@@ -204,7 +236,7 @@ impl Split for FileSplit {
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
+impl<T: Send + 'static> Source for FileSource<T> {
     type Out = T;
     type Split = FileSplit;
 
@@ -251,7 +283,7 @@ impl<T: DeserializeOwned + Send + 'static> Source for FileSource<T> {
             finished,
             current: 0,
             bad: self.options.bad_records.clone(),
-            _out: PhantomData,
+            decoder: (self.decoder)(),
         }))
     }
 
@@ -463,10 +495,6 @@ impl Cursor {
         }
     }
 
-    fn position(&self, line: u64) -> String {
-        format!("{}:{line}", self.name)
-    }
-
     fn next_line(&mut self, follow: bool) -> OpResult<Line> {
         if self.complete {
             self.line.clear();
@@ -540,11 +568,11 @@ struct FileReader<T> {
     /// The cursor being read.
     current: usize,
     bad: BadRecords,
-    _out: PhantomData<fn() -> T>,
+    decoder: Box<dyn FileDecoder<Out = T>>,
 }
 
-impl<T: DeserializeOwned + 'static> FileReader<T> {
-    /// Decodes the current line of cursor `c`; returns whether a record was emitted.
+impl<T> FileReader<T> {
+    /// Decodes the current line of cursor `c`; returns how many records it gave.
     fn decode_line(&mut self, c: usize, out: &mut Output<T>) -> OpResult<usize> {
         let cur = &mut self.cursors[c];
         match self.format {
@@ -553,17 +581,11 @@ impl<T: DeserializeOwned + 'static> FileReader<T> {
                 if line.trim_ascii().is_empty() {
                     return Ok(0);
                 }
-                match serde_json::from_slice::<T>(line) {
-                    Ok(v) => {
-                        out.collect(v, None);
-                        Ok(1)
-                    }
-                    Err(e) => {
-                        let pos = cur.position(cur.line_no);
-                        bad_record::handle(&self.bad, line, pos, format!("invalid JSON: {e}"))?;
-                        Ok(0)
-                    }
-                }
+                let at = RecordAt {
+                    file: &cur.name,
+                    line: cur.line_no,
+                };
+                self.decoder.json(line, at, &self.bad, out)
             }
             Format::Csv => {
                 let Some(csv) = cur.csv.as_mut() else {
@@ -573,16 +595,68 @@ impl<T: DeserializeOwned + 'static> FileReader<T> {
                     return Ok(0);
                 }
                 csv.push_line(&cur.line, cur.line_no);
-                csv_rows(cur, &self.bad, out, false)
+                csv_rows(cur, self.decoder.as_mut(), &self.bad, out, false)
             }
         }
+    }
+
+    /// Reads about a batch of records (see [`SourceReader::poll_next`]); the decoder
+    /// may still hold some.
+    fn read(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        let mut emitted = 0;
+        let mut lines = 0;
+        // Cursors in a row that had nothing (follow mode).
+        let mut idle = 0;
+        while !self.cursors.is_empty() && idle < self.cursors.len() {
+            if emitted >= BATCH || lines >= LINES_PER_POLL {
+                return Ok(InputStatus::MoreAvailable);
+            }
+            self.current %= self.cursors.len();
+            let c = self.current;
+            let split = self.cursors[c].split;
+            if split != out.split() {
+                // What the decoder holds came from the other file.
+                self.decoder.flush(&self.bad, out)?;
+            }
+            out.set_split(split);
+            match self.cursors[c].next_line(self.follow)? {
+                Line::Complete => {
+                    idle = 0;
+                    lines += 1;
+                    emitted += self.decode_line(c, out)?;
+                }
+                Line::Wait => {
+                    idle += 1;
+                    self.current += 1;
+                }
+                Line::End => {
+                    let mut cur = self.cursors.remove(c);
+                    if cur.csv.is_some() {
+                        emitted += csv_rows(&mut cur, self.decoder.as_mut(), &self.bad, out, true)?;
+                    }
+                    self.decoder.flush(&self.bad, out)?;
+                    out.finish_split(cur.split);
+                    let mut pos = cur.snapshot();
+                    pos.finished = true;
+                    self.finished.push((cur.split, cur.name, pos));
+                }
+            }
+        }
+        Ok(if self.cursors.is_empty() {
+            InputStatus::End
+        } else if emitted > 0 || lines > 0 {
+            InputStatus::MoreAvailable
+        } else {
+            InputStatus::NothingAvailable
+        })
     }
 }
 
 /// Decodes the complete rows buffered in the cursor's CSV state (all of them at the
-/// end of the file); returns how many records were emitted.
-fn csv_rows<T: DeserializeOwned + 'static>(
+/// end of the file); returns how many records they gave.
+fn csv_rows<T>(
     cur: &mut Cursor,
+    decoder: &mut dyn FileDecoder<Out = T>,
     bad: &BadRecords,
     out: &mut Output<T>,
     eof: bool,
@@ -605,20 +679,20 @@ fn csv_rows<T: DeserializeOwned + 'static>(
         let Some(headers) = &csv.headers else {
             continue;
         };
-        match decode_csv_row::<T>(headers, row) {
-            Ok(v) => {
-                out.collect(v, None);
-                n += 1;
-            }
-            Err(reason) => {
-                let pos = format!("{}:{}", cur.name, csv.row_line);
-                bad_record::handle(bad, csv.row_raw(), pos, reason)?;
-            }
-        }
+        let at = RecordAt {
+            file: &cur.name,
+            line: csv.row_line,
+        };
+        let row = CsvRow {
+            headers,
+            fields: row,
+            raw: csv.row_raw(),
+        };
+        n += decoder.csv(row, at, bad, out)?;
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
+impl<T: Send + 'static> SourceReader for FileReader<T> {
     type Out = T;
 
     fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
@@ -627,46 +701,10 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for FileReader<T> {
                 out.finish_split(*split);
             }
         }
-        let mut emitted = 0;
-        let mut lines = 0;
-        // Cursors in a row that had nothing (follow mode).
-        let mut idle = 0;
-        while !self.cursors.is_empty() && idle < self.cursors.len() {
-            if emitted >= BATCH || lines >= LINES_PER_POLL {
-                return Ok(InputStatus::MoreAvailable);
-            }
-            self.current %= self.cursors.len();
-            let c = self.current;
-            out.set_split(self.cursors[c].split);
-            match self.cursors[c].next_line(self.follow)? {
-                Line::Complete => {
-                    idle = 0;
-                    lines += 1;
-                    emitted += self.decode_line(c, out)?;
-                }
-                Line::Wait => {
-                    idle += 1;
-                    self.current += 1;
-                }
-                Line::End => {
-                    let mut cur = self.cursors.remove(c);
-                    if cur.csv.is_some() {
-                        emitted += csv_rows(&mut cur, &self.bad, out, true)?;
-                    }
-                    out.finish_split(cur.split);
-                    let mut pos = cur.snapshot();
-                    pos.finished = true;
-                    self.finished.push((cur.split, cur.name, pos));
-                }
-            }
-        }
-        Ok(if self.cursors.is_empty() {
-            InputStatus::End
-        } else if emitted > 0 || lines > 0 {
-            InputStatus::MoreAvailable
-        } else {
-            InputStatus::NothingAvailable
-        })
+        let status = self.read(out)?;
+        // Everything read is emitted before a checkpoint can snapshot the positions.
+        self.decoder.flush(&self.bad, out)?;
+        Ok(status)
     }
 
     fn snapshot_positions(&mut self) -> Option<Vec<(String, Vec<u8>)>> {
