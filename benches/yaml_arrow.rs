@@ -20,15 +20,17 @@
 //!   (`{"key": .., "ts": .., "value": ..}`, 4 M lines at scale 1), read by a file source
 //!   with a declared `schema:` (straight into Arrow batches) -> the filter + map above /
 //!   W1's window; the typed side reads the file with `FileSource::jsonl::<Event>`
-//!   (serde). With `BROOK_BENCH_ROW_PATH` also the YAML job without `schema:` (each line
-//!   a JSON row first, the path before batches).
+//!   (serde). **log filter + map**, **log W1**: the same with the events as JSON values
+//!   of a one-partition topic of a log open in the process (`LogSource::json::<Event>`
+//!   on the typed side). With `BROOK_BENCH_ROW_PATH` also the YAML jobs without
+//!   `schema:` (each record a JSON row first, the path before batches).
 //!
 //! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
 //! take a checkpoint every second (for the windows; filter + map has no state).
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `log-filter-map`, `log-W1`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
 //! without `--bench` (as `cargo test --all-targets` does) it only checks each job on a
@@ -138,10 +140,15 @@ fn config() -> (JobConfig, Option<tempfile::TempDir>) {
 /// A YAML job (its sink named `out`) through `brook run`'s code path: rows reaching
 /// the sink.
 fn run_yaml(yaml: &str) -> u64 {
+    run_yaml_on(yaml, None)
+}
+
+/// [`run_yaml`] with `log` open in the process (`log` sources read it).
+fn run_yaml_on(yaml: &str, log: Option<&brook::log::Log>) -> u64 {
     let spec = brook::spec::parse(yaml).unwrap();
     let valid = brook::spec::validate(spec).unwrap();
     let (config, _dir) = config();
-    let built = brook::spec::build(&valid, config, None).unwrap();
+    let built = brook::spec::build_on(&valid, config, log.map(brook::spec::JobLog::Local)).unwrap();
     let result = built.env.execute("yaml").unwrap();
     result
         .vertices
@@ -307,7 +314,74 @@ fn write_events(path: &std::path::Path, n: u64) {
     w.flush().unwrap();
 }
 
-/// The jobs on the file of events.
+/// `n` of the generator's W1 events as JSON values in topic `events` (one partition) of
+/// a log in `dir`, each with its `ts` as its timestamp.
+fn log_events(dir: &std::path::Path, n: u64) -> brook::log::Log {
+    use brook::log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let log = Log::open(dir, LogOptions::default()).unwrap();
+    let topic = log
+        .create_topic("events", 1, TopicConfig::default())
+        .unwrap();
+    let mut batch = Vec::with_capacity(10_000);
+    for i in 0..n {
+        let key = (u128::from(i) * 2_654_435_761 % u128::from(KEYS)) as u64;
+        let value = format!(r#"{{"key": {key}, "ts": {i}, "value": {}}}"#, i % 100);
+        batch.push(ProducerRecord::new(value).with_timestamp(i as i64));
+        if batch.len() == 10_000 {
+            topic.append(std::mem::take(&mut batch)).unwrap();
+        }
+    }
+    topic.append(batch).unwrap();
+    log
+}
+
+/// Where the input jobs read their events.
+enum Input {
+    /// JSON lines in a file.
+    File(std::path::PathBuf),
+    /// JSON values in topic `events` of a log open in the process.
+    Log(brook::log::Log),
+}
+
+impl Input {
+    /// The YAML source; with `schema`, it declares the events' schema.
+    fn source_yaml(&self, schema: bool) -> String {
+        let schema = if schema {
+            ", schema: {key: int64, ts: int64, value: int64}"
+        } else {
+            ""
+        };
+        let connector = match self {
+            Input::File(path) => format!("connector: file, path: {}", path.display()),
+            Input::Log(_) => "connector: log, topic: events".to_string(),
+        };
+        format!(
+            "{{name: events, {connector}{schema}, event_time: ts, watermark: {{out_of_orderness: 0}}}}"
+        )
+    }
+
+    fn log(&self) -> Option<&brook::log::Log> {
+        match self {
+            Input::File(_) => None,
+            Input::Log(log) => Some(log),
+        }
+    }
+
+    /// The typed source: serde's decoder into [`Event`], the YAML job's watermarks.
+    fn events(&self, env: &StreamEnvironment) -> brook::engine::DataStream<Event> {
+        let strategy = WatermarkStrategy::<Event>::for_bounded_out_of_orderness(0)
+            .with_timestamp_assigner(|e: &Event, _| e.ts);
+        match self {
+            Input::File(path) => env.from_source(FileSource::jsonl::<Event>(path), strategy),
+            Input::Log(log) => env.from_source(
+                brook::connectors::LogSource::json::<Event>(log, "events").bounded(true),
+                strategy,
+            ),
+        }
+    }
+}
+
+/// The jobs on the events of an [`Input`].
 #[derive(Debug, Clone, Copy)]
 enum FileJob {
     FilterMap,
@@ -322,17 +396,9 @@ impl FileJob {
         }
     }
 
-    /// The YAML job; with `schema`, its source declares the file's schema.
-    fn yaml(self, path: &std::path::Path, schema: bool) -> String {
-        let schema = if schema {
-            ", schema: {key: int64, ts: int64, value: int64}"
-        } else {
-            ""
-        };
-        let source = format!(
-            "{{name: events, connector: file, path: {}{schema}, event_time: ts, watermark: {{out_of_orderness: 0}}}}",
-            path.display()
-        );
+    /// The YAML job; with `schema`, its source declares the events' schema.
+    fn yaml(self, input: &Input, schema: bool) -> String {
+        let source = input.source_yaml(schema);
         let steps = match self {
             FileJob::FilterMap => {
                 r#"  - {name: kept, filter: "value % 4 <> 0"}
@@ -346,13 +412,11 @@ impl FileJob {
         format!("name: file\nsources:\n  - {source}\nsteps:\n{steps}\nsinks:\n  - {{name: out, connector: blackhole}}\n")
     }
 
-    /// The typed job reading the file with serde: rows reaching the sink.
-    fn typed(self, path: &std::path::Path) -> u64 {
+    /// The typed job reading the input with serde: rows reaching the sink.
+    fn typed(self, input: &Input) -> u64 {
         let (config, _dir) = config();
         let env = StreamEnvironment::new(config);
-        let strategy = WatermarkStrategy::<Event>::for_bounded_out_of_orderness(0)
-            .with_timestamp_assigner(|e: &Event, _| e.ts);
-        let events = env.from_source(FileSource::jsonl::<Event>(path), strategy);
+        let events = input.events(&env);
         match self {
             FileJob::FilterMap => {
                 let sink = Discard::<(i64, i64, i64, f64, i64)>::default();
@@ -484,35 +548,65 @@ fn main() {
         }
         return;
     }
-    if wanted("file-filter-map") || wanted("file-W1") {
-        let n = if bench {
-            (((4_000_000.0 * scale) as u64) / 100_000).max(1) * 100_000
+    let n = if bench {
+        (((4_000_000.0 * scale) as u64) / 100_000).max(1) * 100_000
+    } else {
+        100_000
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rows_too = std::env::var("BROOK_BENCH_ROW_PATH").is_ok();
+    for (input_name, jobs) in [
+        (
+            "file",
+            [
+                ("file-filter-map", FileJob::FilterMap),
+                ("file-W1", FileJob::W1),
+            ],
+        ),
+        (
+            "log",
+            [
+                ("log-filter-map", FileJob::FilterMap),
+                ("log-W1", FileJob::W1),
+            ],
+        ),
+    ] {
+        if !jobs.iter().any(|(name, _)| wanted(name)) {
+            continue;
+        }
+        let input = if input_name == "file" {
+            let path = dir.path().join("events.jsonl");
+            write_events(&path, n);
+            Input::File(path)
         } else {
-            100_000
+            Input::Log(log_events(&dir.path().join("log"), n))
         };
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.jsonl");
-        write_events(&path, n);
-        let rows_too = std::env::var("BROOK_BENCH_ROW_PATH").is_ok();
-        for (name, job) in [
-            ("file-filter-map", FileJob::FilterMap),
-            ("file-W1", FileJob::W1),
-        ] {
+        for (name, job) in jobs {
             if !wanted(name) {
                 continue;
             }
-            let yaml = job.yaml(&path, true);
             let expected = job.rows(n);
-            let (y, t) = compare(name, n, reps, expected, &|| run_yaml(&yaml), &|| {
-                job.typed(&path)
-            });
+            let yaml = job.yaml(&input, true);
+            let (y, t) = compare(
+                name,
+                n,
+                reps,
+                expected,
+                &|| run_yaml_on(&yaml, input.log()),
+                &|| job.typed(&input),
+            );
             table.push((name.to_string(), n, y, t));
             if rows_too {
-                let rows = job.yaml(&path, false);
+                let rows = job.yaml(&input, false);
                 let label = format!("{name} rows");
-                let (y, t) = compare(&label, n, reps, expected, &|| run_yaml(&rows), &|| {
-                    job.typed(&path)
-                });
+                let (y, t) = compare(
+                    &label,
+                    n,
+                    reps,
+                    expected,
+                    &|| run_yaml_on(&rows, input.log()),
+                    &|| job.typed(&input),
+                );
                 table.push((format!("{name} (no schema)"), n, y, t));
             }
         }

@@ -118,7 +118,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,8 +127,9 @@ use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{
-    decode_offset_position, encode_offset_position, InputStatus, Source, SourceOptions,
-    SourceReader, Split, SplitProgress, TopicPartitionSplit,
+    decode_offset_position, encode_offset_position, value_decoders, InputStatus, JsonValues,
+    MakeValueDecoder, MessageAt, Source, SourceOptions, SourceReader, Split, SplitProgress,
+    TopicPartitionSplit, ValueDecoder,
 };
 use brook_core::txn_committable::{marker_group, CheckpointRecords, PreparedTxn, TxnCommittable};
 use brook_log::{
@@ -143,7 +143,6 @@ use tokio::sync::watch;
 
 use brook_core::bad_record::BadRecords;
 
-use crate::bad_record;
 use crate::error::ConnectorError;
 use crate::split::restored_position;
 use crate::BATCH;
@@ -169,7 +168,7 @@ pub struct LogSource<T> {
     start: StartingOffsets,
     isolation: IsolationLevel,
     options: SourceOptions,
-    _out: PhantomData<fn() -> T>,
+    decoder: Arc<MakeValueDecoder<T>>,
 }
 
 impl<T> fmt::Debug for LogSource<T> {
@@ -193,7 +192,7 @@ impl<T> Clone for LogSource<T> {
             start: self.start.clone(),
             isolation: self.isolation,
             options: self.options.clone(),
-            _out: PhantomData,
+            decoder: Arc::clone(&self.decoder),
         }
     }
 }
@@ -206,18 +205,30 @@ impl LogSource<()> {
         log: &Log,
         topic: impl Into<String>,
     ) -> LogSource<T> {
+        LogSource::with_decoder(log, topic, JsonValues::<T>::default)
+    }
+
+    /// Reads `topic`, each record's value decoded by a [`ValueDecoder`] of each
+    /// reader's own, made by `make` (for records serde does not make one by one, such
+    /// as Arrow batches). The reader flushes it after each partition's run of records.
+    pub fn with_decoder<D, F>(log: &Log, topic: impl Into<String>, make: F) -> LogSource<D::Out>
+    where
+        D: ValueDecoder + 'static,
+        D::Out: Send + 'static,
+        F: Fn() -> D + Send + Sync + 'static,
+    {
         LogSource {
             log: log.clone(),
             topic: topic.into(),
             start: StartingOffsets::default(),
             isolation: IsolationLevel::default(),
             options: SourceOptions::default(),
-            _out: PhantomData,
+            decoder: value_decoders(make),
         }
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
+impl<T: Send + 'static> LogSource<T> {
     /// Where to start in each partition. Default [`StartingOffsets::Earliest`].
     pub fn starting_offsets(mut self, start: StartingOffsets) -> Self {
         self.start = start;
@@ -343,7 +354,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
             bad: self.options.bad_records.clone(),
             records: Vec::new(),
             runtime: None,
-            _out: PhantomData,
+            decoder: (self.decoder)(),
         })
     }
 }
@@ -351,7 +362,7 @@ impl<T: DeserializeOwned + Send + 'static> LogSource<T> {
 /// One partition of a [`LogSource`]'s topic; its split id is `topic/partition`.
 pub type LogSplit = TopicPartitionSplit<u32>;
 
-impl<T: DeserializeOwned + Send + 'static> Source for LogSource<T> {
+impl<T: Send + 'static> Source for LogSource<T> {
     type Out = T;
     type Split = LogSplit;
 
@@ -425,7 +436,7 @@ pub struct LogReader<T> {
     records: Vec<Record>,
     /// Waits for new records; created on the first wait.
     runtime: Option<tokio::runtime::Runtime>,
-    _out: PhantomData<fn() -> T>,
+    decoder: Box<dyn ValueDecoder<Out = T>>,
 }
 
 impl<T> fmt::Debug for LogReader<T> {
@@ -451,7 +462,7 @@ impl<T> LogReader<T> {
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
+impl<T: Send + 'static> SourceReader for LogReader<T> {
     type Out = T;
 
     fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
@@ -515,19 +526,22 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for LogReader<T> {
             for record in self.records.drain(..) {
                 c.position = record.offset + 1;
                 read_any = true;
-                match serde_json::from_slice::<T>(&record.value) {
-                    Ok(v) => {
-                        out.collect(v, Some(record.timestamp));
-                        emitted += 1;
-                    }
-                    Err(e) => bad_record::handle(
-                        &self.bad,
-                        &record.value,
-                        format!("{}/{}@{}", self.topic, c.id, record.offset),
-                        format!("invalid JSON: {e}"),
-                    )?,
-                }
+                let at = MessageAt {
+                    topic: &self.topic,
+                    partition: i32::try_from(c.id).unwrap_or(i32::MAX),
+                    offset: record.offset,
+                };
+                emitted += self.decoder.value(
+                    &record.value,
+                    Some(record.timestamp),
+                    at,
+                    &self.bad,
+                    out,
+                )?;
             }
+            // A chunk is one partition's: what the decoder holds is emitted as its split,
+            // and before a checkpoint can snapshot the positions.
+            self.decoder.flush(&self.bad, out)?;
             if next > c.position {
                 c.position = next;
                 read_any = true;

@@ -1,8 +1,9 @@
 //! Sources, split as Flink's FLIP-27: the [`Source`] enumerates splits once per job
 //! (the split enumerator), and each parallel subtask reads its splits with a
 //! [`SourceReader`]. What the connectors' sources share: their settings
-//! ([`SourceOptions`]: bounded or not, bad records) and the split of a topic's
-//! partition ([`TopicPartitionSplit`]).
+//! ([`SourceOptions`]: bounded or not, bad records), the split of a topic's
+//! partition ([`TopicPartitionSplit`]) and how messages' values become records
+//! ([`ValueDecoder`]).
 
 use std::fmt::Debug;
 
@@ -10,9 +11,11 @@ use crate::operator::{OpResult, Output, SubtaskInfo};
 
 mod options;
 mod topic_partition;
+mod value_decoder;
 
 pub use options::SourceOptions;
 pub use topic_partition::TopicPartitionSplit;
+pub use value_decoder::{value_decoders, JsonValues, MakeValueDecoder, MessageAt, ValueDecoder};
 
 /// What a reader had to offer on a poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +9,9 @@ use brook_core::bad_record::BadRecords;
 use brook_core::checkpoint::CheckpointId;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
 use brook_core::source::{
-    decode_offset_position, encode_offset_position, InputStatus, Source, SourceOptions,
-    SourceReader, Split, SplitProgress, TopicPartitionSplit,
+    decode_offset_position, encode_offset_position, value_decoders, InputStatus, JsonValues,
+    MakeValueDecoder, MessageAt, Source, SourceOptions, SourceReader, Split, SplitProgress,
+    TopicPartitionSplit, ValueDecoder,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -51,7 +51,7 @@ pub struct KafkaSource<T> {
     partitions: Option<Vec<i32>>,
     /// Commits offsets for the group instead of the reader's own consumer.
     committer: Option<Arc<dyn OffsetCommitter>>,
-    _out: PhantomData<fn() -> T>,
+    decoder: Arc<MakeValueDecoder<T>>,
 }
 
 impl<T> fmt::Debug for KafkaSource<T> {
@@ -75,7 +75,7 @@ impl<T> Clone for KafkaSource<T> {
             options: self.options.clone(),
             partitions: self.partitions.clone(),
             committer: self.committer.clone(),
-            _out: PhantomData,
+            decoder: Arc::clone(&self.decoder),
         }
     }
 }
@@ -88,6 +88,23 @@ impl KafkaSource<()> {
         bootstrap: impl Into<String>,
         topic: impl Into<String>,
     ) -> KafkaSource<T> {
+        KafkaSource::with_decoder(bootstrap, topic, JsonValues::<T>::default)
+    }
+
+    /// Reads `topic` on the brokers `bootstrap`, each value decoded by a
+    /// [`ValueDecoder`] of each reader's own, made by `make` (for records serde does not
+    /// make one by one, such as Arrow batches). The reader flushes it before a message
+    /// of another partition and at the end of every poll.
+    pub fn with_decoder<D, F>(
+        bootstrap: impl Into<String>,
+        topic: impl Into<String>,
+        make: F,
+    ) -> KafkaSource<D::Out>
+    where
+        D: ValueDecoder + 'static,
+        D::Out: Send + 'static,
+        F: Fn() -> D + Send + Sync + 'static,
+    {
         KafkaSource {
             conn: Conn::new(bootstrap.into(), topic.into()),
             group: None,
@@ -95,12 +112,12 @@ impl KafkaSource<()> {
             options: SourceOptions::default(),
             partitions: None,
             committer: None,
-            _out: PhantomData,
+            decoder: value_decoders(make),
         }
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
+impl<T: Send + 'static> KafkaSource<T> {
     /// The consumer group whose offsets are committed on checkpoint completion (for
     /// monitoring) and read by [`KafkaStart::Committed`].
     pub fn group(mut self, group: impl Into<String>) -> Self {
@@ -328,7 +345,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
             bad: self.options.bad_records.clone(),
             pending: None,
             snapshots: VecDeque::new(),
-            _out: PhantomData,
+            decoder: (self.decoder)(),
         })
     }
 }
@@ -336,7 +353,7 @@ impl<T: DeserializeOwned + Send + 'static> KafkaSource<T> {
 /// One partition of a [`KafkaSource`]'s topic; its split id is `topic/partition`.
 pub type KafkaSplit = TopicPartitionSplit<i32>;
 
-impl<T: DeserializeOwned + Send + 'static> Source for KafkaSource<T> {
+impl<T: Send + 'static> Source for KafkaSource<T> {
     type Out = T;
     type Split = KafkaSplit;
 
@@ -455,7 +472,7 @@ pub struct KafkaReader<T> {
     pending: Option<Polled>,
     /// Positions snapshotted per checkpoint, committed to the group on completion.
     snapshots: VecDeque<(CheckpointId, Vec<(i32, u64)>)>,
-    _out: PhantomData<fn() -> T>,
+    decoder: Box<dyn ValueDecoder<Out = T>>,
 }
 
 impl<T> fmt::Debug for KafkaReader<T> {
@@ -480,59 +497,39 @@ impl<T> KafkaReader<T> {
         self.parts.iter_mut().find(|p| p.partition == partition)
     }
 
-    fn handle(&mut self, m: &OwnedMessage, out: &mut Output<T>) -> OpResult
-    where
-        T: DeserializeOwned,
-    {
-        let topic = self.topic.clone();
-        let Some(p) = self.part(m.partition()) else {
+    fn handle(&mut self, m: &OwnedMessage, out: &mut Output<T>) -> OpResult {
+        let Some(p) = self.parts.iter_mut().find(|p| p.partition == m.partition()) else {
             return Ok(());
         };
         p.position = m.offset() as u64 + 1;
         p.read_any = true;
         p.high = p.high.max(p.position);
-        out.set_split(p.split);
-        let value = m.payload().unwrap_or_default();
-        match serde_json::from_slice::<T>(value) {
-            Ok(v) => out.collect(v, m.timestamp().to_millis()),
-            Err(e) => self.bad.handle(
-                &String::from_utf8_lossy(value),
-                &format!("{topic}/{}@{}", m.partition(), m.offset()),
-                &format!("invalid JSON: {e}"),
-            )?,
+        if p.split != out.split() {
+            // What the decoder holds came from another partition.
+            self.decoder.flush(&self.bad, out)?;
         }
+        out.set_split(p.split);
+        let at = MessageAt {
+            topic: &self.topic,
+            partition: m.partition(),
+            offset: m.offset() as u64,
+        };
+        let value = m.payload().unwrap_or_default();
+        self.decoder
+            .value(value, m.timestamp().to_millis(), at, &self.bad, out)?;
         Ok(())
     }
 
-    fn eof(&mut self, partition: i32, out: &mut Output<T>) {
-        let bounded = self.bounded;
-        if let Some(p) = self.part(partition) {
-            // An end reached before the start's end offset (a fetch that raced the
-            // broker's high watermark) is not the end: only after a record was read,
-            // or at the end offset captured when the reader started.
-            if bounded && !p.finished && (p.read_any || p.position >= p.end) {
-                p.finished = true;
-                out.finish_split(p.split);
-            }
-        }
-    }
-
-    fn is_finished(&self) -> bool {
-        self.bounded && self.parts.iter().all(|p| p.finished)
-    }
-}
-
-impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
-    type Out = T;
-
-    fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+    /// Reads about a batch of messages (see [`SourceReader::poll_next`]); the decoder
+    /// may still hold some.
+    fn read(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
         let mut got = 0;
         match self.pending.take() {
             Some(Polled::Message(m)) => {
                 self.handle(&m, out)?;
                 got += 1;
             }
-            Some(Polled::Eof(p)) => self.eof(p, out),
+            Some(Polled::Eof(p)) => self.eof(p, out)?,
             None => {}
         }
         while got < BATCH && !self.is_finished() {
@@ -540,7 +537,7 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
                 None => break,
                 Some(Ok(m)) => m.detach(),
                 Some(Err(KafkaError::PartitionEOF(p))) => {
-                    self.eof(p, out);
+                    self.eof(p, out)?;
                     continue;
                 }
                 Some(Err(e)) => {
@@ -560,6 +557,37 @@ impl<T: DeserializeOwned + Send + 'static> SourceReader for KafkaReader<T> {
         } else {
             InputStatus::NothingAvailable
         })
+    }
+
+    fn eof(&mut self, partition: i32, out: &mut Output<T>) -> OpResult {
+        // What the decoder holds is emitted before its split may be finished.
+        self.decoder.flush(&self.bad, out)?;
+        let bounded = self.bounded;
+        if let Some(p) = self.part(partition) {
+            // An end reached before the start's end offset (a fetch that raced the
+            // broker's high watermark) is not the end: only after a record was read,
+            // or at the end offset captured when the reader started.
+            if bounded && !p.finished && (p.read_any || p.position >= p.end) {
+                p.finished = true;
+                out.finish_split(p.split);
+            }
+        }
+        Ok(())
+    }
+
+    fn is_finished(&self) -> bool {
+        self.bounded && self.parts.iter().all(|p| p.finished)
+    }
+}
+
+impl<T: Send + 'static> SourceReader for KafkaReader<T> {
+    type Out = T;
+
+    fn poll_next(&mut self, out: &mut Output<T>) -> OpResult<InputStatus> {
+        let status = self.read(out)?;
+        // Everything read is emitted before a checkpoint can snapshot the positions.
+        self.decoder.flush(&self.bad, out)?;
+        Ok(status)
     }
 
     fn wait_for_data(&mut self, timeout_ms: u64) {

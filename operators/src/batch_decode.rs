@@ -71,8 +71,13 @@ impl TimedDecoder {
     }
 
     /// The records that fit, as one batch (`None` if none did), and those that did
-    /// not, in order.
-    pub fn decode<R: AsRef<[u8]>>(&self, records: &[R]) -> (Option<RowBatch>, Vec<Rejected>) {
+    /// not, in order. Without an event-time field, each row's time is its record's in
+    /// `given` (a message's timestamp), if given.
+    pub fn decode<R: AsRef<[u8]>>(
+        &self,
+        records: &[R],
+        given: Option<&[Option<Millis>]>,
+    ) -> (Option<RowBatch>, Vec<Rejected>) {
         let decoded = self.decoder.decode(records);
         let mut rejected: Vec<Rejected> = decoded
             .bad
@@ -87,7 +92,21 @@ impl TimedDecoder {
             return (None, rejected);
         }
         let Some((time, at)) = &self.time else {
-            return (Some(RowBatch::new(columns)), rejected);
+            let timestamps = given.and_then(|given| {
+                let mut misfits = decoded.bad.iter().map(|b| b.index).peekable();
+                row_times(
+                    given
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| misfits.next_if_eq(i).is_none())
+                        .map(|(_, t)| *t),
+                )
+            });
+            let batch = RowBatch {
+                columns,
+                timestamps,
+            };
+            return (Some(batch), rejected);
         };
         let column = columns.column(*at).clone();
         let mut times: Vec<Option<Millis>> = Vec::with_capacity(columns.num_rows());
@@ -165,7 +184,7 @@ mod tests {
             r#"{"item": "egg", "cents": 9}"#,
             r#"{"item": "oat", "cents": 3, "ts": "1970-01-01T00:00:05Z", "extra": 1}"#,
         ];
-        let (batch, rejected) = d.decode(&records);
+        let (batch, rejected) = d.decode(&records, None);
         let batch = batch.expect("two rows fit");
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(
@@ -191,12 +210,19 @@ mod tests {
     #[test]
     fn csv_lines_in_the_schemas_order_and_no_time() {
         let d = TimedDecoder::new(schema(), Format::Csv, None).expect("no time");
-        let (batch, rejected) = d.decode(&["milk,60,x", "tea,lots,y"]);
+        let (batch, rejected) = d.decode(&["milk,60,x", "tea,lots,y"], None);
         let batch = batch.expect("one row fits");
         assert_eq!(batch.num_rows(), 1);
         assert_eq!(batch.timestamps, None);
         assert_eq!(rejected.len(), 1);
         assert_eq!(rejected[0].index, 1);
+        // Given times (a message's) follow the rows that fit.
+        let (batch, _) = d.decode(
+            &["tea,lots,y", "milk,60,x", "jam,7,z"],
+            Some(&[Some(1), Some(2), None]),
+        );
+        let batch = batch.expect("two rows fit");
+        assert_eq!((batch.timestamp(0), batch.timestamp(1)), (Some(2), None));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy, BadRecords, DeadL
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
+use brook_core::source::JsonValues;
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
@@ -33,7 +34,9 @@ use brook_operators::typed_aggregate::KeyedRow;
 use brook_operators::window::WindowResult;
 use brook_sql::decode::Format as DecodeFormat;
 
-use super::columnar::{self, BatchBlackhole, FileBatches, GeneratorBatches};
+use super::columnar::{
+    self, batch_strategy, message_batches, BatchBlackhole, FileBatches, GeneratorBatches,
+};
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
@@ -322,21 +325,7 @@ fn build_with(
                         FileFormat::Csv => FileSource::csv_with(path.clone(), make),
                     };
                     let src = src.follow(*follow).on_bad_record(bad(*on_bad_record));
-                    // Each batch's record carries its latest row's time (`RowBatch`).
-                    let strategy = match &time {
-                        Some((_, wm)) => {
-                            let mut st =
-                                WatermarkStrategy::<RowBatch>::for_bounded_out_of_orderness(
-                                    wm.out_of_orderness_ms,
-                                )
-                                .with_emit_interval(wm.interval_ms);
-                            if let Some(t) = wm.idle_timeout_ms {
-                                st = st.with_idleness(t);
-                            }
-                            st
-                        }
-                        None => WatermarkStrategy::no_watermarks(),
-                    };
+                    let strategy = batch_strategy(&time);
                     let batches =
                         with_parallelism(env.from_source(src, strategy), *parallelism).name(name);
                     streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
@@ -366,28 +355,64 @@ fn build_with(
                 let start_at = start.unwrap_or(StartPosition::Earliest);
                 let isolation_level = isolation.unwrap_or(Isolation::ReadCommitted);
                 let bounded = bounded.unwrap_or(true);
+                let start = match start_at {
+                    StartPosition::Earliest => StartingOffsets::Earliest,
+                    StartPosition::Latest => StartingOffsets::Latest,
+                };
+                let isolation = match isolation_level {
+                    Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+                    Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+                };
+                let log = need_log(field.clone())?;
+                if let JobLog::Local(log) = log {
+                    log.topic(topic)
+                        .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                }
+                if let Some(schema) = v.source_batches.get(i).cloned().flatten() {
+                    let make = message_batches(schema, &time, &field)?;
+                    let strategy = batch_strategy(&time);
+                    let batches = match log {
+                        JobLog::Served(addr) => {
+                            let src = served::log_source(
+                                addr,
+                                topic,
+                                start_at,
+                                bounded,
+                                isolation_level,
+                                make,
+                            );
+                            env.from_source(src.on_bad_record(bad(*on_bad_record)), strategy)
+                        }
+                        JobLog::Local(log) => {
+                            let src = LogSource::with_decoder(log, topic.clone(), make)
+                                .starting_offsets(start)
+                                .isolation(isolation)
+                                .bounded(bounded)
+                                .on_bad_record(bad(*on_bad_record));
+                            env.from_source(src, strategy)
+                        }
+                    };
+                    let batches = with_parallelism(batches, *parallelism).name(name);
+                    streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
+                    continue;
+                }
                 let strategy = match time {
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
                 };
-                let stream = match need_log(field.clone())? {
+                let stream = match log {
                     JobLog::Served(addr) => {
-                        let src =
-                            served::log_source(addr, topic, start_at, bounded, isolation_level)
-                                .on_bad_record(bad(*on_bad_record));
-                        env.from_source(src, strategy)
+                        let src = served::log_source(
+                            addr,
+                            topic,
+                            start_at,
+                            bounded,
+                            isolation_level,
+                            JsonValues::<Row>::default,
+                        );
+                        env.from_source(src.on_bad_record(bad(*on_bad_record)), strategy)
                     }
                     JobLog::Local(log) => {
-                        log.topic(topic)
-                            .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
-                        let start = match start_at {
-                            StartPosition::Earliest => StartingOffsets::Earliest,
-                            StartPosition::Latest => StartingOffsets::Latest,
-                        };
-                        let isolation = match isolation_level {
-                            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-                            Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
-                        };
                         let src = LogSource::json::<Row>(log, topic.clone())
                             .starting_offsets(start)
                             .isolation(isolation)
@@ -402,52 +427,24 @@ fn build_with(
                 name,
                 bootstrap,
                 topic,
-                group,
-                assignment,
-                start,
-                start_timestamp_ms,
-                bounded,
-                properties,
                 on_bad_record,
                 parallelism,
-                connect_timeout,
                 ..
             } => {
-                let start = match start.unwrap_or(KafkaStartSpec::Earliest) {
-                    KafkaStartSpec::Earliest => KafkaStart::Earliest,
-                    KafkaStartSpec::Latest => KafkaStart::Latest,
-                    KafkaStartSpec::Committed => KafkaStart::Committed,
-                    KafkaStartSpec::Timestamp => {
-                        KafkaStart::Timestamp(start_timestamp_ms.unwrap_or(0))
-                    }
-                };
-                let mut src = KafkaSource::json::<Row>(bootstrap.clone(), topic.clone())
-                    .connect_timeout(connect_timeout_ms(
-                        connect_timeout,
-                        &format!("{field}.connect_timeout"),
-                    )?)
-                    .start(start)
-                    .bounded(bounded.unwrap_or(false))
-                    .on_bad_record(bad(*on_bad_record));
-                if let Some(g) = group {
-                    src = src.group(g.clone());
+                let settings = KafkaSettings::of(s, &field, group_part.as_ref())?;
+                if let Some(schema) = v.source_batches.get(i).cloned().flatten() {
+                    let make = message_batches(schema, &time, &field)?;
+                    let src = KafkaSource::with_decoder(bootstrap.clone(), topic.clone(), make);
+                    let (src, parallelism) = settings.apply(src, *parallelism);
+                    let src = src.on_bad_record(bad(*on_bad_record));
+                    let batches = env.from_source(src, batch_strategy(&time));
+                    let batches = with_parallelism(batches, parallelism).name(name);
+                    streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
+                    continue;
                 }
-                for (k, v) in properties {
-                    src = src.property(k.clone(), v.clone());
-                }
-                let mut parallelism = *parallelism;
-                if *assignment == Some(KafkaAssignment::Group) {
-                    let Some((p, committer)) = &group_part else {
-                        return Err(SpecError::new(
-                            format!("{field}.assignment"),
-                            "a group-assigned source runs with `brook run`, one job per partition",
-                        ));
-                    };
-                    src = src
-                        .partitions(vec![*p])
-                        .commit_offsets_through(Arc::clone(committer));
-                    parallelism = Some(1);
-                }
+                let src = KafkaSource::json::<Row>(bootstrap.clone(), topic.clone());
+                let (src, parallelism) = settings.apply(src, *parallelism);
+                let src = src.on_bad_record(bad(*on_bad_record));
                 let strategy = match time {
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
@@ -897,6 +894,99 @@ fn build_with(
         sources,
         sinks,
     })
+}
+
+/// A `kafka` source's settings, for a [`KafkaSource`] of any record type.
+struct KafkaSettings {
+    start: KafkaStart,
+    connect_timeout_ms: u64,
+    bounded: bool,
+    group: Option<String>,
+    properties: Vec<(String, String)>,
+    /// Group assignment (`brook run`, one job per partition): the partition and the
+    /// group member that commits its offsets.
+    partition: Option<(i32, Arc<dyn OffsetCommitter>)>,
+}
+
+impl KafkaSettings {
+    /// The settings of `s`, a `kafka` source at `field`.
+    fn of(
+        s: &SourceSpec,
+        field: &str,
+        group_part: Option<&(i32, Arc<dyn OffsetCommitter>)>,
+    ) -> Result<Self, SpecError> {
+        let SourceSpec::Kafka {
+            group,
+            assignment,
+            start,
+            start_timestamp_ms,
+            bounded,
+            properties,
+            connect_timeout,
+            ..
+        } = s
+        else {
+            return Err(SpecError::new(field, "not a kafka source"));
+        };
+        let start = match start.unwrap_or(KafkaStartSpec::Earliest) {
+            KafkaStartSpec::Earliest => KafkaStart::Earliest,
+            KafkaStartSpec::Latest => KafkaStart::Latest,
+            KafkaStartSpec::Committed => KafkaStart::Committed,
+            KafkaStartSpec::Timestamp => KafkaStart::Timestamp(start_timestamp_ms.unwrap_or(0)),
+        };
+        let partition = if *assignment == Some(KafkaAssignment::Group) {
+            let Some((p, committer)) = group_part else {
+                return Err(SpecError::new(
+                    format!("{field}.assignment"),
+                    "a group-assigned source runs with `brook run`, one job per partition",
+                ));
+            };
+            Some((*p, Arc::clone(committer)))
+        } else {
+            None
+        };
+        Ok(KafkaSettings {
+            start,
+            connect_timeout_ms: connect_timeout_ms(
+                connect_timeout,
+                &format!("{field}.connect_timeout"),
+            )?,
+            bounded: bounded.unwrap_or(false),
+            group: group.clone(),
+            properties: properties
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            partition,
+        })
+    }
+
+    /// `src` with these settings, and the source's parallelism (1 for a group-assigned
+    /// partition, else `parallelism`).
+    fn apply<T: Send + 'static>(
+        &self,
+        src: KafkaSource<T>,
+        parallelism: Option<u32>,
+    ) -> (KafkaSource<T>, Option<u32>) {
+        let mut src = src
+            .connect_timeout(self.connect_timeout_ms)
+            .start(self.start)
+            .bounded(self.bounded);
+        if let Some(g) = &self.group {
+            src = src.group(g.clone());
+        }
+        for (k, v) in &self.properties {
+            src = src.property(k.clone(), v.clone());
+        }
+        match &self.partition {
+            Some((p, committer)) => (
+                src.partitions(vec![*p])
+                    .commit_offsets_through(Arc::clone(committer)),
+                Some(1),
+            ),
+            None => (src, parallelism),
+        }
+    }
 }
 
 fn with_parallelism<T: Clone + Send + 'static>(s: DataStream<T>, p: Option<u32>) -> DataStream<T> {

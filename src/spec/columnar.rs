@@ -15,11 +15,16 @@ use brook_core::operator::{
     OpResult, Operator, OperatorContext, OperatorError, Output, SubtaskInfo,
 };
 use brook_core::sink::{Sink, SinkWriter};
+use brook_core::source::{MessageAt, ValueDecoder};
+use brook_core::time::Millis;
 use brook_operators::batch_decode::TimedDecoder;
 use brook_operators::row_batch::{row_times, RowBatch};
 use csv::StringRecord;
 
-use super::SourceTime;
+use brook_core::watermark::WatermarkStrategy;
+use brook_sql::decode::Format;
+
+use super::{SourceTime, SpecError};
 use brook_sql::schema::SchemaError;
 
 /// The schema of generated events: `{key, ts, value}`, all `int64`; the one their
@@ -79,19 +84,122 @@ impl Operator for GeneratorBatches {
     }
 }
 
-/// Whether a file source reads straight into batches of `schema` (its declared one):
+/// Whether a source with a declared `schema` reads straight into batches of it:
 /// unless its watermarks are emitted after every record (`interval: 0`), which needs
 /// each row's time seen before the next row's, or its event time's field is not in
-/// the schema (the rows then keep it on the row path).
-pub(crate) fn file_reads_batches(schema: &SchemaRef, time: &SourceTime) -> bool {
+/// the schema (the rows then keep it on the row path). Without an event-time field a
+/// log or Kafka record's time is its message's timestamp.
+pub(crate) fn reads_batches(schema: &SchemaRef, time: &SourceTime) -> bool {
     match time {
         None => true,
         Some((ts, wm)) => {
             wm.interval_ms > 0
                 && ts
                     .as_ref()
-                    .is_some_and(|t| schema.index_of(&t.field).is_ok())
+                    .is_none_or(|t| schema.index_of(&t.field).is_ok())
         }
+    }
+}
+
+/// The watermarks of a source that reads into batches: as its row path's
+/// (`out_of_orderness`, `interval`, `idle_timeout`), with no timestamp assigner: each
+/// batch's record carries its latest row's time ([`RowBatch::into_record`]).
+pub(crate) fn batch_strategy(time: &SourceTime) -> WatermarkStrategy<RowBatch> {
+    let Some((_, wm)) = time else {
+        return WatermarkStrategy::no_watermarks();
+    };
+    let mut st =
+        WatermarkStrategy::<RowBatch>::for_bounded_out_of_orderness(wm.out_of_orderness_ms)
+            .with_emit_interval(wm.interval_ms);
+    if let Some(t) = wm.idle_timeout_ms {
+        st = st.with_idleness(t);
+    }
+    st
+}
+
+/// Makes each reader's [`MessageBatches`] for a log or Kafka source at `field` with the
+/// declared `schema` and event `time`.
+///
+/// # Errors
+/// The event time's field is not in the schema.
+pub(crate) fn message_batches(
+    schema: SchemaRef,
+    time: &SourceTime,
+    field: &str,
+) -> Result<impl Fn() -> MessageBatches + Send + Sync + Clone + 'static, SpecError> {
+    let ts = time.as_ref().and_then(|(ts, _)| ts.clone());
+    let decoder = TimedDecoder::new(schema, Format::Json, ts)
+        .map_err(|e| SpecError::new(format!("{field}.event_time"), e))?;
+    Ok(move || MessageBatches::new(decoder.clone()))
+}
+
+/// Records held until a flush decodes them together: their texts back to back, and
+/// each one's position (`P`) and time.
+#[derive(Debug, Default)]
+struct Held<P> {
+    text: Vec<u8>,
+    /// Where each record ends in `text` (the next one starts there).
+    ends: Vec<usize>,
+    at: Vec<P>,
+    /// Each record's own time (a message's), if it has one.
+    times: Vec<Option<Millis>>,
+    /// Where the held records come from (their file or topic), for positions.
+    from: String,
+}
+
+impl<P> Held<P> {
+    /// Holds the record just written to `text`, read from `from`.
+    fn hold(&mut self, from: &str, at: P, time: Option<Millis>) -> usize {
+        if self.ends.is_empty() && self.from != from {
+            self.from.clear();
+            self.from.push_str(from);
+        }
+        self.ends.push(self.text.len());
+        self.at.push(at);
+        self.times.push(time);
+        1
+    }
+
+    /// Decodes the held records into one batch for `out`; a rejected one goes to `bad`
+    /// at `position(from, at)`.
+    fn flush(
+        &mut self,
+        decoder: &TimedDecoder,
+        bad: &BadRecords,
+        out: &mut Output<RowBatch>,
+        position: impl Fn(&str, &P) -> String,
+    ) -> OpResult {
+        if self.ends.is_empty() {
+            return Ok(());
+        }
+        let mut start = 0;
+        let records: Vec<&[u8]> = self
+            .ends
+            .iter()
+            .map(|&end| {
+                let r = &self.text[start..end];
+                start = end;
+                r
+            })
+            .collect();
+        let given = self
+            .times
+            .iter()
+            .any(Option::is_some)
+            .then_some(&self.times[..]);
+        let (batch, rejected) = decoder.decode(&records, given);
+        for r in rejected {
+            let at = position(&self.from, &self.at[r.index]);
+            bad.handle(&String::from_utf8_lossy(records[r.index]), &at, &r.reason)?;
+        }
+        self.text.clear();
+        self.ends.clear();
+        self.at.clear();
+        self.times.clear();
+        if let Some(batch) = batch {
+            out.push(batch.into_record());
+        }
+        Ok(())
     }
 }
 
@@ -106,14 +214,8 @@ pub(crate) fn file_reads_batches(schema: &SchemaRef, time: &SourceTime) -> bool 
 /// lacks are left out), and a bad one is reported in that form.
 pub(crate) struct FileBatches {
     decoder: TimedDecoder,
-    /// The held records' texts, back to back.
-    text: Vec<u8>,
-    /// Where each held record ends in `text` (the next one starts there).
-    ends: Vec<usize>,
-    /// Each held record's line.
-    lines: Vec<u64>,
-    /// The file of the held records.
-    file: String,
+    /// Held records and their lines.
+    held: Held<u64>,
     /// CSV: the header last seen, and for each schema field its column in it (`None`:
     /// the header is in the schema's order).
     csv_order: Option<(StringRecord, Option<Vec<Option<usize>>>)>,
@@ -123,23 +225,9 @@ impl FileBatches {
     pub(crate) fn new(decoder: TimedDecoder) -> Self {
         FileBatches {
             decoder,
-            text: Vec::new(),
-            ends: Vec::new(),
-            lines: Vec::new(),
-            file: String::new(),
+            held: Held::default(),
             csv_order: None,
         }
-    }
-
-    /// Holds the record just written to `text`.
-    fn hold(&mut self, at: RecordAt<'_>) -> usize {
-        if self.ends.is_empty() && self.file != at.file {
-            self.file.clear();
-            self.file.push_str(at.file);
-        }
-        self.ends.push(self.text.len());
-        self.lines.push(at.line);
-        1
     }
 
     /// For each schema field, its column in `headers`; `None` when they are the same.
@@ -173,8 +261,8 @@ impl FileDecoder for FileBatches {
         _bad: &BadRecords,
         _out: &mut Output<RowBatch>,
     ) -> OpResult<usize> {
-        self.text.extend_from_slice(line);
-        Ok(self.hold(at))
+        self.held.text.extend_from_slice(line);
+        Ok(self.held.hold(at.file, at.line, None))
     }
 
     fn csv(
@@ -185,59 +273,77 @@ impl FileDecoder for FileBatches {
         _out: &mut Output<RowBatch>,
     ) -> OpResult<usize> {
         match self.order(row.headers).map(<[_]>::to_vec) {
-            None => self.text.extend_from_slice(row.raw),
+            None => self.held.text.extend_from_slice(row.raw),
             Some(order) => {
                 let mut w = csv::WriterBuilder::new()
                     .has_headers(false)
                     .terminator(csv::Terminator::Any(b'\n'))
-                    .from_writer(std::mem::take(&mut self.text));
+                    .from_writer(std::mem::take(&mut self.held.text));
                 let fields = order
                     .iter()
                     .map(|c| c.and_then(|c| row.fields.get(c)).unwrap_or_default());
                 let written = w
                     .write_record(fields)
                     .and_then(|()| w.flush().map_err(Into::into));
-                self.text = w
+                self.held.text = w
                     .into_inner()
                     .map_err(|e| OperatorError::other(e.into_error()))?;
                 written.map_err(OperatorError::other)?;
                 // Without the terminator the writer adds.
-                self.text.pop();
+                self.held.text.pop();
             }
         }
-        Ok(self.hold(at))
+        Ok(self.held.hold(at.file, at.line, None))
     }
 
     fn flush(&mut self, bad: &BadRecords, out: &mut Output<RowBatch>) -> OpResult {
-        if self.ends.is_empty() {
-            return Ok(());
+        self.held.flush(&self.decoder, bad, out, |file, line| {
+            format!("{file}:{line}")
+        })
+    }
+}
+
+/// A log or Kafka source's values (JSON) into batches of its declared schema (issue
+/// 18), as [`FileBatches`] does lines: the values of one partition's run within a poll
+/// are decoded together, each row's time read from its event-time field or else the
+/// message's timestamp; a bad one goes to `on_bad_record` at `topic/partition@offset`.
+pub(crate) struct MessageBatches {
+    decoder: TimedDecoder,
+    /// Held values and their (partition, offset).
+    held: Held<(i32, u64)>,
+}
+
+impl MessageBatches {
+    pub(crate) fn new(decoder: TimedDecoder) -> Self {
+        MessageBatches {
+            decoder,
+            held: Held::default(),
         }
-        let mut start = 0;
-        let records: Vec<&[u8]> = self
-            .ends
-            .iter()
-            .map(|&end| {
-                let r = &self.text[start..end];
-                start = end;
-                r
+    }
+}
+
+impl ValueDecoder for MessageBatches {
+    type Out = RowBatch;
+
+    fn value(
+        &mut self,
+        value: &[u8],
+        timestamp: Option<Millis>,
+        at: MessageAt<'_>,
+        _bad: &BadRecords,
+        _out: &mut Output<RowBatch>,
+    ) -> OpResult<usize> {
+        self.held.text.extend_from_slice(value);
+        Ok(self
+            .held
+            .hold(at.topic, (at.partition, at.offset), timestamp))
+    }
+
+    fn flush(&mut self, bad: &BadRecords, out: &mut Output<RowBatch>) -> OpResult {
+        self.held
+            .flush(&self.decoder, bad, out, |topic, (partition, offset)| {
+                format!("{topic}/{partition}@{offset}")
             })
-            .collect();
-        let (batch, rejected) = self.decoder.decode(&records);
-        for r in rejected {
-            let position = format!("{}:{}", self.file, self.lines[r.index]);
-            bad.handle(
-                &String::from_utf8_lossy(records[r.index]),
-                &position,
-                &r.reason,
-            )?;
-        }
-        self.text.clear();
-        self.ends.clear();
-        self.lines.clear();
-        if let Some(batch) = batch {
-            out.push(batch.into_record());
-        }
-        Ok(())
     }
 }
 
@@ -381,6 +487,80 @@ sinks:
             "{schema}, event_time: ts, watermark: {{interval: 0}}"
         )));
         assert!(!batches("schema: {item: string}, event_time: ts"));
+    }
+
+    /// A log topic with a declared schema is read straight into batches: each row's
+    /// time is its record's timestamp (no `event_time`), a window over it gives what
+    /// the row path gives, and a value that does not fit is a bad record at
+    /// `topic/partition@offset`.
+    #[test]
+    fn a_log_topic_with_a_declared_schema_is_read_into_batches() {
+        use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log"), LogOptions::default()).expect("open");
+        let topic = log
+            .create_topic("sales", 2, TopicConfig::default())
+            .expect("topic");
+        let mut records: Vec<ProducerRecord> = (0..3000i64)
+            .map(|i| {
+                let value = format!("{{\"item\": \"i{}\", \"cents\": {}}}", i % 5, i % 97);
+                // Out of order by up to 300 ms: some records are late.
+                ProducerRecord::keyed(format!("k{}", i % 7), value)
+                    .with_timestamp(i * 10 - (i * 7919 % 31) * 10)
+            })
+            .collect();
+        records.push(ProducerRecord::keyed(
+            "k0",
+            r#"{"item": "x", "cents": "lots"}"#,
+        ));
+        topic.append(records).expect("append");
+        let out = dir.path().join("out.jsonl");
+        let yaml = format!(
+            r#"
+name: from-log
+on_bad_record: skip
+sources:
+  - name: sales
+    connector: log
+    topic: sales
+    schema: {{item: string, cents: int64}}
+    watermark: {{out_of_orderness: 100}}
+steps:
+  - key_by: [item]
+  - {{name: w, window: {{kind: tumbling, size: 1000}}, aggregate: {{n: count(), total: sum(cents)}}}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+            out.display()
+        );
+        let run = |rows: bool| {
+            let mut valid = valid(&yaml);
+            assert!(valid.source_batches[0].is_some());
+            if rows {
+                valid.source_batches[0] = None;
+            }
+            let built = crate::spec::build_on(
+                &valid,
+                JobConfig::with_parallelism(1),
+                Some(crate::spec::served::JobLog::Local(&log)),
+            )
+            .expect("builds");
+            let result = built.env.execute("from-log").expect("runs");
+            assert_eq!(built.bad_records.total(), 1);
+            let names: Vec<String> = result.vertices.iter().map(|(n, _)| n.clone()).collect();
+            let mut lines: Vec<String> = std::fs::read_to_string(&out)
+                .expect("output")
+                .lines()
+                .map(String::from)
+                .collect();
+            lines.sort();
+            (names, lines)
+        };
+        let (names, batches) = run(false);
+        assert_eq!(names[..2], ["sales", "w-keys"], "no boundary: {names:?}");
+        let (_, rows) = run(true);
+        assert!(batches.len() > 100, "{batches:?}");
+        assert_eq!(batches, rows);
     }
 
     /// A generator's rows through `filter` and `map` to a `blackhole` stay batches from

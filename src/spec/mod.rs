@@ -853,7 +853,7 @@ pub struct ValidSpec {
     /// Per source (in order): its event time.
     pub(crate) source_time: Vec<SourceTime>,
     /// Per source (in order): the schema it reads straight into batches of, if it does
-    /// (a file source with a declared schema, `columnar::file_reads_batches`).
+    /// (a file, log or Kafka source with a declared schema, `columnar::reads_batches`).
     pub(crate) source_batches: Vec<Option<arrow_schema::SchemaRef>>,
 }
 
@@ -1172,9 +1172,15 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
         source_batches.push(match s {
             SourceSpec::File {
                 schema: Some(_), ..
+            }
+            | SourceSpec::Log {
+                schema: Some(_), ..
+            }
+            | SourceSpec::Kafka {
+                schema: Some(_), ..
             } => schema
                 .clone()
-                .filter(|schema| columnar::file_reads_batches(schema, &time)),
+                .filter(|schema| columnar::reads_batches(schema, &time)),
             _ => None,
         });
         source_time.push(time);

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 
+use brook_core::source::ValueDecoder;
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, KafkaTable};
 use brook_log::Log;
 use brook_operators::row::Row;
@@ -33,18 +34,25 @@ pub enum JobLog<'a> {
 
 /// The reader of a `log` source on a served log: `topic` from `start` (for partitions
 /// the checkpoint has no position for), ending at the partitions' ends when `bounded`.
-pub(crate) fn log_source(
+/// Each record's value is decoded by a decoder `make` makes.
+pub(crate) fn log_source<D, F>(
     addr: SocketAddr,
     topic: &str,
     start: StartPosition,
     bounded: bool,
     isolation: Isolation,
-) -> KafkaSource<Row> {
+    make: F,
+) -> KafkaSource<D::Out>
+where
+    D: ValueDecoder + 'static,
+    D::Out: Send + 'static,
+    F: Fn() -> D + Send + Sync + 'static,
+{
     let start = match start {
         StartPosition::Earliest => KafkaStart::Earliest,
         StartPosition::Latest => KafkaStart::Latest,
     };
-    let src = KafkaSource::json::<Row>(addr.to_string(), topic)
+    let src = KafkaSource::with_decoder(addr.to_string(), topic, make)
         .connect_timeout(CONNECT_TIMEOUT_MS)
         .start(start)
         .bounded(bounded);
