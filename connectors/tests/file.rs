@@ -67,6 +67,16 @@ fn read<T: for<'de> Deserialize<'de> + Clone + Send + Sync + 'static>(
     Ok(out.values())
 }
 
+/// The only subtask of a source at parallelism 1.
+fn one_subtask() -> SubtaskInfo {
+    SubtaskInfo {
+        name: "source".into(),
+        index: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+    }
+}
+
 fn sorted(mut v: Vec<Row>) -> Vec<Row> {
     v.sort_by_key(|r| r.id);
     v
@@ -353,12 +363,7 @@ fn a_checkpointed_position_it_did_not_write_fails_the_restore_naming_the_file() 
     fs::write(&b, "2\n").unwrap();
     let src = FileSource::jsonl::<i64>(vec![&a, &b]);
     let splits = src.enumerate_splits(1).unwrap();
-    let info = SubtaskInfo {
-        name: "source".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
+    let info = one_subtask();
     // a's position has a version this source never wrote; b has none (starts as new).
     let positions = HashMap::from([(a.display().to_string(), vec![9; 18])]);
     let err = match src.restore_reader(&info, splits, &positions) {
@@ -395,12 +400,7 @@ fn a_csv_position_inside_the_header_never_breaks_the_snapshot() {
     ];
     let src = FileSource::csv::<Value>(&path).on_bad_record(BadRecords::fail());
     let splits = src.enumerate_splits(1).unwrap();
-    let info = SubtaskInfo {
-        name: "source".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
+    let info = one_subtask();
     let positions = HashMap::from([(path.display().to_string(), position.to_vec())]);
     let Ok(mut reader) = src.restore_reader(&info, splits, &positions) else {
         return;
@@ -488,12 +488,7 @@ fn a_holding_decoder_is_flushed_per_file_and_per_poll() {
     fs::write(&b, "3\n").unwrap();
     let src = FileSource::jsonl_with(vec![&a, &b], Held::default).follow(true);
     let splits = src.enumerate_splits(1).unwrap();
-    let info = SubtaskInfo {
-        name: "source".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-    };
+    let info = one_subtask();
     let mut reader = src.create_reader(&info, splits).unwrap();
     let mut out = Output::new();
     reader.poll_next(&mut out).unwrap();

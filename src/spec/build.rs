@@ -13,7 +13,7 @@ use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy, BadRecords, DeadL
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
-use brook_core::source::JsonValues;
+use brook_core::source::{JsonValues, ValueDecoder};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
@@ -352,16 +352,12 @@ fn build_with(
                 parallelism,
                 ..
             } => {
-                let start_at = start.unwrap_or(StartPosition::Earliest);
-                let isolation_level = isolation.unwrap_or(Isolation::ReadCommitted);
-                let bounded = bounded.unwrap_or(true);
-                let start = match start_at {
-                    StartPosition::Earliest => StartingOffsets::Earliest,
-                    StartPosition::Latest => StartingOffsets::Latest,
-                };
-                let isolation = match isolation_level {
-                    Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-                    Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+                let read = LogRead {
+                    topic,
+                    start: start.unwrap_or(StartPosition::Earliest),
+                    isolation: isolation.unwrap_or(Isolation::ReadCommitted),
+                    bounded: bounded.unwrap_or(true),
+                    bad: bad(*on_bad_record),
                 };
                 let log = need_log(field.clone())?;
                 if let JobLog::Local(log) = log {
@@ -370,28 +366,7 @@ fn build_with(
                 }
                 if let Some(schema) = v.source_batches.get(i).cloned().flatten() {
                     let make = message_batches(schema, &time, &field)?;
-                    let strategy = batch_strategy(&time);
-                    let batches = match log {
-                        JobLog::Served(addr) => {
-                            let src = served::log_source(
-                                addr,
-                                topic,
-                                start_at,
-                                bounded,
-                                isolation_level,
-                                make,
-                            );
-                            env.from_source(src.on_bad_record(bad(*on_bad_record)), strategy)
-                        }
-                        JobLog::Local(log) => {
-                            let src = LogSource::with_decoder(log, topic.clone(), make)
-                                .starting_offsets(start)
-                                .isolation(isolation)
-                                .bounded(bounded)
-                                .on_bad_record(bad(*on_bad_record));
-                            env.from_source(src, strategy)
-                        }
-                    };
+                    let batches = read.stream(&env, log, make, batch_strategy(&time));
                     let batches = with_parallelism(batches, *parallelism).name(name);
                     streams.insert(name.clone(), Stream::Batches(batches, name.clone()));
                     continue;
@@ -400,27 +375,7 @@ fn build_with(
                     Some((ts, wm)) => row_strategy(ts, &wm, bad(*on_bad_record)),
                     None => WatermarkStrategy::no_watermarks(),
                 };
-                let stream = match log {
-                    JobLog::Served(addr) => {
-                        let src = served::log_source(
-                            addr,
-                            topic,
-                            start_at,
-                            bounded,
-                            isolation_level,
-                            JsonValues::<Row>::default,
-                        );
-                        env.from_source(src.on_bad_record(bad(*on_bad_record)), strategy)
-                    }
-                    JobLog::Local(log) => {
-                        let src = LogSource::json::<Row>(log, topic.clone())
-                            .starting_offsets(start)
-                            .isolation(isolation)
-                            .bounded(bounded)
-                            .on_bad_record(bad(*on_bad_record));
-                        env.from_source(src, strategy)
-                    }
-                };
+                let stream = read.stream(&env, log, JsonValues::<Row>::default, strategy);
                 with_parallelism(stream, *parallelism).name(name)
             }
             SourceSpec::Kafka {
@@ -894,6 +849,60 @@ fn build_with(
         sources,
         sinks,
     })
+}
+
+/// What a `log` source reads, for a source of any record type.
+struct LogRead<'a> {
+    topic: &'a str,
+    start: StartPosition,
+    isolation: Isolation,
+    bounded: bool,
+    bad: BadRecords,
+}
+
+impl LogRead<'_> {
+    /// The source's stream: through the broker that serves the log or in this process,
+    /// each value decoded by a decoder `make` makes.
+    fn stream<D, F>(
+        &self,
+        env: &StreamEnvironment,
+        log: JobLog<'_>,
+        make: F,
+        strategy: WatermarkStrategy<D::Out>,
+    ) -> DataStream<D::Out>
+    where
+        D: ValueDecoder + 'static,
+        D::Out: Clone + Send + 'static,
+        F: Fn() -> D + Send + Sync + 'static,
+    {
+        match log {
+            JobLog::Served(addr) => {
+                let src = served::log_source(
+                    addr,
+                    self.topic,
+                    self.start,
+                    self.bounded,
+                    self.isolation,
+                    make,
+                );
+                env.from_source(src.on_bad_record(self.bad.clone()), strategy)
+            }
+            JobLog::Local(log) => {
+                let src = LogSource::with_decoder(log, self.topic, make)
+                    .starting_offsets(match self.start {
+                        StartPosition::Earliest => StartingOffsets::Earliest,
+                        StartPosition::Latest => StartingOffsets::Latest,
+                    })
+                    .isolation(match self.isolation {
+                        Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+                        Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+                    })
+                    .bounded(self.bounded)
+                    .on_bad_record(self.bad.clone());
+                env.from_source(src, strategy)
+            }
+        }
+    }
 }
 
 /// A `kafka` source's settings, for a [`KafkaSource`] of any record type.
