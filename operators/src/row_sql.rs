@@ -189,9 +189,22 @@ impl RowTexts {
 
 /// Why a record did not fit the schema, naming the field where there is one.
 pub(crate) fn misfit_reason(b: &brook_sql::decode::BadRecord) -> String {
+    // arrow's reasons quote the value whole: a megabyte value is not repeated in every
+    // log line and dead letter (the record itself is there in full).
+    const MAX: usize = 300;
+    let mut reason = b.reason.as_str();
+    let cut = reason.len() > MAX;
+    if cut {
+        let mut end = MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason = &reason[..end];
+    }
+    let ellipsis = if cut { "..." } else { "" };
     match &b.field {
-        Some(f) => format!("field `{f}`: {}", b.reason),
-        None => b.reason.clone(),
+        Some(f) => format!("field `{f}`: {reason}{ellipsis}"),
+        None => format!("{reason}{ellipsis}"),
     }
 }
 
@@ -325,6 +338,20 @@ impl Operator for RowSql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reason that quotes a huge value is cut (the record itself is kept whole).
+    #[test]
+    fn a_misfit_reason_is_cut_to_a_readable_length() {
+        let b = brook_sql::decode::BadRecord {
+            index: 0,
+            field: Some("v".into()),
+            reason: format!("failed to parse \"{}\" as Int64", "é".repeat(1000)),
+        };
+        let reason = misfit_reason(&b);
+        assert!(reason.starts_with("field `v`: failed to parse"), "{reason}");
+        assert!(reason.ends_with("..."), "{reason}");
+        assert!(reason.len() < 330, "{}", reason.len());
+    }
     use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
     use brook_core::element::StreamRecord;
     use brook_sql::schema::declared;

@@ -10,9 +10,7 @@
 
 use std::fmt;
 
-use arrow_array::{
-    Array, Float64Array, Int64Array, LargeStringArray, StringArray, TimestampMillisecondArray,
-};
+use arrow_array::{Array, Float64Array, Int64Array, LargeStringArray, StringArray};
 use brook_core::time::Millis;
 use brook_sql::values::value_at;
 use chrono::format::{self, Parsed, StrftimeItems};
@@ -180,8 +178,9 @@ impl EventTimeField {
 
     /// Row `row`'s event time from `column`, this field's column of a batch: the same
     /// time [`EventTimeField::extract`] reads from the row brook-sql's `value_at`
-    /// makes of it (a `timestamp` column holds the instant itself). Allocates nothing
-    /// on success for `epoch_ms` and `epoch_s`.
+    /// makes of it (a column of another type than string, int64 or float64 is not a
+    /// timestamp as written). Allocates nothing on success for `epoch_ms` and
+    /// `epoch_s`.
     ///
     /// # Errors
     /// As [`EventTimeField::extract`]'s; a null (or a field missing from the record) is `field "ts" is missing or null`.
@@ -198,8 +197,6 @@ impl EventTimeField {
             TimeValue::Str(a.value(row))
         } else if let Some(a) = any.downcast_ref::<LargeStringArray>() {
             TimeValue::Str(a.value(row))
-        } else if let Some(a) = any.downcast_ref::<TimestampMillisecondArray>() {
-            return Ok(a.value(row));
         } else {
             TimeValue::Other
         };
@@ -447,11 +444,6 @@ mod tests {
                 }
             }
         }
-        let stamps = TimestampMillisecondArray::from(vec![42]);
-        assert_eq!(
-            field(TimestampFormat::EpochSeconds).extract_at(&stamps, 0),
-            Ok(42)
-        );
     }
 
     fn field(format: TimestampFormat) -> EventTimeField {

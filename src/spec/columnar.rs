@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, SchemaRef};
 use brook_connectors::{CsvRow, FileDecoder, GeneratorEvent, RecordAt};
 use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
@@ -87,17 +87,22 @@ impl Operator for GeneratorBatches {
 /// Whether a source with a declared `schema` reads straight into batches of it:
 /// unless its watermarks are emitted after every record (`interval: 0`), which needs
 /// each row's time seen before the next row's, or its event time's field is not in
-/// the schema (the rows then keep it on the row path). Without an event-time field a
-/// log or Kafka record's time is its message's timestamp.
+/// the schema as a `string`, `int64` or `float64` (the field's value as written, which
+/// the event time's `format` reads as on a row: a `timestamp` column would already be
+/// arrow's reading of it). Those keep the row path. Without an event-time field a log
+/// or Kafka record's time is its message's timestamp.
 pub(crate) fn reads_batches(schema: &SchemaRef, time: &SourceTime) -> bool {
+    let as_written = |field: &str| {
+        schema.field_with_name(field).is_ok_and(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Int64 | DataType::Float64
+            )
+        })
+    };
     match time {
         None => true,
-        Some((ts, wm)) => {
-            wm.interval_ms > 0
-                && ts
-                    .as_ref()
-                    .is_none_or(|t| schema.index_of(&t.field).is_ok())
-        }
+        Some((ts, wm)) => wm.interval_ms > 0 && ts.as_ref().is_none_or(|t| as_written(&t.field)),
     }
 }
 
@@ -145,6 +150,10 @@ struct Held<P> {
     times: Vec<Option<Millis>>,
     /// Where the held records come from (their file or topic), for positions.
     from: String,
+    /// The records as written, where `text` holds them rewritten (CSV rows in the
+    /// schema's order): what a bad one is reported as. Empty otherwise.
+    raw: Vec<u8>,
+    raw_ends: Vec<usize>,
 }
 
 impl<P> Held<P> {
@@ -190,8 +199,16 @@ impl<P> Held<P> {
         let (batch, rejected) = decoder.decode(&records, given);
         for r in rejected {
             let at = position(&self.from, &self.at[r.index]);
-            bad.handle(&String::from_utf8_lossy(records[r.index]), &at, &r.reason)?;
+            let shown = if self.raw_ends.len() == self.ends.len() {
+                let start = r.index.checked_sub(1).map_or(0, |i| self.raw_ends[i]);
+                &self.raw[start..self.raw_ends[r.index]]
+            } else {
+                records[r.index]
+            };
+            bad.handle(&String::from_utf8_lossy(shown), &at, &r.reason)?;
         }
+        self.raw.clear();
+        self.raw_ends.clear();
         self.text.clear();
         self.ends.clear();
         self.at.clear();
@@ -208,10 +225,11 @@ impl<P> Held<P> {
 /// row with its event time; one that does not fit the schema or has no valid time goes
 /// to `on_bad_record` at `path:line`.
 ///
-/// CSV rows are matched to the schema by the file's header: a header in the schema's
-/// order is decoded as written; otherwise each row is written again with its fields in
-/// the schema's order (a field the header lacks is empty, so null; columns the schema
-/// lacks are left out), and a bad one is reported in that form.
+/// CSV rows are matched to the schema by the file's header: a row of another width
+/// than the header is bad; a header in the schema's order is decoded as written;
+/// otherwise each row is written again with its fields in the schema's order (a field
+/// the header lacks is empty, so null; columns the schema lacks are left out), and a
+/// bad one is still reported as written.
 pub(crate) struct FileBatches {
     decoder: TimedDecoder,
     /// Held records and their lines.
@@ -269,12 +287,25 @@ impl FileDecoder for FileBatches {
         &mut self,
         row: CsvRow<'_>,
         at: RecordAt<'_>,
-        _bad: &BadRecords,
+        bad: &BadRecords,
         _out: &mut Output<RowBatch>,
     ) -> OpResult<usize> {
+        // As the row path: a row of another width than the header is bad, whatever
+        // the header's order (an unclosed quote makes one of the rest of the file).
+        if row.fields.len() != row.headers.len() {
+            let reason = format!(
+                "the row has {} fields, the header has {}",
+                row.fields.len(),
+                row.headers.len()
+            );
+            bad.handle(&String::from_utf8_lossy(row.raw), &at.position(), &reason)?;
+            return Ok(0);
+        }
         match self.order(row.headers).map(<[_]>::to_vec) {
             None => self.held.text.extend_from_slice(row.raw),
             Some(order) => {
+                self.held.raw.extend_from_slice(row.raw);
+                self.held.raw_ends.push(self.held.raw.len());
                 let mut w = csv::WriterBuilder::new()
                     .has_headers(false)
                     .terminator(csv::Terminator::Any(b'\n'))
@@ -464,6 +495,80 @@ sinks:
         );
     }
 
+    /// A CSV row of another width than its header is a bad record whatever the
+    /// header's order (an unclosed quote runs to the end of the file: one bad row, not
+    /// a row of nulls), and a bad row is reported as written, at its line.
+    #[test]
+    fn csv_rows_of_another_width_are_bad_records_as_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("in.csv");
+        std::fs::write(
+            &input,
+            "note,item,cents\na,milk,1\nb,tea\nc,jam,3,extra\nq,pie,lots\n\"oops,tea,2\nd,egg,4\n",
+        )
+        .expect("write");
+        let (out, dead) = (dir.path().join("out.jsonl"), dir.path().join("dead.jsonl"));
+        let yaml = format!(
+            r#"
+name: csv
+dead_letter: {}
+on_bad_record: dead-letter
+sources:
+  - {{name: s, connector: file, path: {}, schema: {{item: string, cents: int64}}}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+            dead.display(),
+            input.display(),
+            out.display()
+        );
+        let built = crate::spec::build(&valid(&yaml), JobConfig::with_parallelism(1), None)
+            .expect("builds");
+        built.env.execute("csv").expect("runs");
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("output"),
+            "{\"item\":\"milk\",\"cents\":1}\n"
+        );
+        let dead: Vec<serde_json::Value> = std::fs::read_to_string(&dead)
+            .expect("dead letters")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        // (A row of another width is reported as it is read, a misfit when its batch
+        // is decoded: sorted by line.)
+        let mut dead = dead;
+        dead.sort_by_key(|d| d["position"].as_str().map(String::from));
+        let got: Vec<(String, String)> = dead
+            .iter()
+            .map(|d| {
+                let position = d["position"].as_str().expect("position");
+                let line = position.rsplit(':').next().expect("line");
+                (
+                    line.to_string(),
+                    d["raw"].as_str().expect("raw").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("3", "b,tea"),
+                ("4", "c,jam,3,extra"),
+                ("5", "q,pie,lots"),
+                ("6", "\"oops,tea,2\nd,egg,4"),
+            ]
+            .map(|(l, r)| (l.to_string(), r.to_string()))
+        );
+        assert!(
+            dead[0]["reason"] == "the row has 2 fields, the header has 3"
+                && dead[2]["reason"]
+                    .as_str()
+                    .expect("reason")
+                    .contains("field `cents`"),
+            "{dead:?}"
+        );
+    }
+
     /// Rows read as JSON where batches would change what the job sees: without a
     /// declared schema (an inferred one may miss fields the first records lack), with
     /// watermarks after every record, or with the event time outside the schema.
@@ -487,6 +592,11 @@ sinks:
             "{schema}, event_time: ts, watermark: {{interval: 0}}"
         )));
         assert!(!batches("schema: {item: string}, event_time: ts"));
+        // A `timestamp` column is arrow's reading of the value, not the value as written
+        // that the event time's format reads (`epoch_s`, a pattern in a time zone).
+        assert!(!batches(
+            "schema: {item: string, ts: timestamp}, event_time: {field: ts, format: epoch_s}"
+        ));
     }
 
     /// A log topic with a declared schema is read straight into batches: each row's
