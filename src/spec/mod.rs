@@ -425,12 +425,14 @@ pub struct StepSpec {
     /// Keep rows for which this SQL condition is true (not false or null).
     #[serde(default)]
     pub filter: Option<String>,
-    /// Add or replace fields: name -> SQL expression over the input row.
-    #[serde(default)]
-    pub map: Option<BTreeMap<String, String>>,
-    /// Keep only these fields: name -> SQL expression over the input row.
-    #[serde(default)]
-    pub select: Option<BTreeMap<String, String>>,
+    /// Add or replace fields: name -> SQL expression over the input row, computed
+    /// fields in the order written (as a SQL `SELECT` list).
+    #[serde(default, deserialize_with = "time::unique_keys")]
+    pub map: Option<IndexMap<String, String>>,
+    /// Keep only these fields: name -> SQL expression over the input row, in the order
+    /// written.
+    #[serde(default, deserialize_with = "time::unique_keys")]
+    pub select: Option<IndexMap<String, String>>,
     /// Partition by these fields: each key's rows go to one subtask, in order.
     #[serde(default)]
     pub key_by: Option<Vec<String>>,
@@ -1071,7 +1073,7 @@ fn check_parallelism(field: &str, p: Option<u32>) -> Result<(), SpecError> {
 
 fn sql_fields(
     field: &str,
-    m: &BTreeMap<String, String>,
+    m: &IndexMap<String, String>,
 ) -> Result<Vec<(String, String)>, SpecError> {
     if m.is_empty() {
         return Err(SpecError::new(field, "needs at least one field"));

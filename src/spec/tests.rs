@@ -578,3 +578,32 @@ fn a_joins_fields_are_both_inputs_fields() {
         "{e}"
     );
 }
+
+/// `map` and `select` fields come out in the order written (as a SQL `SELECT` list),
+/// on batches (a generator's rows) and on rows (a file without `schema:`); a field
+/// given twice is refused.
+#[test]
+fn map_and_select_fields_keep_the_order_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"key\": 1, \"value\": 2}\n").expect("write");
+    let out = dir.path().join("out.jsonl");
+    for source in [
+        "{name: s, connector: generator, count: 1}".to_string(),
+        format!("{{name: s, connector: file, path: {}}}", input.display()),
+    ] {
+        let yaml = format!(
+            "name: order\nsources:\n  - {source}\nsteps:\n  - {{name: m, map: {{zz: \"key + 1\", aa: \"value\"}}}}\n  - {{name: p, select: {{yy: zz, bb: aa}}}}\nsinks:\n  - {{name: out, connector: file, path: {}}}\n",
+            out.display()
+        );
+        let valid = check(&yaml).expect("valid");
+        let built =
+            build(&valid, brook_engine::JobConfig::with_parallelism(1), None).expect("builds");
+        built.env.execute("order").expect("runs");
+        let text = std::fs::read_to_string(&out).expect("output");
+        assert!(text.starts_with("{\"yy\":"), "{source}: {text}");
+    }
+    let twice = "name: x\nsources:\n  - {name: s, connector: generator, count: 1}\nsteps:\n  - {name: m, map: {a: \"key\", a: \"value\"}}\nsinks:\n  - {name: o, connector: blackhole}\n";
+    let err = parse(twice).expect_err("a field given twice");
+    assert!(err.to_string().contains("\"a\" is given twice"), "{err}");
+}

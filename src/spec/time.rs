@@ -340,7 +340,7 @@ where
     impl<'de> serde::de::Visitor<'de> for Unique {
         type Value = IndexMap<String, String>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map of output names to aggregates")
+            f.write_str("a map of output names to expressions")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(
             self,
