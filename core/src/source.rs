@@ -15,7 +15,9 @@ mod value_decoder;
 
 pub use options::SourceOptions;
 pub use topic_partition::TopicPartitionSplit;
-pub use value_decoder::{value_decoders, JsonValues, MakeValueDecoder, MessageAt, ValueDecoder};
+pub use value_decoder::{
+    emit_json, value_decoders, JsonValues, MakeValueDecoder, MessageAt, ValueDecoder,
+};
 
 /// What a reader had to offer on a poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,6 @@ use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
-use brook_operators::batch_decode::TimedDecoder;
 use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::batch_window::WindowColumns;
@@ -35,7 +34,8 @@ use brook_operators::window::WindowResult;
 use brook_sql::decode::Format as DecodeFormat;
 
 use super::columnar::{
-    self, batch_strategy, message_batches, BatchBlackhole, FileBatches, GeneratorBatches,
+    self, batch_strategy, message_batches, timed_decoder, BatchBlackhole, FileBatches,
+    GeneratorBatches,
 };
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
@@ -316,9 +316,7 @@ fn build_with(
                         FileFormat::Jsonl => DecodeFormat::Json,
                         FileFormat::Csv => DecodeFormat::Csv,
                     };
-                    let ts = time.as_ref().and_then(|(ts, _)| ts.clone());
-                    let decoder = TimedDecoder::new(schema, format, ts)
-                        .map_err(|e| SpecError::new(format!("{field}.event_time"), e))?;
+                    let decoder = timed_decoder(schema, format, &time, &field)?;
                     let make = move || FileBatches::new(decoder.clone());
                     let src = match fmt {
                         FileFormat::Jsonl => FileSource::jsonl_with(path.clone(), make),

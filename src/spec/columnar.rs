@@ -122,19 +122,33 @@ pub(crate) fn batch_strategy(time: &SourceTime) -> WatermarkStrategy<RowBatch> {
     st
 }
 
+/// The decoder of a source at `field` reading records of `format` into batches of its
+/// declared `schema`, with event `time`.
+///
+/// # Errors
+/// The event time's field is not in the schema.
+pub(crate) fn timed_decoder(
+    schema: SchemaRef,
+    format: Format,
+    time: &SourceTime,
+    field: &str,
+) -> Result<TimedDecoder, SpecError> {
+    let ts = time.as_ref().and_then(|(ts, _)| ts.clone());
+    TimedDecoder::new(schema, format, ts)
+        .map_err(|e| SpecError::new(format!("{field}.event_time"), e))
+}
+
 /// Makes each reader's [`MessageBatches`] for a log or Kafka source at `field` with the
 /// declared `schema` and event `time`.
 ///
 /// # Errors
-/// The event time's field is not in the schema.
+/// As [`timed_decoder`].
 pub(crate) fn message_batches(
     schema: SchemaRef,
     time: &SourceTime,
     field: &str,
 ) -> Result<impl Fn() -> MessageBatches + Send + Sync + Clone + 'static, SpecError> {
-    let ts = time.as_ref().and_then(|(ts, _)| ts.clone());
-    let decoder = TimedDecoder::new(schema, Format::Json, ts)
-        .map_err(|e| SpecError::new(format!("{field}.event_time"), e))?;
+    let decoder = timed_decoder(schema, Format::Json, time, field)?;
     Ok(move || MessageBatches::new(decoder.clone()))
 }
 

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 
 use brook_core::bad_record::BadRecords;
 use brook_core::operator::{OpResult, Output};
+use brook_core::source::emit_json;
 use csv::{ByteRecord, StringRecord};
 use serde::de::DeserializeOwned;
 
@@ -106,16 +107,7 @@ impl<T: DeserializeOwned + 'static> FileDecoder for SerdeDecoder<T> {
         bad: &BadRecords,
         out: &mut Output<T>,
     ) -> OpResult<usize> {
-        match serde_json::from_slice::<T>(line) {
-            Ok(v) => {
-                out.collect(v, None);
-                Ok(1)
-            }
-            Err(e) => {
-                bad_record::handle(bad, line, at.position(), format!("invalid JSON: {e}"))?;
-                Ok(0)
-            }
-        }
+        emit_json(line, None, || at.position(), bad, out)
     }
 
     fn csv(

@@ -83,19 +83,35 @@ impl<T: DeserializeOwned + 'static> ValueDecoder for JsonValues<T> {
         bad: &BadRecords,
         out: &mut Output<T>,
     ) -> OpResult<usize> {
-        match serde_json::from_slice::<T>(value) {
-            Ok(v) => {
-                out.collect(v, timestamp);
-                Ok(1)
-            }
-            Err(e) => {
-                bad.handle(
-                    &String::from_utf8_lossy(value),
-                    &at.to_string(),
-                    &format!("invalid JSON: {e}"),
-                )?;
-                Ok(0)
-            }
+        emit_json(value, timestamp, || at.to_string(), bad, out)
+    }
+}
+
+/// Decodes `bytes` from JSON into a `T` and emits it with `timestamp`: 1 record; or, if
+/// they are not a `T`, hands them to `bad` at `position()` ("invalid JSON: ..."): 0.
+/// What every source decoding records one by one with serde does.
+///
+/// # Errors
+/// The bad record under the `fail` policy.
+pub fn emit_json<T: DeserializeOwned>(
+    bytes: &[u8],
+    timestamp: Option<Millis>,
+    position: impl FnOnce() -> String,
+    bad: &BadRecords,
+    out: &mut Output<T>,
+) -> OpResult<usize> {
+    match serde_json::from_slice::<T>(bytes) {
+        Ok(v) => {
+            out.collect(v, timestamp);
+            Ok(1)
+        }
+        Err(e) => {
+            bad.handle(
+                &String::from_utf8_lossy(bytes),
+                &position(),
+                &format!("invalid JSON: {e}"),
+            )?;
+            Ok(0)
         }
     }
 }
