@@ -30,7 +30,7 @@
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `log-filter-map`, `log-W1`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
 //! without `--bench` (as `cargo test --all-targets` does) it only checks each job on a
@@ -386,12 +386,34 @@ impl Input {
 enum FileJob {
     FilterMap,
     W1,
+    /// Filter + map into a JSON-lines file (the sink encodes the rows).
+    FilterMapToFile,
+}
+
+/// Where the jobs into files write (a directory kept for the run).
+fn out_path(side: &str) -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap())
+        .path()
+        .join(format!("{side}-out.jsonl"))
+}
+
+/// The typed filter + map job's output row (the YAML job's fields, in its order).
+#[derive(Clone, serde::Serialize)]
+struct Priced {
+    key: i64,
+    ts: i64,
+    value: i64,
+    dollars: f64,
+    bucket: i64,
 }
 
 impl FileJob {
     fn rows(self, n: u64) -> u64 {
         match self {
-            FileJob::FilterMap => (0..n).filter(|i| (i % 100) % 4 != 0).count() as u64,
+            FileJob::FilterMap | FileJob::FilterMapToFile => {
+                (0..n).filter(|i| (i % 100) % 4 != 0).count() as u64
+            }
             FileJob::W1 => Workload::W1.rows(n),
         }
     }
@@ -400,7 +422,7 @@ impl FileJob {
     fn yaml(self, input: &Input, schema: bool) -> String {
         let source = input.source_yaml(schema);
         let steps = match self {
-            FileJob::FilterMap => {
+            FileJob::FilterMap | FileJob::FilterMapToFile => {
                 r#"  - {name: kept, filter: "value % 4 <> 0"}
   - {name: priced, map: {dollars: "value / 100.0", bucket: "key % 16"}}"#
             }
@@ -409,7 +431,14 @@ impl FileJob {
   - {name: window, window: {kind: tumbling, size: 1000}, aggregate: {count: count(), sum: sum(value)}}"#
             }
         };
-        format!("name: file\nsources:\n  - {source}\nsteps:\n{steps}\nsinks:\n  - {{name: out, connector: blackhole}}\n")
+        let sink = match self {
+            FileJob::FilterMapToFile => format!(
+                "{{name: out, connector: file, path: {}}}",
+                out_path("yaml").display()
+            ),
+            _ => "{name: out, connector: blackhole}".to_string(),
+        };
+        format!("name: file\nsources:\n  - {source}\nsteps:\n{steps}\nsinks:\n  - {sink}\n")
     }
 
     /// The typed job reading the input with serde: rows reaching the sink.
@@ -437,6 +466,28 @@ impl FileJob {
                     .sink(sink.clone());
                 env.execute("file-W1").unwrap();
                 sink.seen.load(Ordering::Relaxed)
+            }
+            FileJob::FilterMapToFile => {
+                events
+                    .filter(|e: &Event| e.value % 4 != 0)
+                    .map(|e: Event| Priced {
+                        key: e.key,
+                        ts: e.ts,
+                        value: e.value,
+                        dollars: e.value as f64 / 100.0,
+                        bucket: e.key % 16,
+                    })
+                    .sink(brook::connectors::FileSink::<Priced>::jsonl(out_path(
+                        "typed",
+                    )))
+                    .name("out");
+                let result = env.execute("file-filter-map-file").unwrap();
+                result
+                    .vertices
+                    .iter()
+                    .find(|(name, _)| name == "out")
+                    .map(|(_, t)| t.records_in)
+                    .unwrap()
             }
         }
     }
@@ -552,14 +603,15 @@ fn main() {
     for (input_name, jobs) in [
         (
             "file",
-            [
+            vec![
                 ("file-filter-map", FileJob::FilterMap),
                 ("file-W1", FileJob::W1),
+                ("file-filter-map-file", FileJob::FilterMapToFile),
             ],
         ),
         (
             "log",
-            [
+            vec![
                 ("log-filter-map", FileJob::FilterMap),
                 ("log-W1", FileJob::W1),
             ],

@@ -125,7 +125,7 @@ use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::names::validate_name;
 use brook_core::operator::{OpResult, OperatorError, Output, SubtaskInfo};
-use brook_core::sink::{Sink, SinkWriter};
+use brook_core::sink::{JsonEncoder, Messages, Sink, SinkWriter, ValueEncoder};
 use brook_core::source::{
     decode_offset_position, encode_offset_position, value_decoders, InputStatus, JsonValues,
     MakeValueDecoder, MessageAt, Source, SourceOptions, SourceReader, Split, SplitProgress,
@@ -644,9 +644,13 @@ pub struct LogSink<T> {
     log: Log,
     topic: String,
     key: Option<KeyFn<T>>,
+    encoder: Arc<MakeValueEncoder<T>>,
     txn_prefix: Option<String>,
     txn_timeout_ms: u64,
 }
+
+/// Makes each writer's encoder.
+type MakeValueEncoder<T> = dyn Fn() -> Box<dyn ValueEncoder<In = T>> + Send + Sync;
 
 impl<T> fmt::Debug for LogSink<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -666,6 +670,7 @@ impl<T> Clone for LogSink<T> {
             log: self.log.clone(),
             topic: self.topic.clone(),
             key: self.key.clone(),
+            encoder: Arc::clone(&self.encoder),
             txn_prefix: self.txn_prefix.clone(),
             txn_timeout_ms: self.txn_timeout_ms,
         }
@@ -675,17 +680,34 @@ impl<T> Clone for LogSink<T> {
 impl<T: Serialize + Send + 'static> LogSink<T> {
     /// Appends each record's value, as JSON, to `topic` (which must exist).
     pub fn json(log: &Log, topic: impl Into<String>) -> Self {
+        LogSink::with_encoder(log, topic, JsonEncoder::<T>::default)
+    }
+}
+
+impl LogSink<()> {
+    /// Appends the messages a [`ValueEncoder`] of each writer's own (made by `make`)
+    /// makes of the records, keys included, to `topic` (which must exist): for
+    /// records that are not one JSON value each, such as Arrow batches of rows.
+    pub fn with_encoder<E, F>(log: &Log, topic: impl Into<String>, make: F) -> LogSink<E::In>
+    where
+        E: ValueEncoder + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
         LogSink {
             log: log.clone(),
             topic: topic.into(),
             key: None,
+            encoder: Arc::new(move || -> Box<dyn ValueEncoder<In = E::In>> { Box::new(make()) }),
             txn_prefix: None,
             txn_timeout_ms: LOG_SINK_TRANSACTION_TIMEOUT_MS,
         }
     }
+}
 
+impl<T: Send + 'static> LogSink<T> {
     /// Gives each record a key (a `String`, `Vec<u8>`, `Bytes`, ...), which chooses
-    /// its partition.
+    /// its partition. Its key replaces the encoder's; it needs an encoder that writes
+    /// one message per record, as [`LogSink::json`]'s (another fails the writer).
     pub fn key_by<K, F>(mut self, key: F) -> Self
     where
         K: Into<Bytes>,
@@ -732,6 +754,15 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
             })
             .collect();
         format!("{prefix}.{sink}.")
+    }
+
+    /// A writer's encoding.
+    fn encoding(&self) -> Encoding<T> {
+        Encoding {
+            key: self.key.clone(),
+            encoder: (self.encoder)(),
+            written: 0,
+        }
     }
 
     fn open_topic(&self) -> Result<Arc<Topic>, ConnectorError> {
@@ -828,8 +859,7 @@ impl<T: Serialize + Send + 'static> LogSink<T> {
         )?;
         Ok(TxnLogWriter {
             topic,
-            key: self.key.clone(),
-            written: 0,
+            enc: self.encoding(),
             producer,
             pending: Vec::new(),
             finished: false,
@@ -949,14 +979,13 @@ fn decode_committable(bytes: &[u8]) -> Option<TransactionHandle> {
     }
 }
 
-impl<T: Serialize + Send + 'static> Sink for LogSink<T> {
+impl<T: Send + 'static> Sink for LogSink<T> {
     type In = T;
 
     fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
         Ok(Box::new(LogWriter {
             topic: self.open_topic()?,
-            key: self.key.clone(),
-            written: 0,
+            enc: self.encoding(),
         }))
     }
 
@@ -976,46 +1005,71 @@ impl<T: Serialize + Send + 'static> Sink for LogSink<T> {
     }
 }
 
-/// Encodes a batch as producer records (JSON values, keys by the key function).
-fn to_records<T: Serialize>(
-    batch: &Batch<T>,
-    key: &Option<KeyFn<T>>,
-    topic: &str,
-    written: &mut u64,
-) -> OpResult<Vec<ProducerRecord>> {
-    let mut records = Vec::with_capacity(batch.len());
-    for r in batch {
-        *written += 1;
-        let value = serde_json::to_vec(&r.value).map_err(|e| OperatorError::BadRecord {
-            position: Some(format!("topic {topic:?} record {written}")),
-            reason: format!("cannot encode as JSON: {e}"),
-        })?;
-        records.push(ProducerRecord {
-            key: key.as_ref().map(|k| k(&r.value)),
-            value: Bytes::from(value),
-            timestamp: r.timestamp,
-            headers: Vec::new(),
-            tombstone: false,
-        });
+/// A writer's encoder, with the sink's key function and the messages' buffer.
+struct Encoding<T> {
+    key: Option<KeyFn<T>>,
+    encoder: Box<dyn ValueEncoder<In = T>>,
+    /// Messages written so far, for error positions.
+    written: u64,
+}
+
+impl<T> Encoding<T> {
+    /// `batch` as producer records: the encoder's messages (their keys replaced by
+    /// the key function's, if the sink has one), all sharing one buffer.
+    fn records(&mut self, batch: &Batch<T>, topic: &str) -> OpResult<Vec<ProducerRecord>> {
+        let mut messages = Messages::default();
+        self.encoder
+            .encode(batch, &mut messages)
+            .map_err(|e| OperatorError::BadRecord {
+                position: Some(format!(
+                    "topic {topic:?} record {}",
+                    self.written + e.record as u64 + 1
+                )),
+                reason: e.reason,
+            })?;
+        if self.key.is_some() && messages.len() != batch.len() {
+            return Err(OperatorError::failed(format!(
+                "topic {topic:?}: the sink's key function needs one message per record, \
+                 its encoder wrote {} for {}",
+                messages.len(),
+                batch.len()
+            )));
+        }
+        self.written += messages.len() as u64;
+        let (bytes, spans) = messages.into_parts();
+        let bytes = Bytes::from(bytes);
+        let records = spans
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| ProducerRecord {
+                key: match &self.key {
+                    Some(k) => Some(k(&batch[i].value)),
+                    None => m.key.map(|r| bytes.slice(r)),
+                },
+                value: bytes.slice(m.value),
+                timestamp: m.timestamp,
+                headers: Vec::new(),
+                tombstone: false,
+            })
+            .collect();
+        Ok(records)
     }
-    Ok(records)
 }
 
 /// The at-least-once writer (jobs without checkpoints): plain appends.
 struct LogWriter<T> {
     topic: Arc<Topic>,
-    key: Option<KeyFn<T>>,
-    written: u64,
+    enc: Encoding<T>,
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for LogWriter<T> {
+impl<T: Send + 'static> SinkWriter for LogWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
         if batch.is_empty() {
             return Ok(());
         }
-        let records = to_records(&batch, &self.key, self.topic.name(), &mut self.written)?;
+        let records = self.enc.records(&batch, self.topic.name())?;
         let n = records.len();
         self.topic.append(records).map_err(|e| {
             ConnectorError::log(
@@ -1030,8 +1084,7 @@ impl<T: Serialize + Send + 'static> SinkWriter for LogWriter<T> {
 /// The exactly-once writer of a [`LogSink`] subtask: one transaction per checkpoint.
 struct TxnLogWriter<T> {
     topic: Arc<Topic>,
-    key: Option<KeyFn<T>>,
-    written: u64,
+    enc: Encoding<T>,
     producer: TransactionalProducer,
     /// Prepared, not yet committed.
     pending: Vec<TransactionHandle>,
@@ -1073,7 +1126,7 @@ impl<T> TxnLogWriter<T> {
     }
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for TxnLogWriter<T> {
+impl<T: Send + 'static> SinkWriter for TxnLogWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
@@ -1086,7 +1139,7 @@ impl<T: Serialize + Send + 'static> SinkWriter for TxnLogWriter<T> {
         if batch.is_empty() {
             return Ok(());
         }
-        let records = to_records(&batch, &self.key, self.topic.name(), &mut self.written)?;
+        let records = self.enc.records(&batch, self.topic.name())?;
         let n = records.len();
         if self.producer.current().is_none() {
             self.producer

@@ -7,6 +7,10 @@
 //! restores the last complete checkpoint and commits its committables again, so
 //! committing must be idempotent. A sink without this is at least once.
 
+mod value_encoder;
+
+pub use value_encoder::{EncodeError, JsonEncoder, Message, MessageSpan, Messages, ValueEncoder};
+
 use crate::checkpoint::CheckpointId;
 use crate::element::Batch;
 use crate::operator::{OpResult, SubtaskInfo};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
-use brook_core::sink::{Sink, SinkWriter};
+use brook_core::sink::{JsonEncoder, Messages, Sink, SinkWriter, ValueEncoder};
 use brook_core::txn_committable::{
     marker_group, CheckpointRecords, PendingRecord as Pending, PreparedTxn, TxnCommittable,
 };
@@ -49,10 +49,14 @@ type CheckedProducer = BaseProducer<Deliveries>;
 /// Computes a record's key.
 type KeyFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
 
+/// Makes each writer's encoder.
+type MakeValueEncoder<T> = dyn Fn() -> Box<dyn ValueEncoder<In = T>> + Send + Sync;
+
 /// A sink writing JSON records to a Kafka topic (see the [crate docs](crate)).
 pub struct KafkaSink<T> {
     conn: Conn,
     key: Option<KeyFn<T>>,
+    encoder: Arc<MakeValueEncoder<T>>,
     txn_prefix: Option<String>,
 }
 
@@ -72,6 +76,7 @@ impl<T> Clone for KafkaSink<T> {
         KafkaSink {
             conn: self.conn.clone(),
             key: self.key.clone(),
+            encoder: Arc::clone(&self.encoder),
             txn_prefix: self.txn_prefix.clone(),
         }
     }
@@ -80,14 +85,37 @@ impl<T> Clone for KafkaSink<T> {
 impl<T: Serialize + Send + 'static> KafkaSink<T> {
     /// Writes records as JSON to `topic` on the brokers `bootstrap`.
     pub fn json(bootstrap: impl Into<String>, topic: impl Into<String>) -> Self {
+        KafkaSink::with_encoder(bootstrap, topic, JsonEncoder::<T>::default)
+    }
+}
+
+impl KafkaSink<()> {
+    /// Writes the messages a [`ValueEncoder`] of each writer's own (made by `make`)
+    /// makes of the records, keys included, to `topic` on the brokers `bootstrap`:
+    /// for records that are not one JSON value each, such as Arrow batches of rows.
+    /// Keys are written as UTF-8 text (a byte that is not becomes U+FFFD).
+    pub fn with_encoder<E, F>(
+        bootstrap: impl Into<String>,
+        topic: impl Into<String>,
+        make: F,
+    ) -> KafkaSink<E::In>
+    where
+        E: ValueEncoder + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
         KafkaSink {
             conn: Conn::new(bootstrap.into(), topic.into()),
             key: None,
+            encoder: Arc::new(move || -> Box<dyn ValueEncoder<In = E::In>> { Box::new(make()) }),
             txn_prefix: None,
         }
     }
+}
 
-    /// Gives each record a key; Kafka's default partitioner (murmur2) routes it.
+impl<T: Send + 'static> KafkaSink<T> {
+    /// Gives each record a key; Kafka's default partitioner (murmur2) routes it. Its
+    /// key replaces the encoder's; it needs an encoder that writes one message per
+    /// record, as [`KafkaSink::json`]'s (another fails the writer).
     pub fn key_by<F>(mut self, key: F) -> Self
     where
         F: Fn(&T) -> String + Send + Sync + 'static,
@@ -159,15 +187,14 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
         Ok(p)
     }
 
-    fn encode(&self, v: &T, ts: Option<i64>) -> OpResult<Pending> {
-        let value = serde_json::to_string(v).map_err(|e| OperatorError::BadRecord {
-            position: None,
-            reason: format!(
-                "cannot encode a record as JSON for topic {:?}: {e}",
-                self.conn.topic
-            ),
-        })?;
-        Ok(Pending(self.key.as_ref().map(|k| k(v)), value, ts))
+    /// A writer's encoding.
+    fn encoding(&self) -> Encoding<T> {
+        Encoding {
+            key: self.key.clone(),
+            encoder: (self.encoder)(),
+            messages: Messages::default(),
+            topic: self.conn.topic.clone(),
+        }
     }
 
     /// A transactional session of `id`: fences older producers of the id.
@@ -248,7 +275,7 @@ impl<T: Serialize + Send + 'static> KafkaSink<T> {
             }
         }
         Ok(TxnWriter {
-            sink: self.clone(),
+            enc: self.encoding(),
             session,
             pending: Vec::new(),
             prepared: Vec::new(),
@@ -342,10 +369,11 @@ impl Session {
 }
 
 /// Sends one record, waiting while the producer's queue is full.
-fn send(
-    producer: &CheckedProducer,
-    mut rec: BaseRecord<'_, String, String>,
-) -> Result<(), KafkaError> {
+fn send<K, P>(producer: &CheckedProducer, mut rec: BaseRecord<'_, K, P>) -> Result<(), KafkaError>
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
     loop {
         match producer.send(rec) {
             Ok(()) => {
@@ -361,12 +389,13 @@ fn send(
     }
 }
 
-impl<T: Serialize + Send + 'static> Sink for KafkaSink<T> {
+impl<T: Send + 'static> Sink for KafkaSink<T> {
     type In = T;
 
     fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
         Ok(Box::new(PlainWriter {
             sink: self.clone(),
+            enc: self.encoding(),
             producer: self.producer(None)?,
         }))
     }
@@ -387,24 +416,78 @@ impl<T: Serialize + Send + 'static> Sink for KafkaSink<T> {
     }
 }
 
+/// A writer's encoder, with the sink's key function and a reused buffer.
+struct Encoding<T> {
+    key: Option<KeyFn<T>>,
+    encoder: Box<dyn ValueEncoder<In = T>>,
+    messages: Messages,
+    topic: String,
+}
+
+impl<T> Encoding<T> {
+    /// Encodes `batch` into `self.messages`; with a key function, also the records'
+    /// keys (one message per record).
+    fn encode(&mut self, batch: &Batch<T>) -> OpResult<Option<Vec<String>>> {
+        self.messages.clear();
+        self.encoder
+            .encode(batch, &mut self.messages)
+            .map_err(|e| OperatorError::BadRecord {
+                position: Some(format!("topic {:?}", self.topic)),
+                reason: format!("record {} of an engine batch: {}", e.record + 1, e.reason),
+            })?;
+        let Some(key) = &self.key else {
+            return Ok(None);
+        };
+        if self.messages.len() != batch.len() {
+            return Err(OperatorError::failed(format!(
+                "topic {:?}: the sink's key function needs one message per record, \
+                 its encoder wrote {} for {}",
+                self.topic,
+                self.messages.len(),
+                batch.len()
+            )));
+        }
+        Ok(Some(batch.iter().map(|r| key(&r.value)).collect()))
+    }
+
+    /// `batch` as records to keep until their transaction.
+    fn pending(&mut self, batch: &Batch<T>) -> OpResult<Vec<Pending>> {
+        let keys = self.encode(batch)?;
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Ok(self
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let key = match &keys {
+                    Some(keys) => Some(keys[i].clone()),
+                    None => m.key.map(text),
+                };
+                Pending(key, text(m.value), m.timestamp)
+            })
+            .collect())
+    }
+}
+
 /// The at-least-once writer (idempotent producer) of jobs without checkpoints.
 struct PlainWriter<T> {
     sink: KafkaSink<T>,
+    enc: Encoding<T>,
     producer: CheckedProducer,
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for PlainWriter<T> {
+impl<T: Send + 'static> SinkWriter for PlainWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
-        for r in batch {
-            let p = self.sink.encode(&r.value, r.timestamp)?;
-            let mut rec: BaseRecord<'_, String, String> =
-                BaseRecord::to(&self.sink.conn.topic).payload(&p.1);
-            if let Some(k) = &p.0 {
+        let keys = self.enc.encode(&batch)?;
+        for (i, m) in self.enc.messages.iter().enumerate() {
+            let mut rec: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(&self.sink.conn.topic).payload(m.value);
+            if let Some(k) = keys.as_ref().map(|k| k[i].as_bytes()).or(m.key) {
                 rec = rec.key(k);
             }
-            if let Some(ts) = p.2 {
+            if let Some(ts) = m.timestamp {
                 rec = rec.timestamp(ts);
             }
             send(&self.producer, rec).map_err(|e| {
@@ -437,7 +520,7 @@ impl<T: Serialize + Send + 'static> SinkWriter for PlainWriter<T> {
 
 /// The exactly-once writer (see the crate docs).
 struct TxnWriter<T> {
-    sink: KafkaSink<T>,
+    enc: Encoding<T>,
     session: Session,
     /// Records since the last barrier.
     pending: Vec<Pending>,
@@ -445,14 +528,12 @@ struct TxnWriter<T> {
     prepared: Vec<(CheckpointId, Vec<Pending>)>,
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for TxnWriter<T> {
+impl<T: Send + 'static> SinkWriter for TxnWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
-        for r in batch {
-            let p = self.sink.encode(&r.value, r.timestamp)?;
-            self.pending.push(p);
-        }
+        let records = self.enc.pending(&batch)?;
+        self.pending.extend(records);
         Ok(())
     }
 

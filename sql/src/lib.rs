@@ -106,6 +106,7 @@
 //! filter drops a row whose condition is null.
 
 pub mod decode;
+pub mod encode;
 pub mod error;
 pub mod filter;
 pub mod infer;

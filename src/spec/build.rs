@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use brook_connectors::{
@@ -16,7 +17,7 @@ use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{JsonValues, ValueDecoder};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
 use brook_engine::OutputTag;
-use brook_engine::{DataStream, JobConfig, KeyedStream, StreamEnvironment};
+use brook_engine::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
@@ -33,9 +34,9 @@ use brook_operators::typed_aggregate::KeyedRow;
 use brook_operators::window::WindowResult;
 use brook_sql::decode::Format as DecodeFormat;
 
+use super::batch_sink::{BatchBlackhole, BatchLines, BatchMessages};
 use super::columnar::{
-    self, batch_strategy, message_batches, timed_decoder, BatchBlackhole, FileBatches,
-    GeneratorBatches,
+    self, batch_strategy, message_batches, timed_decoder, FileBatches, GeneratorBatches,
 };
 use super::http::HttpLookup;
 use super::lookup::{FileTable, LogTable, ServedTable};
@@ -727,115 +728,29 @@ fn build_with(
         let input = streams.get(input).cloned().ok_or_else(|| {
             SpecError::new(format!("{field}.input"), format!("unknown input {input}"))
         })?;
-        // Sinks that take batches as they are.
-        if let (SinkSpec::Blackhole { parallelism, .. }, Stream::Batches(b, _)) = (s, &input) {
-            let handle = b.clone().sink(BatchBlackhole);
-            let handle = match parallelism {
-                Some(p) => handle.set_parallelism(*p),
-                None => handle,
-            };
-            handle.name(s.name());
-            sinks.push(s.name().to_string());
-            continue;
-        }
-        let stream = input.plain();
-        let (handle, parallelism) = match s {
-            SinkSpec::File {
-                path,
-                format,
-                parallelism,
-                ..
-            } => {
-                let sink = match format
-                    .or_else(|| file_format(path))
-                    .unwrap_or(FileFormat::Jsonl)
-                {
-                    FileFormat::Jsonl => FileSink::<Row>::jsonl(path.clone()),
-                    FileFormat::Csv => FileSink::<Row>::csv(path.clone()),
-                };
-                (stream.sink(sink), *parallelism)
+        let job = SinkJob {
+            field: &field,
+            name: &spec.name,
+            group_part: group_part.as_ref(),
+            log: &need_log,
+        };
+        let handle = match (s, input) {
+            // Batches as they are, encoded by brook-sql where they are written.
+            (
+                SinkSpec::File { .. } | SinkSpec::Log { .. } | SinkSpec::Kafka { .. },
+                Stream::Batches(b, _),
+            ) => topic_or_file_sink::<RowBatch>(s, b, &job)?,
+            (SinkSpec::Blackhole { parallelism, .. }, Stream::Batches(b, _)) => {
+                sink_parallelism(b.sink(BatchBlackhole), *parallelism)
             }
             // One writer, so printed lines never interleave.
-            SinkSpec::Stdout { .. } => (stream.sink(StdoutSink::<Row>::new()), Some(1)),
-            SinkSpec::Blackhole { parallelism, .. } => (stream.sink(Blackhole), *parallelism),
-            SinkSpec::Log {
-                topic,
-                key_field,
-                transaction_timeout,
-                parallelism,
-                ..
-            } => {
-                let timeout_ms = log_transaction_timeout_ms(
-                    transaction_timeout,
-                    &format!("{field}.transaction_timeout"),
-                )?;
-                let key = key_field.clone().map(|k| {
-                    move |r: &Row| match r.get(&k) {
-                        Some(serde_json::Value::String(s)) => s.clone(),
-                        Some(other) => other.to_string(),
-                        None => String::new(),
-                    }
-                });
-                let handle = match need_log(field.clone())? {
-                    JobLog::Served(addr) => {
-                        let mut sink = served::log_sink(addr, topic, &spec.name);
-                        if let Some(k) = key {
-                            sink = sink.key_by(k);
-                        }
-                        stream.sink(sink)
-                    }
-                    JobLog::Local(log) => {
-                        log.topic(topic)
-                            .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
-                        // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
-                        let mut sink = LogSink::<Row>::json(log, topic.clone())
-                            .transactional_id_prefix(&spec.name)
-                            .transaction_timeout_ms(timeout_ms);
-                        if let Some(k) = key {
-                            sink = sink.key_by(k);
-                        }
-                        stream.sink(sink)
-                    }
-                };
-                (handle, *parallelism)
+            (SinkSpec::Stdout { .. }, input) => {
+                sink_parallelism(input.plain().sink(StdoutSink::<Row>::new()), Some(1))
             }
-            SinkSpec::Kafka {
-                bootstrap,
-                topic,
-                key_field,
-                properties,
-                parallelism,
-                connect_timeout,
-                ..
-            } => {
-                // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
-                // In group mode: `<job>.p<partition>.<sink>.<subtask>`.
-                let prefix = match &group_part {
-                    Some((p, _)) => format!("{}.p{p}", spec.name),
-                    None => spec.name.clone(),
-                };
-                let mut sink = KafkaSink::<Row>::json(bootstrap.clone(), topic.clone())
-                    .transactional_id_prefix(prefix)
-                    .connect_timeout(connect_timeout_ms(
-                        connect_timeout,
-                        &format!("{}.connect_timeout", s.name()),
-                    )?);
-                for (k, v) in properties {
-                    sink = sink.property(k.clone(), v.clone());
-                }
-                if let Some(k) = key_field.clone() {
-                    sink = sink.key_by(move |r: &Row| match r.get(&k) {
-                        Some(serde_json::Value::String(s)) => s.clone(),
-                        Some(other) => other.to_string(),
-                        None => String::new(),
-                    });
-                }
-                (stream.sink(sink), *parallelism)
+            (SinkSpec::Blackhole { parallelism, .. }, input) => {
+                sink_parallelism(input.plain().sink(Blackhole), *parallelism)
             }
-        };
-        let handle = match parallelism {
-            Some(p) => handle.set_parallelism(p),
-            None => handle,
+            (_, input) => topic_or_file_sink::<Row>(s, input.plain(), &job)?,
         };
         handle.name(s.name());
         sinks.push(s.name().to_string());
@@ -847,6 +762,165 @@ fn build_with(
         sources,
         sinks,
     })
+}
+
+/// What a sink needs of the job around it.
+struct SinkJob<'a, 'l> {
+    /// `sinks[i] (name)`, for errors.
+    field: &'a str,
+    /// The job's name (transactional ids start with it).
+    name: &'a str,
+    group_part: Option<&'a (i32, Arc<dyn OffsetCommitter>)>,
+    log: &'a dyn Fn(String) -> Result<JobLog<'l>, SpecError>,
+}
+
+fn sink_parallelism(handle: SinkHandle, parallelism: Option<u32>) -> SinkHandle {
+    match parallelism {
+        Some(p) => handle.set_parallelism(p),
+        None => handle,
+    }
+}
+
+/// How a sink's records of type `Self` are written: JSON rows with serde ([`Row`]),
+/// or batches with brook-sql's encoders ([`RowBatch`], `batch_sink`), the same text.
+trait SinkRecords: Sized + Clone + Send + 'static {
+    fn file(path: &Path, format: FileFormat) -> FileSink<Self>;
+    fn log(log: &Log, topic: &str, key_field: Option<&str>) -> LogSink<Self>;
+    fn kafka(bootstrap: &str, topic: &str, key_field: Option<&str>) -> KafkaSink<Self>;
+}
+
+/// A row's `key_field` as a message key: a string as it is, another value its JSON
+/// text, no such field the empty key.
+fn row_key_text(r: &Row, k: &str) -> String {
+    match r.get(k) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+impl SinkRecords for Row {
+    fn file(path: &Path, format: FileFormat) -> FileSink<Row> {
+        match format {
+            FileFormat::Jsonl => FileSink::<Row>::jsonl(path),
+            FileFormat::Csv => FileSink::<Row>::csv(path),
+        }
+    }
+
+    fn log(log: &Log, topic: &str, key_field: Option<&str>) -> LogSink<Row> {
+        let sink = LogSink::<Row>::json(log, topic);
+        match key_field.map(str::to_string) {
+            Some(k) => sink.key_by(move |r: &Row| row_key_text(r, &k)),
+            None => sink,
+        }
+    }
+
+    fn kafka(bootstrap: &str, topic: &str, key_field: Option<&str>) -> KafkaSink<Row> {
+        let sink = KafkaSink::<Row>::json(bootstrap, topic);
+        match key_field.map(str::to_string) {
+            Some(k) => sink.key_by(move |r: &Row| row_key_text(r, &k)),
+            None => sink,
+        }
+    }
+}
+
+impl SinkRecords for RowBatch {
+    fn file(path: &Path, format: FileFormat) -> FileSink<RowBatch> {
+        match format {
+            FileFormat::Jsonl => FileSink::jsonl_with(path, BatchLines::default),
+            FileFormat::Csv => FileSink::csv_with(path, BatchLines::default),
+        }
+    }
+
+    fn log(log: &Log, topic: &str, key_field: Option<&str>) -> LogSink<RowBatch> {
+        let encoder = BatchMessages::new(key_field);
+        LogSink::with_encoder(log, topic, move || encoder.clone())
+    }
+
+    fn kafka(bootstrap: &str, topic: &str, key_field: Option<&str>) -> KafkaSink<RowBatch> {
+        let encoder = BatchMessages::new(key_field);
+        KafkaSink::with_encoder(bootstrap, topic, move || encoder.clone())
+    }
+}
+
+/// A `file`, `log` or `kafka` sink of `stream`.
+fn topic_or_file_sink<T: SinkRecords>(
+    s: &SinkSpec,
+    stream: DataStream<T>,
+    job: &SinkJob<'_, '_>,
+) -> Result<SinkHandle, SpecError> {
+    let field = job.field;
+    let (handle, parallelism) = match s {
+        SinkSpec::File {
+            path,
+            format,
+            parallelism,
+            ..
+        } => {
+            let format = format
+                .or_else(|| file_format(path))
+                .unwrap_or(FileFormat::Jsonl);
+            (stream.sink(T::file(path, format)), *parallelism)
+        }
+        SinkSpec::Log {
+            topic,
+            key_field,
+            transaction_timeout,
+            parallelism,
+            ..
+        } => {
+            let timeout_ms = log_transaction_timeout_ms(
+                transaction_timeout,
+                &format!("{field}.transaction_timeout"),
+            )?;
+            let handle = match (job.log)(field.to_string())? {
+                JobLog::Served(addr) => {
+                    let sink = T::kafka(&addr.to_string(), topic, key_field.as_deref());
+                    stream.sink(served::log_sink(sink, job.name))
+                }
+                JobLog::Local(log) => {
+                    log.topic(topic)
+                        .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
+                    // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+                    let sink = T::log(log, topic, key_field.as_deref())
+                        .transactional_id_prefix(job.name)
+                        .transaction_timeout_ms(timeout_ms);
+                    stream.sink(sink)
+                }
+            };
+            (handle, *parallelism)
+        }
+        SinkSpec::Kafka {
+            bootstrap,
+            topic,
+            key_field,
+            properties,
+            parallelism,
+            connect_timeout,
+            ..
+        } => {
+            // Transactional ids (with checkpoints): `<job>.<sink>.<subtask>`.
+            // In group mode: `<job>.p<partition>.<sink>.<subtask>`.
+            let prefix = match job.group_part {
+                Some((p, _)) => format!("{}.p{p}", job.name),
+                None => job.name.to_string(),
+            };
+            let mut sink = T::kafka(bootstrap, topic, key_field.as_deref())
+                .transactional_id_prefix(prefix)
+                .connect_timeout(connect_timeout_ms(
+                    connect_timeout,
+                    &format!("{}.connect_timeout", s.name()),
+                )?);
+            for (k, v) in properties {
+                sink = sink.property(k.clone(), v.clone());
+            }
+            (stream.sink(sink), *parallelism)
+        }
+        SinkSpec::Stdout { .. } | SinkSpec::Blackhole { .. } => {
+            return Err(SpecError::new(field, "not a file, log or kafka sink"))
+        }
+    };
+    Ok(sink_parallelism(handle, parallelism))
 }
 
 /// What a `log` source reads, for a source of any record type.

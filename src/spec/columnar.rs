@@ -11,10 +11,7 @@ use arrow_schema::{DataType, SchemaRef};
 use brook_connectors::{CsvRow, FileDecoder, GeneratorEvent, RecordAt};
 use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
-use brook_core::operator::{
-    OpResult, Operator, OperatorContext, OperatorError, Output, SubtaskInfo,
-};
-use brook_core::sink::{Sink, SinkWriter};
+use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 use brook_core::source::{MessageAt, ValueDecoder};
 use brook_core::time::Millis;
 use brook_operators::batch_decode::TimedDecoder;
@@ -389,28 +386,6 @@ impl ValueDecoder for MessageBatches {
             .flush(&self.decoder, bad, out, |topic, (partition, offset)| {
                 format!("{topic}/{partition}@{offset}")
             })
-    }
-}
-
-/// The `blackhole` sink of the batch path: drops every batch (the engine counts its
-/// rows as written).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchBlackhole;
-
-impl Sink for BatchBlackhole {
-    type In = RowBatch;
-
-    fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = RowBatch>>> {
-        Ok(Box::new(BatchBlackhole))
-    }
-}
-
-impl SinkWriter for BatchBlackhole {
-    type In = RowBatch;
-
-    fn write_batch(&mut self, batch: Batch<RowBatch>) -> OpResult {
-        drop(batch);
-        Ok(())
     }
 }
 

@@ -24,6 +24,7 @@
 //! missing inputs, bad expressions, missing files and invalid names are errors that
 //! name the field, as `steps[1] (choc).filter: ...`.
 
+mod batch_sink;
 mod build;
 mod columnar;
 mod http;
@@ -1114,6 +1115,23 @@ fn check_fields(
     Ok(())
 }
 
+/// A sink's `key_field` must be a field of its input, when the input's schema is known
+/// (without one, a row without the field gets the empty key).
+fn check_key_field(
+    field: &str,
+    key_field: &Option<String>,
+    input: Option<&Option<arrow_schema::SchemaRef>>,
+) -> Result<(), SpecError> {
+    match (key_field, input) {
+        (Some(k), Some(Some(schema))) => check_fields(
+            &format!("{field}.key_field"),
+            std::slice::from_ref(k),
+            schema,
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The schema of several inputs merged by a union: theirs when all are known and the
 /// same, else unknown at plan time.
 fn union_schema(inputs: &[Option<arrow_schema::SchemaRef>]) -> Option<arrow_schema::SchemaRef> {
@@ -1569,9 +1587,11 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 topic,
                 parallelism,
                 transaction_timeout,
+                key_field,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
+                check_key_field(&field, key_field, schemas.get(&input))?;
                 validate_name("topic", topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
                 log_transaction_timeout_ms(
@@ -1584,9 +1604,11 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 topic,
                 parallelism,
                 connect_timeout,
+                key_field,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
+                check_key_field(&field, key_field, schemas.get(&input))?;
                 check_kafka(&field, bootstrap, topic)?;
                 connect_timeout_ms(connect_timeout, &format!("{field}.connect_timeout"))?;
             }

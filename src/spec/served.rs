@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use brook_core::source::ValueDecoder;
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, KafkaTable};
 use brook_log::Log;
-use brook_operators::row::Row;
 
 use super::{Isolation, StartPosition};
 
@@ -68,9 +67,8 @@ where
 /// checkpoint's records in the checkpoint and opens its transaction only to write and
 /// commit them when the checkpoint completes, so no transaction stays open between
 /// checkpoints (librdkafka's default `transaction.timeout.ms`, 60 s, bounds that step).
-pub(crate) fn log_sink(addr: SocketAddr, topic: &str, job: &str) -> KafkaSink<Row> {
-    KafkaSink::<Row>::json(addr.to_string(), topic)
-        .transactional_id_prefix(job)
+pub(crate) fn log_sink<T: Send + 'static>(sink: KafkaSink<T>, job: &str) -> KafkaSink<T> {
+    sink.transactional_id_prefix(job)
         .connect_timeout(CONNECT_TIMEOUT_MS)
 }
 

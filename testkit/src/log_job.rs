@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use brook_log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, TopicConfig};
+use brook_log::{IsolationLevel, Log, LogOptions, ProducerRecord, ReadLimit, Record, TopicConfig};
 
 use crate::files::file_rows;
 
@@ -93,9 +93,19 @@ pub fn topic_rows(data: &Path, isolation: IsolationLevel) -> Vec<String> {
         ..LogOptions::default()
     };
     let log = Log::open(data, options).expect("open the log");
-    let mut rows = Vec::new();
-    for p in log.topic("out").expect("out").partitions() {
-        let mut recs = Vec::new();
+    let mut rows: Vec<String> = topic_records(&log, "out", isolation)
+        .iter()
+        .map(|r| String::from_utf8(r.value.to_vec()).expect("UTF-8 rows"))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Every record of `topic` of `log` as a reader of `isolation` sees them, partition
+/// after partition.
+pub fn topic_records(log: &Log, topic: &str, isolation: IsolationLevel) -> Vec<Record> {
+    let mut recs = Vec::new();
+    for p in log.topic(topic).expect("topic").partitions() {
         let mut at = p.log_start_offset();
         while at < p.end_offset(isolation) {
             at = p
@@ -103,13 +113,8 @@ pub fn topic_rows(data: &Path, isolation: IsolationLevel) -> Vec<String> {
                 .expect("read")
                 .next_offset;
         }
-        rows.extend(
-            recs.iter()
-                .map(|r| String::from_utf8(r.value.to_vec()).expect("UTF-8 rows")),
-        );
     }
-    rows.sort();
-    rows
+    recs
 }
 
 /// The rows of each output (over the files of all subtasks: `per_second.jsonl`, or

@@ -5,16 +5,11 @@
 
 use std::any::TypeId;
 use std::io;
-use std::path::Path;
 
-use brook_core::element::Batch;
-use brook_core::operator::{OpResult, OperatorError};
 use csv::{ByteRecord, StringRecord};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-
-use crate::error::ConnectorError;
 
 /// The record format of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,12 +254,6 @@ fn infer(field: &str) -> Value {
     }
 }
 
-/// Encodes records into bytes of one format.
-pub(super) enum Encoder {
-    Json,
-    Csv(Box<CsvEncoder>),
-}
-
 /// How CSV rows are produced, decided by the first record.
 enum CsvMode {
     /// The csv crate's serde support (structs, tuples): header from field names.
@@ -301,7 +290,7 @@ impl CsvEncoder {
         }
     }
 
-    fn encode<T: Serialize>(&mut self, value: &T) -> Result<(), String> {
+    pub(super) fn encode<T: Serialize>(&mut self, value: &T) -> Result<(), String> {
         if self.mode.is_none() {
             let mut probe = csv::Writer::from_writer(Vec::new());
             let mode = match probe.serialize(value) {
@@ -355,7 +344,7 @@ impl CsvEncoder {
     }
 
     /// Moves the encoded bytes to `out`.
-    fn drain_into(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+    pub(super) fn drain_into(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
         if self.mode.is_none() {
             return Ok(());
         }
@@ -368,39 +357,6 @@ impl CsvEncoder {
         out.append(&mut bytes);
         Ok(())
     }
-}
-
-/// Encodes `batch` into `buf` (cleared first); `written` counts records for error
-/// positions.
-pub(super) fn encode_batch<T: Serialize>(
-    encoder: &mut Encoder,
-    batch: &Batch<T>,
-    buf: &mut Vec<u8>,
-    written: &mut u64,
-    name: &str,
-    path: &Path,
-) -> OpResult {
-    buf.clear();
-    for r in batch {
-        *written += 1;
-        let res = match encoder {
-            Encoder::Json => serde_json::to_writer(&mut *buf, &r.value)
-                .map(|()| buf.push(b'\n'))
-                .map_err(|e| e.to_string()),
-            Encoder::Csv(csv) => csv.encode(&r.value),
-        };
-        if let Err(reason) = res {
-            return Err(OperatorError::BadRecord {
-                position: Some(format!("{name} record {written}")),
-                reason: format!("cannot encode: {reason}"),
-            });
-        }
-    }
-    if let Encoder::Csv(csv) = encoder {
-        csv.drain_into(buf)
-            .map_err(|e| ConnectorError::io("write", path, e))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -125,6 +125,7 @@
 
 mod committable;
 mod decode;
+mod encode;
 mod format;
 mod sink;
 mod source;
@@ -142,6 +143,7 @@ use flate2::Compression;
 use crate::error::ConnectorError;
 
 pub use decode::{CsvRow, FileDecoder, RecordAt, SerdeDecoder};
+pub use encode::{EncodeError, FileEncoder, SerdeEncoder};
 pub use format::csv_row_to_json;
 pub use sink::FileSink;
 pub use source::{FileInput, FileSource, FileSplit};

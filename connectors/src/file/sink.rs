@@ -5,8 +5,8 @@
 use std::fmt;
 use std::fs::{self, File};
 use std::io::BufWriter;
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
@@ -16,16 +16,20 @@ use flate2::Compression;
 use serde::Serialize;
 
 use super::committable::{decode_committables, Committable};
-use super::format::{encode_batch, CsvEncoder, Encoder, Format};
+use super::encode::{encode_batch, FileEncoder, SerdeEncoder};
+use super::format::Format;
 use super::two_phase::TwoPhaseWriter;
 use super::{is_gzip, Out};
 use crate::error::ConnectorError;
+
+/// Makes each writer's encoder.
+type MakeEncoder<T> = dyn Fn() -> Box<dyn FileEncoder<In = T>> + Send + Sync;
 
 /// A sink writing JSON lines or CSV files (see the [module docs](super)).
 pub struct FileSink<T> {
     path: PathBuf,
     format: Format,
-    _in: PhantomData<fn(T)>,
+    encoder: Arc<MakeEncoder<T>>,
 }
 
 impl<T> fmt::Debug for FileSink<T> {
@@ -42,7 +46,7 @@ impl<T> Clone for FileSink<T> {
         FileSink {
             path: self.path.clone(),
             format: self.format,
-            _in: PhantomData,
+            encoder: Arc::clone(&self.encoder),
         }
     }
 }
@@ -50,19 +54,48 @@ impl<T> Clone for FileSink<T> {
 impl<T: Serialize + Send + 'static> FileSink<T> {
     /// One JSON value per line.
     pub fn jsonl(path: impl Into<PathBuf>) -> Self {
-        FileSink {
-            path: path.into(),
-            format: Format::JsonLines,
-            _in: PhantomData,
-        }
+        FileSink::jsonl_with(path, SerdeEncoder::<T>::default)
     }
 
     /// CSV with a header row.
     pub fn csv(path: impl Into<PathBuf>) -> Self {
+        FileSink::csv_with(path, SerdeEncoder::<T>::default)
+    }
+}
+
+impl FileSink<()> {
+    /// JSON lines written by a [`FileEncoder`] of each writer's own, made by `make`
+    /// (for records serde does not write one by one, such as Arrow batches).
+    pub fn jsonl_with<E, F>(path: impl Into<PathBuf>, make: F) -> FileSink<E::In>
+    where
+        E: FileEncoder + 'static,
+        E::In: Send + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
+        FileSink::new(path.into(), Format::JsonLines, make)
+    }
+
+    /// CSV with a header row, written as [`FileSink::jsonl_with`]'s lines are.
+    pub fn csv_with<E, F>(path: impl Into<PathBuf>, make: F) -> FileSink<E::In>
+    where
+        E: FileEncoder + 'static,
+        E::In: Send + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
+        FileSink::new(path.into(), Format::Csv, make)
+    }
+}
+
+impl<T: Send + 'static> FileSink<T> {
+    fn new<E, F>(path: PathBuf, format: Format, make: F) -> Self
+    where
+        E: FileEncoder<In = T> + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
         FileSink {
-            path: path.into(),
-            format: Format::Csv,
-            _in: PhantomData,
+            path,
+            format,
+            encoder: Arc::new(move || -> Box<dyn FileEncoder<In = T>> { Box::new(make()) }),
         }
     }
 
@@ -103,11 +136,11 @@ impl<T: Serialize + Send + 'static> FileSink<T> {
         restored: Option<Vec<Vec<u8>>>,
     ) -> OpResult<TwoPhaseWriter<T>> {
         let target = self.path_for(info.index, info.parallelism);
-        TwoPhaseWriter::open(target, self.format, info.index, restored)
+        TwoPhaseWriter::open(target, self.format, (self.encoder)(), info.index, restored)
     }
 }
 
-impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
+impl<T: Send + 'static> Sink for FileSink<T> {
     type In = T;
 
     fn create_committing_writer(
@@ -168,14 +201,11 @@ impl<T: Serialize + Send + 'static> Sink for FileSink<T> {
             name: path.display().to_string(),
             path,
             out: Some(out),
-            encoder: match self.format {
-                Format::JsonLines => Encoder::Json,
-                Format::Csv => Encoder::Csv(Box::new(CsvEncoder::new())),
-            },
+            format: self.format,
+            encoder: (self.encoder)(),
             buf: Vec::new(),
             written: 0,
             dirty: false,
-            _in: PhantomData,
         }))
     }
 }
@@ -185,12 +215,12 @@ struct FileWriter<T> {
     name: String,
     /// `None` once finished.
     out: Option<Out>,
-    encoder: Encoder,
+    format: Format,
+    encoder: Box<dyn FileEncoder<In = T>>,
     buf: Vec<u8>,
     written: u64,
     /// Whether bytes were written since the last flush.
     dirty: bool,
-    _in: PhantomData<fn(T)>,
 }
 
 impl<T> FileWriter<T> {
@@ -201,17 +231,17 @@ impl<T> FileWriter<T> {
     }
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for FileWriter<T> {
+impl<T: Send + 'static> SinkWriter for FileWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
         encode_batch(
-            &mut self.encoder,
+            self.encoder.as_mut(),
+            self.format,
             &batch,
             &mut self.buf,
             &mut self.written,
             &self.name,
-            &self.path,
         )?;
         if self.buf.is_empty() {
             return Ok(());

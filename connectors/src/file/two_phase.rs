@@ -4,20 +4,19 @@
 //! (see the [module docs](super)).
 
 use std::fs::{self, File};
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use brook_core::checkpoint::CheckpointId;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError};
 use brook_core::sink::SinkWriter;
-use serde::Serialize;
 
 use super::committable::{
     commit_part, decode_committables, encode_committables, fsync_parent, part_prefix, remove_parts,
     Committable,
 };
-use super::format::{encode_batch, CsvEncoder, Encoder, Format};
+use super::encode::{encode_batch, FileEncoder};
+use super::format::Format;
 use super::{is_gzip, open_input, Out};
 use crate::error::ConnectorError;
 
@@ -31,13 +30,15 @@ fn read_csv_columns(path: &Path) -> Option<Vec<String>> {
     (!h.is_empty()).then(|| h.iter().map(str::to_string).collect())
 }
 
-impl<T: Serialize + Send + 'static> TwoPhaseWriter<T> {
-    /// The exactly-once writer of subtask `index`, writing `target` in `format`: of a
+impl<T: Send + 'static> TwoPhaseWriter<T> {
+    /// The exactly-once writer of subtask `index`, writing `target` in `format` with
+    /// `encoder`: of a
     /// new job (`restored` is `None`), or of a restored one, first committing the
     /// committables it was handed (see the [module docs](super)).
     pub(super) fn open(
         target: PathBuf,
         format: Format,
+        mut encoder: Box<dyn FileEncoder<In = T>>,
         index: u32,
         restored: Option<Vec<Vec<u8>>>,
     ) -> OpResult<Self> {
@@ -109,18 +110,15 @@ impl<T: Serialize + Send + 'static> TwoPhaseWriter<T> {
         };
         remove_parts(&target)?;
         let prefix = part_prefix(&target, index);
-        let encoder = match format {
-            Format::JsonLines => Encoder::Json,
-            Format::Csv if committed > 0 => Encoder::Csv(Box::new(CsvEncoder::after_header(
-                read_csv_columns(&target),
-            ))),
-            Format::Csv => Encoder::Csv(Box::new(CsvEncoder::new())),
-        };
+        if format == Format::Csv && committed > 0 {
+            encoder.csv_header_written(read_csv_columns(&target));
+        }
         Ok(TwoPhaseWriter {
             name: target.display().to_string(),
             gzip: is_gzip(&target),
             part_base: target.with_file_name(&prefix),
             target,
+            format,
             encoder,
             part: None,
             seq: restored.iter().map(|c| c.seq + 1).max().unwrap_or(0),
@@ -130,7 +128,6 @@ impl<T: Serialize + Send + 'static> TwoPhaseWriter<T> {
             buf: Vec::new(),
             written: 0,
             finished: false,
-            _in: PhantomData,
         })
     }
 }
@@ -169,7 +166,8 @@ pub(super) struct TwoPhaseWriter<T> {
     gzip: bool,
     /// `dir/.{name}.{subtask}.part-`: a part's path is this and its number.
     part_base: PathBuf,
-    encoder: Encoder,
+    format: Format,
+    encoder: Box<dyn FileEncoder<In = T>>,
     /// The part being written (since the last barrier) and its path.
     part: Option<(PathBuf, Out)>,
     /// The next part's number.
@@ -184,7 +182,6 @@ pub(super) struct TwoPhaseWriter<T> {
     buf: Vec<u8>,
     written: u64,
     finished: bool,
-    _in: PhantomData<fn(T)>,
 }
 
 impl<T> TwoPhaseWriter<T> {
@@ -222,7 +219,7 @@ impl<T> TwoPhaseWriter<T> {
     }
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for TwoPhaseWriter<T> {
+impl<T: Send + 'static> SinkWriter for TwoPhaseWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
@@ -234,12 +231,12 @@ impl<T: Serialize + Send + 'static> SinkWriter for TwoPhaseWriter<T> {
         }
         let mut buf = std::mem::take(&mut self.buf);
         let res = encode_batch(
-            &mut self.encoder,
+            self.encoder.as_mut(),
+            self.format,
             &batch,
             &mut buf,
             &mut self.written,
             &self.name,
-            &self.target,
         )
         .and_then(|()| {
             if buf.is_empty() {
