@@ -2,8 +2,9 @@
 //! shared samples) and, when `BROOK_CONFORMANCE_DIR` names a folder, each case there too
 //! runs as a YAML job through `brook run`; the main and late outputs must equal Flink's
 //! (`NAME.flink.jsonl`). Rows may differ in order only within one watermark step. Each
-//! case runs twice: with a `late_output` (the window on JSON rows, which keeps late rows
-//! whole) and without (the window on typed state, issue 18 step 4; main output only).
+//! case runs twice, the window on typed state (issue 18): with a `late_output` (whose
+//! late rows leave as they came in) and without (main output only). The row path's
+//! window gives the same main and late rows (`src/spec/typed_window_tests.rs`).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;

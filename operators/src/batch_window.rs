@@ -28,8 +28,8 @@ use crate::group_key::{GroupKey, KeyCodec};
 use crate::row_aggregate::AggSpec;
 use crate::row_batch::{row_times, RowBatch};
 use crate::typed_aggregate::{
-    inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, TypedAgg, TypedAggregate,
-    TypedResult,
+    inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, RowOrigin, SourceRow, TypedAgg,
+    TypedAggregate, TypedResult,
 };
 use crate::window::WindowResult;
 
@@ -103,12 +103,21 @@ impl WindowColumns {
         &self.input
     }
 
-    /// The operator before the exchange.
-    pub fn to_keyed_rows(&self) -> ToKeyedRows {
+    /// The operator before the exchange; its rows keep `R` of where they came from
+    /// (`()`, or [`SourceRow`] for a late output).
+    pub fn to_keyed_rows<R: RowOrigin>(&self) -> ToKeyedRows<R> {
         ToKeyedRows {
             codec: Arc::clone(&self.codec),
             reads: self.aggs.iter().filter_map(|a| a.column).collect(),
             keys: Vec::new(),
+            _origin: std::marker::PhantomData,
+        }
+    }
+
+    /// The operator after the window's late output: the late rows, as they came in.
+    pub fn late_rows(&self) -> LateRows {
+        LateRows {
+            schema: Arc::clone(&self.input),
         }
     }
 
@@ -124,11 +133,12 @@ impl WindowColumns {
 
 /// Batches into [`KeyedRow`]s, each with its row's event time.
 #[derive(Debug)]
-pub struct ToKeyedRows {
+pub struct ToKeyedRows<R = ()> {
     codec: Arc<KeyCodec>,
     reads: Vec<(usize, Read)>,
     /// The keys of the batch at hand (reused).
     keys: Vec<GroupKey>,
+    _origin: std::marker::PhantomData<fn() -> R>,
 }
 
 /// A column read as the aggregates need it.
@@ -167,15 +177,15 @@ impl Column<'_> {
     }
 }
 
-impl Operator for ToKeyedRows {
+impl<R: RowOrigin> Operator for ToKeyedRows<R> {
     type In = RowBatch;
-    type Out = KeyedRow;
+    type Out = KeyedRow<R>;
 
     fn process_batch(
         &mut self,
         batch: Batch<RowBatch>,
         _ctx: &mut OperatorContext,
-        out: &mut Output<KeyedRow>,
+        out: &mut Output<KeyedRow<R>>,
     ) -> OpResult {
         for record in batch {
             let rows = record.value;
@@ -199,11 +209,59 @@ impl Operator for ToKeyedRows {
                 });
             }
             out.reserve(rows.num_rows());
+            let shared = R::share(columns);
             for (row, key) in self.keys.drain(..).enumerate() {
                 let cells: Cells = inline_collect(cols.iter().map(|c| c.cell(row)));
-                out.collect(KeyedRow { key, cells }, rows.timestamp(row));
+                let origin = R::at(&shared, row);
+                out.collect(
+                    KeyedRow {
+                        key,
+                        cells,
+                        row: origin,
+                    },
+                    rows.timestamp(row),
+                );
             }
         }
+        Ok(())
+    }
+}
+
+/// A typed window's late rows back into batches of its input's schema, as they came in
+/// (one batch per engine batch, each row with its event time): the late output of
+/// Flink's `sideOutputLateData`.
+#[derive(Debug)]
+pub struct LateRows {
+    schema: SchemaRef,
+}
+
+impl Operator for LateRows {
+    type In = KeyedRow<SourceRow>;
+    type Out = RowBatch;
+
+    fn process_batch(
+        &mut self,
+        batch: Batch<KeyedRow<SourceRow>>,
+        _ctx: &mut OperatorContext,
+        out: &mut Output<RowBatch>,
+    ) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Late rows are few: one row's slice each, put together.
+        let slices: Vec<RecordBatch> = batch
+            .iter()
+            .map(|r| r.value.row.rows.slice(r.value.row.index, 1))
+            .collect();
+        let columns = arrow_select::concat::concat_batches(&self.schema, &slices)
+            .map_err(OperatorError::other)?;
+        let times = row_times(batch.iter().map(|r| r.timestamp));
+        let rows = RowBatch {
+            columns,
+            timestamps: times,
+        };
+        let at = rows.max_timestamp();
+        out.collect(rows, at);
         Ok(())
     }
 }
@@ -394,5 +452,47 @@ mod tests {
             row_at(&b.columns, 1),
             json!({"item": "tea", "n": 1, "window_start": 0, "window_end": 1000, "c": 3, "s": null})
         );
+    }
+
+    /// With a late output, keyed rows keep their whole rows, and late ones come back
+    /// as they came in, in the order they were late, each with its own time.
+    #[test]
+    fn late_rows_leave_as_they_came_in() {
+        let plan = WindowColumns::plan(&input(), &["item".into()], &aggs(&[("c", "count()")]))
+            .expect("valid")
+            .expect("typed");
+        let columns = RecordBatch::try_new(
+            input(),
+            vec![
+                Arc::new(arrow_array::StringArray::from(vec!["tea", "milk", "jam"])),
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+                Arc::new(Float64Array::from(vec![0.5, 1.5, 2.5])),
+            ],
+        )
+        .expect("batch");
+        let rows = RowBatch {
+            columns,
+            timestamps: Some(Arc::new(Int64Array::from(vec![10, 20, 30]))),
+        };
+        let keyed =
+            OperatorHarness::run_batch(plan.to_keyed_rows::<SourceRow>(), vec![rows.into_record()])
+                .expect("runs");
+        assert_eq!(keyed.len(), 3);
+        // The window's late output: the last row, then the first.
+        let late = vec![keyed[2].clone(), keyed[0].clone()];
+        let out = OperatorHarness::run_batch(plan.late_rows(), late).expect("runs");
+        assert_eq!(out.len(), 1);
+        let b = &out[0].value;
+        assert_eq!(b.columns.schema_ref(), &input());
+        assert_eq!(
+            (0..b.num_rows())
+                .map(|i| row_at(&b.columns, i))
+                .collect::<Vec<_>>(),
+            [
+                json!({"item": "jam", "n": 3, "x": 2.5}),
+                json!({"item": "tea", "n": 1, "x": 0.5})
+            ]
+        );
+        assert_eq!((b.timestamp(0), b.timestamp(1)), (Some(30), Some(10)));
     }
 }

@@ -21,6 +21,9 @@
 //! ([`plan_aggregates`]): a field the input lacks, `sum`/`avg` of a field that is not a
 //! number.
 
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Schema};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -43,13 +46,68 @@ pub enum Cell {
 /// The values of one row's aggregates (those with a field, in aggregate order).
 pub type Cells = SmallVec<[Cell; 2]>;
 
-/// A row on its way to a typed window: its key and the values its aggregates read.
+/// A row on its way to a typed window: its key, the values its aggregates read, and
+/// (`R`) where it came from: nothing (`()`), or with a late output its whole row
+/// ([`SourceRow`]), which leaves the window as it came in if it is late.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KeyedRow {
+pub struct KeyedRow<R = ()> {
     /// The key fields' values.
     pub key: GroupKey,
     /// One value per aggregate that reads a field, in aggregate order.
     pub cells: Cells,
+    /// Where it came from.
+    pub row: R,
+}
+
+/// The whole of a row of an input batch: the batch (shared by its rows) and its index.
+#[derive(Debug, Clone)]
+pub struct SourceRow {
+    /// The rows of the input batch.
+    pub rows: Arc<RecordBatch>,
+    /// This row's index in it.
+    pub index: usize,
+}
+
+impl PartialEq for SourceRow {
+    /// The same row of the same batch.
+    fn eq(&self, other: &SourceRow) -> bool {
+        Arc::ptr_eq(&self.rows, &other.rows) && self.index == other.index
+    }
+}
+
+/// What a [`KeyedRow`] keeps of its row.
+pub trait RowOrigin: Clone + Send + 'static {
+    /// What the rows of one batch share.
+    type Shared;
+    /// Once per input batch.
+    fn share(rows: &RecordBatch) -> Self::Shared;
+    /// Row `index` of that batch.
+    fn at(shared: &Self::Shared, index: usize) -> Self;
+}
+
+impl RowOrigin for () {
+    type Shared = ();
+
+    #[inline]
+    fn share(_: &RecordBatch) {}
+
+    #[inline]
+    fn at((): &(), _: usize) {}
+}
+
+impl RowOrigin for SourceRow {
+    type Shared = Arc<RecordBatch>;
+
+    fn share(rows: &RecordBatch) -> Arc<RecordBatch> {
+        Arc::new(rows.clone())
+    }
+
+    fn at(shared: &Arc<RecordBatch>, index: usize) -> SourceRow {
+        SourceRow {
+            rows: Arc::clone(shared),
+            index,
+        }
+    }
 }
 
 /// What an aggregate reads from its column.
@@ -267,7 +325,7 @@ fn beats<T: PartialOrd>(new: T, cur: T, max: bool) -> bool {
     }
 }
 
-impl AggregateFunction<KeyedRow> for TypedAggregate {
+impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
     type Acc = TypedAcc;
     type Out = TypedResult;
 
@@ -276,7 +334,7 @@ impl AggregateFunction<KeyedRow> for TypedAggregate {
     }
 
     #[inline]
-    fn add(&self, acc: &mut TypedAcc, row: &KeyedRow) {
+    fn add(&self, acc: &mut TypedAcc, row: &KeyedRow<R>) {
         for ((func, slot), cell) in self.aggs.iter().zip(acc.0.iter_mut()) {
             let value = match slot {
                 Some(s) => row.cells.get(*s).copied().unwrap_or(Cell::Null),
@@ -383,15 +441,16 @@ mod tests {
             .expect("valid")
             .expect("typed");
         let f = TypedAggregate::new(&planned);
-        let mut acc = f.create_accumulator();
+        let mut acc = AggregateFunction::<KeyedRow>::create_accumulator(&f);
         for cells in rows {
             let row = KeyedRow {
                 key: GroupKey::Int(None),
                 cells: cells.iter().copied().collect(),
+                row: (),
             };
             f.add(&mut acc, &row);
         }
-        f.get_result(&acc)
+        AggregateFunction::<KeyedRow>::get_result(&f, &acc)
     }
 
     #[test]
@@ -482,15 +541,18 @@ mod tests {
                 ]
                 .into_iter()
                 .collect(),
+                row: (),
             })
             .collect();
-        let mut all = f.create_accumulator();
+        let new = || AggregateFunction::<KeyedRow>::create_accumulator(&f);
+        let mut all = new();
         rows.iter().for_each(|r| f.add(&mut all, r));
-        let (mut a, mut b) = (f.create_accumulator(), f.create_accumulator());
+        let (mut a, mut b) = (new(), new());
         rows[..4].iter().for_each(|r| f.add(&mut a, r));
         rows[4..].iter().for_each(|r| f.add(&mut b, r));
-        f.merge(&mut a, b);
-        assert_eq!(f.get_result(&a), f.get_result(&all));
+        AggregateFunction::<KeyedRow>::merge(&f, &mut a, b);
+        let result = |acc| AggregateFunction::<KeyedRow>::get_result(&f, acc);
+        assert_eq!(result(&a), result(&all));
     }
 
     #[test]

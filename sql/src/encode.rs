@@ -97,8 +97,29 @@ fn column_form(column: &ArrayRef) -> Result<Option<ArrayRef>, ArrowError> {
             };
             Some(Arc::new(ms))
         }
-        _ => Some(cast(column, &DataType::Utf8)?),
+        _ => Some(display(column)?),
     })
+}
+
+/// `column` as arrow's display text (`values::value_at`'s for these types: a binary
+/// value's hex digits, a struct's `{a: 1, b: x}`, a date's ISO text), nulls kept.
+fn display(column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    use std::fmt::Write;
+
+    use arrow_array::builder::StringBuilder;
+    use arrow_cast::display::{ArrayFormatter, FormatOptions};
+    let options = FormatOptions::default();
+    let f = ArrayFormatter::try_new(column.as_ref(), &options)?;
+    let mut b = StringBuilder::with_capacity(column.len(), column.len() * 8);
+    for i in 0..column.len() {
+        if column.is_null(i) {
+            b.append_null();
+        } else {
+            write!(b, "{}", f.value(i)).map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            b.append_value("");
+        }
+    }
+    Ok(Arc::new(b.finish()))
 }
 
 /// `floats` with NaN and infinities made null, if it has any (JSON has no such numbers;
@@ -305,5 +326,50 @@ mod tests {
         assert_eq!(key(0, 1), "null");
         assert_eq!(key(2, 0), "2.0");
         assert_eq!(key(4, 0), "true");
+    }
+
+    /// Types without a JSON form (binary, a struct) are written as the row path writes
+    /// them: arrow's display text (hex digits, `{a: 1, b: x}`), not cast.
+    #[test]
+    fn binary_and_struct_cells_are_their_display_text() {
+        use arrow_array::{BinaryArray, StructArray};
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["x", "y"]));
+        let st = StructArray::from(vec![
+            (
+                Arc::new(Field::new("a", DataType::Int64, true)),
+                Arc::clone(&ids),
+            ),
+            (Arc::new(Field::new("b", DataType::Utf8, true)), names),
+        ]);
+        let b = RecordBatch::try_from_iter([
+            (
+                "bin",
+                Arc::new(BinaryArray::from(vec![
+                    Some(&b"abc"[..]),
+                    Some(&[0xff, 0][..]),
+                ])) as ArrayRef,
+            ),
+            ("st", Arc::new(st) as ArrayRef),
+        ])
+        .unwrap();
+        let mut out = Vec::new();
+        json_rows(&b, &mut out, |_, out| out.push(b'\n')).unwrap();
+        let rows: Vec<Value> = std::str::from_utf8(&out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows, [row_path(&b, 0), row_path(&b, 1)]);
+        assert_eq!(
+            rows[1],
+            serde_json::json!({"bin": "ff00", "st": "{a: 2, b: y}"})
+        );
+        let mut csv = Vec::new();
+        csv_rows(&b, true, &mut csv).unwrap();
+        assert_eq!(
+            String::from_utf8(csv).unwrap(),
+            "bin,st\n616263,\"{a: 1, b: x}\"\nff00,\"{a: 2, b: y}\"\n"
+        );
     }
 }

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use arrow_array::{new_null_array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
 use brook_connectors::file::{EncodeError as FileEncodeError, FileEncoder};
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, SubtaskInfo};
@@ -18,6 +20,52 @@ use brook_sql::encode::{csv_rows, json_rows, key_text};
 pub(super) struct BatchLines {
     /// The CSV header is in the file.
     header_written: bool,
+    /// The columns of the header already in the file (a restored writer's), if they
+    /// could be read: rows are written in its order.
+    columns: Option<Vec<String>>,
+}
+
+impl BatchLines {
+    /// `rows` with the columns of the file's header, in its order, as the row path
+    /// writes a restored CSV file: a field the header lacks is an error, a column the
+    /// rows lack is empty.
+    fn in_header_order(&self, rows: &RecordBatch) -> Result<RecordBatch, String> {
+        let Some(columns) = &self.columns else {
+            return Ok(rows.clone());
+        };
+        let schema = rows.schema_ref();
+        if let Some(extra) = schema.fields().iter().find(|f| !columns.contains(f.name())) {
+            return Err(format!(
+                "field {:?} is not in the CSV header (taken from the file: {})",
+                extra.name(),
+                columns.join(",")
+            ));
+        }
+        if schema.fields().len() == columns.len()
+            && schema
+                .fields()
+                .iter()
+                .zip(columns)
+                .all(|(f, c)| f.name() == c)
+        {
+            return Ok(rows.clone());
+        }
+        let mut fields = Vec::with_capacity(columns.len());
+        let mut arrays = Vec::with_capacity(columns.len());
+        for c in columns {
+            match schema.index_of(c) {
+                Ok(i) => {
+                    fields.push(schema.field(i).clone());
+                    arrays.push(Arc::clone(rows.column(i)));
+                }
+                Err(_) => {
+                    fields.push(Field::new(c, DataType::Utf8, true));
+                    arrays.push(new_null_array(&DataType::Utf8, rows.num_rows()));
+                }
+            }
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(|e| e.to_string())
+    }
 }
 
 impl FileEncoder for BatchLines {
@@ -41,7 +89,10 @@ impl FileEncoder for BatchLines {
                 // The row path writes its header with the first row.
                 continue;
             }
-            csv_rows(&r.value.columns, !self.header_written, out).map_err(|e| FileEncodeError {
+            let rows = self
+                .in_header_order(&r.value.columns)
+                .map_err(|reason| FileEncodeError { record, reason })?;
+            csv_rows(&rows, !self.header_written, out).map_err(|e| FileEncodeError {
                 record,
                 reason: e.to_string(),
             })?;
@@ -50,10 +101,9 @@ impl FileEncoder for BatchLines {
         Ok(())
     }
 
-    /// The schema gives the columns, in the order the header (written by this job
-    /// before the restore) has them.
-    fn csv_header_written(&mut self, _columns: Option<Vec<String>>) {
+    fn csv_header_written(&mut self, columns: Option<Vec<String>>) {
         self.header_written = true;
+        self.columns = columns;
     }
 }
 
@@ -268,5 +318,59 @@ sinks:
             .iter()
             .any(|m| m.0.as_deref() == Some("say \"hi\", ok")));
         assert!(batch_messages.iter().all(|m| m.2.is_some()));
+    }
+
+    /// A restored CSV writer writes its rows in the order of the header already in the
+    /// file, as the row path does, and refuses a field the header lacks (which it would
+    /// otherwise write under the wrong column).
+    #[test]
+    fn a_restored_csv_file_keeps_its_headers_columns() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+        use brook_connectors::file::FileEncoder;
+        use brook_core::element::StreamRecord;
+        use brook_operators::row_batch::RowBatch;
+
+        use super::BatchLines;
+
+        let rows = |fields: &[(&str, i64)]| {
+            let columns: Vec<(&str, ArrayRef)> = fields
+                .iter()
+                .map(|(n, v)| (*n, Arc::new(Int64Array::from(vec![*v])) as ArrayRef))
+                .collect();
+            vec![StreamRecord {
+                value: RowBatch::new(RecordBatch::try_from_iter(columns).expect("batch")),
+                timestamp: None,
+            }]
+        };
+        let mut enc = BatchLines::default();
+        enc.csv_header_written(Some(vec![
+            "key".into(),
+            "b".into(),
+            "a".into(),
+            "gone".into(),
+        ]));
+        let mut out = Vec::new();
+        enc.csv(&rows(&[("key", 1), ("a", 10), ("b", 100)]), &mut out)
+            .expect("encodes");
+        assert_eq!(String::from_utf8(out).expect("utf-8"), "1,100,10,\n");
+        let err = enc
+            .csv(
+                &rows(&[("key", 1), ("a", 10), ("extra", 5)]),
+                &mut Vec::new(),
+            )
+            .expect_err("a field the header lacks");
+        assert_eq!(
+            err.reason,
+            "field \"extra\" is not in the CSV header (taken from the file: key,b,a,gone)"
+        );
+        // A fresh file: header and rows in the schema's order.
+        let mut fresh = BatchLines::default();
+        let mut out = Vec::new();
+        fresh
+            .csv(&rows(&[("key", 1), ("a", 10)]), &mut out)
+            .expect("encodes");
+        assert_eq!(String::from_utf8(out).expect("utf-8"), "key,a\n1,10\n");
     }
 }

@@ -16,8 +16,8 @@ use brook_core::operator::{OpResult, Operator, OperatorContext, Output, SubtaskI
 use brook_core::sink::{Sink, SinkWriter};
 use brook_core::source::{JsonValues, ValueDecoder};
 use brook_core::watermark::{BadTimestamp, WatermarkStrategy};
-use brook_engine::OutputTag;
 use brook_engine::{DataStream, JobConfig, KeyedStream, SinkHandle, StreamEnvironment};
+use brook_engine::{OutputTag, WindowedStream};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
@@ -25,12 +25,13 @@ use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::batch_window::WindowColumns;
 use brook_operators::enrich::{LookupEnrich, MissingKey, TableSource};
+use brook_operators::group_key::GroupKey;
 use brook_operators::row::{join_rows, row_key, Row, StoredRow};
 use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_batch::RowBatch;
 use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
-use brook_operators::typed_aggregate::KeyedRow;
+use brook_operators::typed_aggregate::{KeyedRow, RowOrigin, SourceRow};
 use brook_operators::window::WindowResult;
 use brook_sql::decode::Format as DecodeFormat;
 
@@ -96,6 +97,8 @@ fn to_rows(s: DataStream<RowBatch>, producer: &str) -> DataStream<Row> {
 /// [`brook_operators::batch_window`]): its input as batches (rows of a file source
 /// decoded into them first, misfits to the step's `on_bad_record`), keys and values
 /// taken from them, the engine's window operator on those, and its results as batches.
+/// With a `late_output`, each row also keeps its whole input row, and the late ones go
+/// on (as batches of the input's schema) under the step's late input name in `streams`.
 fn typed_window(
     input: Stream,
     key_fields: Vec<String>,
@@ -103,7 +106,8 @@ fn typed_window(
     columns: &Arc<WindowColumns>,
     (name, parallelism): (&str, Option<u32>),
     bad: BadRecords,
-) -> Stream {
+    streams: &mut HashMap<String, Stream>,
+) -> Result<Stream, SpecError> {
     let batches = match input {
         Stream::Batches(s, _) => s,
         other => {
@@ -115,11 +119,46 @@ fn typed_window(
                 })
         }
     };
+    let at = (name, parallelism, key_fields.is_empty());
+    let results = if w.late_output.is_some() {
+        let tag = OutputTag::<KeyedRow<SourceRow>>::new(late_input(name));
+        let results = windowed::<SourceRow>(batches, w, columns, at)
+            .side_output_late_data(&tag)
+            .aggregate(columns.aggregate());
+        let late = results
+            .get_side_output(&tag)
+            .map_err(|e| SpecError::new(name, e.to_string()))?;
+        let c = Arc::clone(columns);
+        let late = late.transform_chained(&format!("{name}-late-rows"), move |_| c.late_rows());
+        streams.insert(
+            late_input(name),
+            Stream::Batches(late, format!("{name}-late")),
+        );
+        results
+    } else {
+        windowed::<()>(batches, w, columns, at).aggregate(columns.aggregate())
+    };
+    let c = Arc::clone(columns);
+    let batches = results.transform_chained(&format!("{name}-batches-out"), move |_| {
+        c.results_to_batch()
+    });
+    Ok(Stream::Batches(batches, name.to_string()))
+}
+
+/// The typed window of `batches` before its aggregate: keyed rows keeping `R` of their
+/// input rows, the step's assigner, lateness, trigger and parallelism (`at`: its name,
+/// parallelism, and whether it has no key fields).
+fn windowed<R: RowOrigin>(
+    batches: DataStream<RowBatch>,
+    w: &WindowStep,
+    columns: &Arc<WindowColumns>,
+    (name, parallelism, keyless): (&str, Option<u32>, bool),
+) -> WindowedStream<GroupKey, KeyedRow<R>> {
     let c = Arc::clone(columns);
     // Without key fields every row has the same key (Flink's windowAll).
     let keyed = batches
-        .transform_chained(&format!("{name}-keys"), move |_| c.to_keyed_rows())
-        .key_by(|r: &KeyedRow| r.key.clone());
+        .transform_chained(&format!("{name}-keys"), move |_| c.to_keyed_rows::<R>())
+        .key_by(|r: &KeyedRow<R>| r.key.clone());
     let mut ws = keyed
         .window(w.assigner)
         .allowed_lateness(w.allowed_lateness_ms)
@@ -128,17 +167,11 @@ fn typed_window(
         ws = ws.trigger(t);
     }
     match parallelism {
-        Some(p) => ws = ws.set_parallelism(p),
+        Some(p) => ws.set_parallelism(p),
         // The one key's subtask does all the work: no others.
-        None if key_fields.is_empty() => ws = ws.set_parallelism(1),
-        None => {}
+        None if keyless => ws.set_parallelism(1),
+        None => ws,
     }
-    let results = ws.aggregate(columns.aggregate());
-    let c = Arc::clone(columns);
-    let batches = results.transform_chained(&format!("{name}-batches-out"), move |_| {
-        c.results_to_batch()
-    });
-    Stream::Batches(batches, name.to_string())
 }
 
 /// The watermark strategy of a source of rows.
@@ -668,7 +701,8 @@ fn build_with(
                         columns,
                         (&step.name, step.parallelism),
                         handler,
-                    )
+                        &mut streams,
+                    )?
                 } else {
                     let rows = input.plain();
                     let agg = RowAggregate::new(key_fields.clone(), w.aggregates.clone())

@@ -1115,23 +1115,6 @@ fn check_fields(
     Ok(())
 }
 
-/// A sink's `key_field` must be a field of its input, when the input's schema is known
-/// (without one, a row without the field gets the empty key).
-fn check_key_field(
-    field: &str,
-    key_field: &Option<String>,
-    input: Option<&Option<arrow_schema::SchemaRef>>,
-) -> Result<(), SpecError> {
-    match (key_field, input) {
-        (Some(k), Some(Some(schema))) => check_fields(
-            &format!("{field}.key_field"),
-            std::slice::from_ref(k),
-            schema,
-        ),
-        _ => Ok(()),
-    }
-}
-
 /// The schema of several inputs merged by a union: theirs when all are known and the
 /// same, else unknown at plan time.
 fn union_schema(inputs: &[Option<arrow_schema::SchemaRef>]) -> Option<arrow_schema::SchemaRef> {
@@ -1587,11 +1570,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 topic,
                 parallelism,
                 transaction_timeout,
-                key_field,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
-                check_key_field(&field, key_field, schemas.get(&input))?;
                 validate_name("topic", topic)
                     .map_err(|e| SpecError::new(format!("{field}.topic"), e.to_string()))?;
                 log_transaction_timeout_ms(
@@ -1604,11 +1585,9 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 topic,
                 parallelism,
                 connect_timeout,
-                key_field,
                 ..
             } => {
                 check_parallelism(&field, *parallelism)?;
-                check_key_field(&field, key_field, schemas.get(&input))?;
                 check_kafka(&field, bootstrap, topic)?;
                 connect_timeout_ms(connect_timeout, &format!("{field}.connect_timeout"))?;
             }
@@ -1719,8 +1698,8 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
 
 /// Checks a window step's aggregates against its input `schema` (a field the input
 /// lacks, `sum`/`avg` of a field that is not a number: plan-time errors) and plans it on
-/// typed state (issue 18 step 4) when it can be: every aggregate typed and no
-/// `late_output` (late rows leave whole, which typed state does not keep).
+/// typed state (issue 18 step 4) when it can be: every aggregate typed (a `late_output`
+/// too: its rows then keep their whole input rows, `batch_window::LateRows`).
 fn plan_window(
     field: &str,
     w: &mut WindowStep,
@@ -1730,7 +1709,7 @@ fn plan_window(
     use brook_operators::batch_window::{WindowColumns, WindowPlanError};
     match WindowColumns::plan(schema, keys, &w.aggregates) {
         Ok(planned) => {
-            w.columns = planned.filter(|_| w.late_output.is_none()).map(Arc::new);
+            w.columns = planned.map(Arc::new);
             Ok(())
         }
         Err(WindowPlanError::Key(reason)) => Err(SpecError::new(format!("{field}.key_by"), reason)),

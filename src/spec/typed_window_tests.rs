@@ -1,8 +1,9 @@
 //! A window step on typed state (issue 18 step 4), after a file source that reads
 //! straight into batches of its declared schema, gives the rows the row path gives
 //! (rows read as JSON, a window on JSON rows), on random input: keys of two types with
-//! nulls, values with nulls, out-of-order times, late rows, one or two files (each its
-//! own split, with its own watermark), each window kind and allowed lateness.
+//! nulls, values with nulls, out-of-order times, late rows (dropped, or to a
+//! `late_output` as they came in), one or two files (each its own split, with its own
+//! watermark), each window kind and allowed lateness.
 
 use std::path::Path;
 
@@ -32,8 +33,26 @@ fn events() -> impl Strategy<Value = Vec<Event>> {
     })
 }
 
-fn job(dir: &Path, window: &str, lateness: i64, key_type: &str, float_values: bool) -> String {
+fn job(
+    dir: &Path,
+    window: &str,
+    lateness: i64,
+    key_type: &str,
+    float_values: bool,
+    late: bool,
+) -> String {
     let out = dir.join("out.jsonl");
+    let (late_output, late_sink) = if late {
+        (
+            "\n    late_output: late".to_string(),
+            format!(
+                "\n  - {{name: late, connector: file, path: {}}}",
+                dir.join("late.jsonl").display()
+            ),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     let input = dir.join("in");
     let schema = format!(
         "{{k: {key_type}, v: {}, ts: int64}}",
@@ -55,18 +74,34 @@ steps:
   - name: w
     window: {window}
     allowed_lateness: {lateness}
-    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v)}}
+    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v)}}{late_output}
 sinks:
-  - {{name: out, connector: file, path: {}}}
+  - {{name: out, connector: file, path: {}, input: w}}{late_sink}
 "#,
         input.display(),
         out.display()
     )
 }
 
-/// The job's output rows, sorted; on batches and typed state or (`rows`) on the row
-/// path from the source on.
-fn run(yaml: &str, out: &Path, rows: bool) -> Vec<String> {
+/// The rows of the JSON-lines file `path` (gone afterwards), sorted.
+fn take_rows(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let _ = std::fs::remove_file(path);
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            // One form per number (the row path writes a count as u64, the same value).
+            let v: Value = serde_json::from_str(l).expect("json");
+            v.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The job's output rows and late rows (`late.jsonl` next to `out`), sorted; on
+/// batches and typed state or (`rows`) on the row path from the source on.
+fn run(yaml: &str, out: &Path, rows: bool) -> (Vec<String>, Vec<String>) {
     let mut valid = validate(parse(yaml).expect("parses")).expect("valid");
     assert!(valid.source_batches[0].is_some(), "read into batches");
     if rows {
@@ -82,18 +117,7 @@ fn run(yaml: &str, out: &Path, rows: bool) -> Vec<String> {
     }
     let built = build(&valid, JobConfig::with_parallelism(1), None).expect("builds");
     built.env.execute("typed").expect("runs");
-    let text = std::fs::read_to_string(out).unwrap_or_default();
-    let _ = std::fs::remove_file(out);
-    let mut lines: Vec<String> = text
-        .lines()
-        .map(|l| {
-            // One form per number (the row path writes a count as u64, the same value).
-            let v: Value = serde_json::from_str(l).expect("json");
-            v.to_string()
-        })
-        .collect();
-    lines.sort();
-    lines
+    (take_rows(out), take_rows(&out.with_file_name("late.jsonl")))
 }
 
 proptest! {
@@ -111,6 +135,7 @@ proptest! {
         string_keys in any::<bool>(),
         float_values in any::<bool>(),
         files in 1usize..=2,
+        late in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let lines: Vec<String> = events
@@ -137,12 +162,13 @@ proptest! {
             std::fs::write(input.join(format!("{f}.jsonl")), text).expect("write");
         }
         let key_type = if string_keys { "string" } else { "int64" };
-        let yaml = job(dir.path(), window, lateness, key_type, float_values);
+        let yaml = job(dir.path(), window, lateness, key_type, float_values, late);
         let out = dir.path().join("out.jsonl");
-        let typed = run(&yaml, &out, false);
-        let rows = run(&yaml, &out, true);
+        let (typed, typed_late) = run(&yaml, &out, false);
+        let (rows, rows_late) = run(&yaml, &out, true);
         prop_assert!(!typed.is_empty());
         prop_assert_eq!(typed, rows);
+        prop_assert_eq!(typed_late, rows_late);
     }
 }
 
@@ -215,4 +241,83 @@ sinks:
         .steps
         .iter()
         .all(|s| !matches!(&s.op, StepOp::Window(w) if w.columns.is_some())));
+}
+
+/// Late rows of a typed window with a `late_output` leave as they came in, the rows the
+/// row path's window sends there: a log topic of two partitions read into batches of
+/// many rows, whose times run up to 960 ms out of order against a 100 ms bound, so
+/// rows in the middle of a batch are late.
+#[test]
+fn late_rows_of_a_typed_window_are_the_row_paths() {
+    use brook_log::{Log, LogOptions, ProducerRecord, TopicConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log"), LogOptions::default()).expect("open");
+    let topic = log
+        .create_topic("sales", 2, TopicConfig::default())
+        .expect("topic");
+    let records: Vec<ProducerRecord> = (0..40_000i64)
+        .map(|i| {
+            let ts = i * 10 - (i * 7919 % 97) * 10;
+            let value = format!(
+                "{{\"item\": \"i{}\", \"cents\": {}, \"ts\": {ts}}}",
+                i % 5,
+                i % 97
+            );
+            ProducerRecord::keyed(format!("k{}", i % 7), value).with_timestamp(ts)
+        })
+        .collect();
+    // In chunks: each partition's reader gets runs of many rows per poll.
+    for chunk in records.chunks(500) {
+        topic.append(chunk.to_vec()).expect("append");
+    }
+    let out = dir.path().join("out.jsonl");
+    let late = dir.path().join("late.jsonl");
+    let yaml = format!(
+        r#"
+name: late
+sources:
+  - name: sales
+    connector: log
+    topic: sales
+    schema: {{item: string, cents: int64, ts: int64}}
+    event_time: ts
+    watermark: {{out_of_orderness: 100, interval: 1ms}}
+steps:
+  - key_by: [item]
+  - name: w
+    window: {{kind: tumbling, size: 1000}}
+    aggregate: {{n: count(), total: sum(cents)}}
+    late_output: late
+sinks:
+  - {{name: out, connector: file, path: {}, input: w}}
+  - {{name: late, connector: file, path: {}}}
+"#,
+        out.display(),
+        late.display()
+    );
+    let run = |rows: bool| {
+        let mut valid = validate(parse(&yaml).expect("parses")).expect("valid");
+        assert!(valid.source_batches[0].is_some());
+        for s in &mut valid.steps {
+            if let StepOp::Window(w) = &mut s.op {
+                assert!(w.columns.is_some(), "planned on typed state");
+                if rows {
+                    w.columns = None;
+                }
+            }
+        }
+        let built = build_on(
+            &valid,
+            JobConfig::with_parallelism(1),
+            Some(served::JobLog::Local(&log)),
+        )
+        .expect("builds");
+        built.env.execute("late").expect("runs");
+        (take_rows(&out), take_rows(&late))
+    };
+    let (typed, typed_late) = run(false);
+    let (rows, rows_late) = run(true);
+    assert!(!typed_late.is_empty(), "some rows are late");
+    assert_eq!(typed, rows);
+    assert_eq!(typed_late, rows_late);
 }
