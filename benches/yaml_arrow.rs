@@ -32,7 +32,8 @@
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
 //! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
-//! window on JSON rows, as before issue 18 step 4, by giving it a `late_output`). Run
+//! window with a `late_output` on JSON rows, as before issue 18 step 4
+//! (`ValidSpec::windows_on_rows`), and on typed state). Run
 //! without `--bench` (as `cargo test --all-targets` does) it only checks each job on a
 //! small input.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
@@ -143,10 +144,22 @@ fn run_yaml(yaml: &str) -> u64 {
     run_yaml_on(yaml, None)
 }
 
+/// [`run_yaml`] with its windows on JSON rows (the row path).
+fn run_yaml_on_rows(yaml: &str) -> u64 {
+    run_yaml_with(yaml, None, true)
+}
+
 /// [`run_yaml`] with `log` open in the process (`log` sources read it).
 fn run_yaml_on(yaml: &str, log: Option<&brook::log::Log>) -> u64 {
+    run_yaml_with(yaml, log, false)
+}
+
+fn run_yaml_with(yaml: &str, log: Option<&brook::log::Log>, rows: bool) -> u64 {
     let spec = brook::spec::parse(yaml).unwrap();
-    let valid = brook::spec::validate(spec).unwrap();
+    let mut valid = brook::spec::validate(spec).unwrap();
+    if rows {
+        valid.windows_on_rows();
+    }
     let (config, _dir) = config();
     let built = brook::spec::build_on(&valid, config, log.map(brook::spec::JobLog::Local)).unwrap();
     let result = built.env.execute("yaml").unwrap();
@@ -238,15 +251,14 @@ impl Workload {
         }
     }
 
-    /// The YAML job; with `rows`, its window on JSON rows (the path before issue 18 step
-    /// 4, which a `late_output` still takes) for a before/after figure.
-    fn yaml(self, n: u64, rows: bool) -> String {
+    /// The YAML job; with `late_output`, its window sends late rows to a blackhole.
+    fn yaml(self, n: u64, late_output: bool) -> String {
         let pattern = if self == Workload::W3 {
             ", pattern: bursts"
         } else {
             ""
         };
-        let (late, late_sink) = if rows {
+        let (late, late_sink) = if late_output {
             (
                 ", late_output: late",
                 "\n  - {name: late, connector: blackhole}",
@@ -585,12 +597,22 @@ fn main() {
         });
         table.push((format!("{} (YAML window)", w.name()), n, y, t));
         if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() {
-            let rows = w.yaml(n, true);
+            let late = w.yaml(n, true);
             let label = format!("{} rows", w.name());
-            let (y, t) = compare(&label, n, reps, w.rows(n), &|| run_yaml(&rows), &|| {
+            let (y, t) = compare(
+                &label,
+                n,
+                reps,
+                w.rows(n),
+                &|| run_yaml_on_rows(&late),
+                &|| w.typed(n),
+            );
+            table.push((format!("{} (window on rows)", w.name()), n, y, t));
+            let label = format!("{} late", w.name());
+            let (y, t) = compare(&label, n, reps, w.rows(n), &|| run_yaml(&late), &|| {
                 w.typed(n)
             });
-            table.push((format!("{} (window on rows)", w.name()), n, y, t));
+            table.push((format!("{} (typed, late_output)", w.name()), n, y, t));
         }
     }
     let n = if bench {

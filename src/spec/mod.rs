@@ -817,6 +817,16 @@ pub struct GroupSource {
 }
 
 impl ValidSpec {
+    /// Plans every window step on JSON rows, as before issue 18 step 4 (the row path):
+    /// for benchmarks and tests that compare the two paths. The rows are the same.
+    pub fn windows_on_rows(&mut self) {
+        for s in &mut self.steps {
+            if let StepOp::Window(w) = &mut s.op {
+                w.columns = None;
+            }
+        }
+    }
+
     /// The source whose partitions a consumer group shares, if the job has one.
     pub fn group_source(&self) -> Option<GroupSource> {
         self.spec.sources.iter().find_map(|s| match s {
