@@ -117,6 +117,29 @@ fn crash_replay_keeps_exactly_once_over_the_kills_and_leaves_its_output_alone() 
     assert!(!dir.path().join("data").exists());
 }
 
+/// A CSV sink, gzip-compressed, at another parallelism on every restore: verify reads
+/// the committed files as the rows they hold (the header of each file is not a row, a
+/// `.gz` file is decompressed), so it finds exactly the rows of the JSON-lines run.
+#[test]
+fn a_gzipped_csv_sink_is_compared_by_its_rows_over_rescaled_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = root().join("examples/jobs/crash_replay.yaml");
+    let out = run_brook_ok(&mut verify(
+        &dir.path().join("data"),
+        &spec,
+        &kills(),
+        &["--rescale", "--set", "sinks.0.path=per_minute.csv.gz"],
+    ));
+    let stdout = text(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(kills_held(&stdout) >= min_kills(), "{stdout}");
+    assert!(
+        stdout.contains("sink out (file ")
+            && stdout.contains(": 600 rows, as in the reference run"),
+        "{stdout}"
+    );
+}
+
 /// Fills the topic `snack-sales` (3 partitions, keyed by student) of the log at `data`
 /// with the example's 30 sales repeated 100 times, a day apart.
 fn snack_sales(data: &Path) {

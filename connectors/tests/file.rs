@@ -140,6 +140,19 @@ fn gzip_round_trips() {
     assert_eq!(read(FileSource::csv::<Row>(&csv), 1).unwrap(), rows(5000));
 }
 
+/// An empty `.gz` file (an exactly-once sink's subtask that wrote nothing leaves one)
+/// holds no records, beside a gzip file that does.
+#[test]
+fn an_empty_gzip_file_is_read_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a-empty.jsonl.gz"), b"").unwrap();
+    write(rows(10), FileSink::jsonl(dir.path().join("b.jsonl.gz")), 1);
+    assert_eq!(
+        read(FileSource::jsonl::<Row>(dir.path()), 1).unwrap(),
+        rows(10)
+    );
+}
+
 #[test]
 fn parallel_sink_writes_one_file_per_subtask_and_a_directory_reads_back() {
     let dir = tempfile::tempdir().unwrap();

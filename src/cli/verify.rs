@@ -654,14 +654,20 @@ fn sink_rows(job: &Job, run: &RunDir, i: usize) -> Result<Vec<String>> {
     match &job.spec.sinks[i] {
         SinkSpec::Log { topic, .. } => topic_rows(&run.data(), topic),
         SinkSpec::Stdout { .. } if job.stdout_as_is => lines(&run.stdout()),
-        SinkSpec::File { .. } | SinkSpec::Stdout { .. } => file_rows(&run.sink(i)),
+        SinkSpec::File { path, format, .. } => {
+            let format = format
+                .or_else(|| spec::file_format(path))
+                .unwrap_or(spec::FileFormat::Jsonl);
+            file_rows(&run.sink(i), format)
+        }
+        SinkSpec::Stdout { .. } => file_rows(&run.sink(i), spec::FileFormat::Jsonl),
         SinkSpec::Kafka { .. } | SinkSpec::Blackhole { .. } => Ok(Vec::new()),
     }
 }
 
-/// The lines of the committed files in `dir` (every subtask's; a writer's pending
-/// parts are hidden files, `.{name}.{subtask}.part-{n}`).
-fn file_rows(dir: &Path) -> Result<Vec<String>> {
+/// The rows of the committed files in `dir` (every subtask's; a writer's pending
+/// parts are hidden files, `.{name}.{subtask}.part-{n}`), in `format`.
+fn file_rows(dir: &Path, format: spec::FileFormat) -> Result<Vec<String>> {
     let mut rows = Vec::new();
     let Ok(entries) = fs::read_dir(dir) else {
         // Nothing was committed.
@@ -674,9 +680,35 @@ fn file_rows(dir: &Path) -> Result<Vec<String>> {
         .collect();
     files.sort();
     for f in files {
-        rows.extend(lines(&f)?);
+        rows.extend(output_rows(&f, format)?);
     }
     Ok(rows)
+}
+
+/// The rows of one output file, gzip-decompressed when its name ends in `.gz`: its
+/// lines (JSON lines), or each CSV record after the header as a JSON object keyed by
+/// the header (a quoted field may span lines; the header is not a row).
+fn output_rows(path: &Path, format: spec::FileFormat) -> Result<Vec<String>> {
+    use std::io::BufRead;
+    let input = brook::connectors::file::open_input(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let context = || format!("reading {}", path.display());
+    match format {
+        spec::FileFormat::Jsonl => input
+            .lines()
+            .collect::<std::io::Result<Vec<String>>>()
+            .with_context(context),
+        spec::FileFormat::Csv => {
+            let mut r = csv::Reader::from_reader(input);
+            let headers = r.headers().with_context(context)?.clone();
+            r.records()
+                .map(|rec| {
+                    rec.map(|rec| brook::connectors::csv_row_to_json(&headers, &rec).to_string())
+                })
+                .collect::<csv::Result<Vec<String>>>()
+                .with_context(context)
+        }
+    }
 }
 
 fn lines(path: &Path) -> Result<Vec<String>> {

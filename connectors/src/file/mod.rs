@@ -154,10 +154,22 @@ fn is_gzip(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
 }
 
-/// Opens `path` for reading, gzip-decompressed when its name ends in `.gz`.
-fn open_input(path: &Path) -> OpResult<Box<dyn BufRead + Send>> {
+/// Opens `path` for reading as the source reads it: gzip-decompressed when its name
+/// ends in `.gz` (every member of a multi-member file, as the sink writes them; an
+/// empty file is empty).
+///
+/// # Errors
+/// The file cannot be opened (the error names the path).
+pub fn open_input(path: &Path) -> OpResult<Box<dyn BufRead + Send>> {
     let f = File::open(path).map_err(|e| ConnectorError::io("open", path, e))?;
-    Ok(if is_gzip(path) {
+    let empty = f
+        .metadata()
+        .map_err(|e| ConnectorError::io("open", path, e))?
+        .len()
+        == 0;
+    // An empty file has no gzip member, which the decoder takes for a cut-off one: it
+    // holds no records (an exactly-once sink's subtask that wrote nothing leaves one).
+    Ok(if is_gzip(path) && !empty {
         Box::new(BufReader::with_capacity(
             1 << 16,
             MultiGzDecoder::new(BufReader::new(f)),
