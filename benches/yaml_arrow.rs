@@ -162,7 +162,11 @@ fn run_yaml_with(yaml: &str, log: Option<&brook::log::Log>, rows: bool) -> u64 {
     }
     let (config, _dir) = config();
     let built = brook::spec::build_on(&valid, config, log.map(brook::spec::JobLog::Local)).unwrap();
-    let result = built.env.execute("yaml").unwrap();
+    rows_into_out(&built.env.execute("yaml").unwrap())
+}
+
+/// The rows a finished job's sink `out` received.
+fn rows_into_out(result: &brook::engine::JobResult) -> u64 {
     result
         .vertices
         .iter()
@@ -493,13 +497,7 @@ impl FileJob {
                         "typed",
                     )))
                     .name("out");
-                let result = env.execute("file-filter-map-file").unwrap();
-                result
-                    .vertices
-                    .iter()
-                    .find(|(name, _)| name == "out")
-                    .map(|(_, t)| t.records_in)
-                    .unwrap()
+                rows_into_out(&env.execute("file-filter-map-file").unwrap())
             }
         }
     }

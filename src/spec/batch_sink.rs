@@ -190,7 +190,6 @@ impl SinkWriter for BatchBlackhole {
 
 #[cfg(test)]
 mod tests {
-    use brook_engine::JobConfig;
     use brook_log::{IsolationLevel, Log, LogOptions, TopicConfig};
     use brook_testkit::log_job::topic_records;
 
@@ -205,18 +204,11 @@ mod tests {
     /// Runs `yaml` on `log`, on batches from the source to the sinks, or (`rows`) with
     /// the source's rows as JSON (the row path) throughout.
     fn run(yaml: &str, log: &Log, files: &[std::path::PathBuf], rows: bool) -> Written {
-        let mut valid =
-            crate::spec::validate(crate::spec::parse(yaml).expect("parses")).expect("valid");
-        assert!(valid.source_batches[0].is_some());
-        if rows {
-            valid.source_batches[0] = None;
-        }
-        let built = crate::spec::build_on(
-            &valid,
-            JobConfig::with_parallelism(1),
-            Some(crate::spec::served::JobLog::Local(log)),
-        )
-        .expect("builds");
+        let built = crate::spec::build_local(yaml, log, |v| {
+            if rows {
+                v.source_batches[0] = None;
+            }
+        });
         let result = built.env.execute("sinks").expect("runs");
         let names = result.vertices.iter().map(|(n, _)| n.clone()).collect();
         let texts = files

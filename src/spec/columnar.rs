@@ -633,17 +633,11 @@ sinks:
             out.display()
         );
         let run = |rows: bool| {
-            let mut valid = valid(&yaml);
-            assert!(valid.source_batches[0].is_some());
-            if rows {
-                valid.source_batches[0] = None;
-            }
-            let built = crate::spec::build_on(
-                &valid,
-                JobConfig::with_parallelism(1),
-                Some(crate::spec::served::JobLog::Local(&log)),
-            )
-            .expect("builds");
+            let built = crate::spec::build_local(&yaml, &log, |v| {
+                if rows {
+                    v.source_batches[0] = None;
+                }
+            });
             let result = built.env.execute("from-log").expect("runs");
             assert_eq!(built.bad_records.total(), 1);
             let names: Vec<String> = result.vertices.iter().map(|(n, _)| n.clone()).collect();

@@ -1829,6 +1829,26 @@ mod tests;
 #[cfg(test)]
 mod typed_window_tests;
 
+/// Builds `yaml`, whose first source reads into batches, at parallelism 1 on `log` open
+/// in this process, after `change` (the tests that compare the batch path with the row
+/// path force the latter there).
+#[cfg(test)]
+pub(crate) fn build_local(
+    yaml: &str,
+    log: &brook_log::Log,
+    change: impl FnOnce(&mut ValidSpec),
+) -> BuiltJob {
+    let mut valid = validate(parse(yaml).expect("parses")).expect("valid");
+    assert!(valid.source_batches[0].is_some(), "read into batches");
+    change(&mut valid);
+    build_on(
+        &valid,
+        brook_engine::JobConfig::with_parallelism(1),
+        Some(JobLog::Local(log)),
+    )
+    .expect("builds")
+}
+
 /// `assignment: group`: a group, the only source, and Kafka sinks only (each
 /// partition's job runs in whichever process holds the partition).
 fn check_group_mode(field: &str, spec: &JobSpec, group: Option<&str>) -> Result<(), SpecError> {

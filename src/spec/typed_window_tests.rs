@@ -296,22 +296,15 @@ sinks:
         late.display()
     );
     let run = |rows: bool| {
-        let mut valid = validate(parse(&yaml).expect("parses")).expect("valid");
-        assert!(valid.source_batches[0].is_some());
-        for s in &mut valid.steps {
-            if let StepOp::Window(w) = &mut s.op {
-                assert!(w.columns.is_some(), "planned on typed state");
-                if rows {
-                    w.columns = None;
-                }
+        let built = build_local(&yaml, &log, |v| {
+            assert!(v
+                .steps
+                .iter()
+                .any(|s| matches!(&s.op, StepOp::Window(w) if w.columns.is_some())));
+            if rows {
+                v.windows_on_rows();
             }
-        }
-        let built = build_on(
-            &valid,
-            JobConfig::with_parallelism(1),
-            Some(served::JobLog::Local(&log)),
-        )
-        .expect("builds");
+        });
         built.env.execute("late").expect("runs");
         (take_rows(&out), take_rows(&late))
     };
