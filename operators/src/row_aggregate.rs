@@ -489,7 +489,7 @@ impl Clone for RowAggregate {
 
 /// Where a new [`RowAggregate`] starts numbering records: the wall clock in ms × 10⁶,
 /// above every number handed out by an earlier process (fewer than 10⁶ records per ms).
-fn seq_base() -> u64 {
+pub(crate) fn seq_base() -> u64 {
     use brook_core::time::{Clock, SystemClock};
     u64::try_from(SystemClock.now_ms())
         .unwrap_or(0)

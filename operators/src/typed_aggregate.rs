@@ -7,11 +7,13 @@
 //! The accumulator of a key and window is one [`AccCell`] per aggregate, inline too.
 //!
 //! # Which aggregates (the rest stay on the row path)
-//! `count()`; `count(f)` of a field of any type; `sum`, `avg`, `min`, `max` of an
-//! `int64` or `float64` field. The results are those of the row path
+//! `count()`; `count(f)` of a field of any type; `sum`, `avg`, `min`, `max`, `first`,
+//! `last` of an `int64` or `float64` field. The results are those of the row path
 //! ([`crate::row_aggregate`]'s semantics, as SQL): `count` an `int64`; `sum` of the
 //! field's type, `null` over no values; `avg` a `float64`, `null` over no values;
-//! `min`/`max` of the field's type, the first of equal values kept. Two differences at
+//! `min`/`max` of the field's type, the first of equal values kept; `first`/`last` the
+//! first and the latest non-null value to arrive (by an arrival number kept with it,
+//! which a session merge compares, as the row path's). Two differences at
 //! the edges of 64 bits (docs/semantics.md §5a): the sum of an `int64` field wraps on
 //! overflow, as Flink's `SUM(BIGINT)` (the row path turns it into a float), and the
 //! average of an `int64` field adds its values as `f64`s, exact while the sum stays
@@ -28,8 +30,10 @@ use arrow_schema::{DataType, Schema};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+
 use crate::group_key::GroupKey;
-use crate::row_aggregate::{AggFunc, AggSpec};
+use crate::row_aggregate::{seq_base, AggFunc, AggSpec};
 use crate::window::AggregateFunction;
 
 /// One value an aggregate reads from a row.
@@ -128,7 +132,7 @@ pub enum TypedFunc {
     CountRows,
     /// `count(f)`.
     CountValues,
-    /// `sum(f)`, `avg(f)`, `min(f)`, `max(f)` of an `int64` field.
+    /// `sum(f)`, `avg(f)`, `min(f)`, `max(f)`, `first(f)`, `last(f)` of an `int64` field.
     Int(AggFunc),
     /// The same of a `float64` field.
     Float(AggFunc),
@@ -202,13 +206,10 @@ pub fn plan_aggregates(
             (AggFunc::Count, DataType::Int64) => (TypedFunc::CountValues, Read::Int),
             (AggFunc::Count, DataType::Float64) => (TypedFunc::CountValues, Read::Float),
             (AggFunc::Count, _) => (TypedFunc::CountValues, Read::Presence),
-            (f @ (AggFunc::Sum | AggFunc::Avg | AggFunc::Min | AggFunc::Max), DataType::Int64) => {
-                (TypedFunc::Int(f), Read::Int)
+            (f, DataType::Int64) if f != AggFunc::CountDistinct => (TypedFunc::Int(f), Read::Int),
+            (f, DataType::Float64) if f != AggFunc::CountDistinct => {
+                (TypedFunc::Float(f), Read::Float)
             }
-            (
-                f @ (AggFunc::Sum | AggFunc::Avg | AggFunc::Min | AggFunc::Max),
-                DataType::Float64,
-            ) => (TypedFunc::Float(f), Read::Float),
             _ => {
                 typed = false;
                 continue;
@@ -232,6 +233,7 @@ pub fn plan_aggregates(
 /// - `sum` of floats, `avg`: `v` the sum's `f64` bits, `n` the values (an integer
 ///   field's values are added as floats: exact while the sum stays within 2^53).
 /// - `min`/`max`: `v` the value (an `i64`, or an `f64`'s bits), `n` 1 once there is one.
+/// - `first`/`last`: `v` the value, `n` its arrival number (from 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AccCell {
     v: u64,
@@ -290,9 +292,21 @@ impl<'de> Deserialize<'de> for TypedAcc {
 pub type TypedResult = SmallVec<[Cell; 4]>;
 
 /// The aggregates of a typed window step.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TypedAggregate {
     aggs: Vec<(TypedFunc, Option<usize>)>,
+    /// The arrival sequence of `first`/`last` values, as the row path's
+    /// (`row_aggregate`): numbers from the wall clock, above every earlier process's.
+    seq: AtomicU64,
+}
+
+impl Clone for TypedAggregate {
+    fn clone(&self) -> Self {
+        TypedAggregate {
+            aggs: self.aggs.clone(),
+            seq: AtomicU64::new(self.seq.load(AtomicOrdering::Relaxed)),
+        }
+    }
 }
 
 impl TypedAggregate {
@@ -310,7 +324,23 @@ impl TypedAggregate {
                 (a.func, s)
             })
             .collect();
-        TypedAggregate { aggs }
+        TypedAggregate {
+            aggs,
+            seq: AtomicU64::new(seq_base()),
+        }
+    }
+
+    /// The next arrival number for a cell holding number `held` (0: none): above
+    /// `held`, so a restored accumulator's order is kept.
+    #[inline]
+    fn next_seq(&self, held: i64) -> i64 {
+        let s = self.seq.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        let held = held.max(0) as u64;
+        if s > held {
+            return s as i64;
+        }
+        self.seq.fetch_max(held + 1, AtomicOrdering::Relaxed);
+        (held + 1) as i64
     }
 }
 
@@ -351,6 +381,28 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
                 (TypedFunc::Float(AggFunc::Sum | AggFunc::Avg), Cell::Float(v)) => {
                     cell.add_float(v, 1);
                 }
+                // `first`: the first value, `last`: the latest, each with its arrival
+                // number (in `n`), which a session merge compares.
+                (
+                    TypedFunc::Int(AggFunc::First) | TypedFunc::Float(AggFunc::First),
+                    Cell::Int(_) | Cell::Float(_),
+                ) if cell.n != 0 => {}
+                (
+                    TypedFunc::Int(AggFunc::First | AggFunc::Last)
+                    | TypedFunc::Float(AggFunc::First | AggFunc::Last),
+                    Cell::Int(v),
+                ) => {
+                    cell.v = v as u64;
+                    cell.n = self.next_seq(cell.n);
+                }
+                (
+                    TypedFunc::Int(AggFunc::First | AggFunc::Last)
+                    | TypedFunc::Float(AggFunc::First | AggFunc::Last),
+                    Cell::Float(v),
+                ) => {
+                    cell.v = v.to_bits();
+                    cell.n = self.next_seq(cell.n);
+                }
                 (TypedFunc::Int(f), Cell::Int(v)) => cell.pick_int(v, *f == AggFunc::Max),
                 (TypedFunc::Float(f), Cell::Float(v)) => cell.pick_float(v, *f == AggFunc::Max),
                 // A value of another type than planned: the conversion reads each
@@ -372,6 +424,16 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
                     cell.add_float(o.float(), o.n);
                 }
                 _ if o.n == 0 => {}
+                TypedFunc::Int(AggFunc::First) | TypedFunc::Float(AggFunc::First) => {
+                    if cell.n == 0 || o.n < cell.n {
+                        *cell = o;
+                    }
+                }
+                TypedFunc::Int(AggFunc::Last) | TypedFunc::Float(AggFunc::Last) => {
+                    if o.n > cell.n {
+                        *cell = o;
+                    }
+                }
                 TypedFunc::Int(f) => cell.pick_int(o.v as i64, *f == AggFunc::Max),
                 TypedFunc::Float(f) => cell.pick_float(o.float(), *f == AggFunc::Max),
             }
@@ -567,12 +629,49 @@ mod tests {
         );
         let err = plan_aggregates(&schema(), &aggs(&[("t", "avg(item)")])).expect_err("string");
         assert_eq!(err.1, "avg(item): `item` is Utf8, not a number");
-        for rows_only in ["first(n)", "last(x)", "count_distinct(n)", "min(item)"] {
+        for rows_only in [
+            "first(item)",
+            "last(item)",
+            "count_distinct(n)",
+            "min(item)",
+        ] {
             assert_eq!(
                 plan_aggregates(&schema(), &aggs(&[("t", rows_only)])),
                 Ok(None),
                 "{rows_only}"
             );
         }
+    }
+
+    /// `first`/`last` keep the first and the latest value to arrive, nulls skipped; a
+    /// merge (sessions) compares arrival numbers, whichever way it goes.
+    #[test]
+    fn first_and_last_follow_arrival_across_merges() {
+        let planned = plan_aggregates(&schema(), &aggs(&[("f", "first(n)"), ("l", "last(x)")]))
+            .expect("valid")
+            .expect("typed");
+        let f = TypedAggregate::new(&planned);
+        let row = |n: Cell, x: Cell| KeyedRow {
+            key: GroupKey::Int(None),
+            cells: [n, x].into_iter().collect(),
+            row: (),
+        };
+        let new = || AggregateFunction::<KeyedRow>::create_accumulator(&f);
+        let (mut early, mut late) = (new(), new());
+        f.add(&mut early, &row(Cell::Null, Cell::Float(0.5)));
+        f.add(&mut early, &row(Cell::Int(7), Cell::Float(1.5)));
+        f.add(&mut late, &row(Cell::Int(9), Cell::Float(2.5)));
+        f.add(&mut late, &row(Cell::Int(11), Cell::Null));
+        let result = |acc: &TypedAcc| AggregateFunction::<KeyedRow>::get_result(&f, acc);
+        assert_eq!(result(&early).as_slice(), [Cell::Int(7), Cell::Float(1.5)]);
+        let merge =
+            |acc: &mut TypedAcc, other| AggregateFunction::<KeyedRow>::merge(&f, acc, other);
+        let mut a = early.clone();
+        merge(&mut a, late.clone());
+        let mut b = late;
+        merge(&mut b, early);
+        assert_eq!(result(&a).as_slice(), [Cell::Int(7), Cell::Float(2.5)]);
+        assert_eq!(result(&a), result(&b));
+        assert_eq!(result(&new()).as_slice(), [Cell::Null, Cell::Null]);
     }
 }

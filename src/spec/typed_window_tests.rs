@@ -74,7 +74,7 @@ steps:
   - name: w
     window: {window}
     allowed_lateness: {lateness}
-    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v)}}{late_output}
+    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v), f: first(v), l: last(v)}}{late_output}
 sinks:
   - {{name: out, connector: file, path: {}, input: w}}{late_sink}
 "#,
