@@ -3,13 +3,15 @@
 
 use std::fmt;
 use std::io::Write;
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, OperatorError, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
 use serde::Serialize;
+
+use crate::file::{FileEncoder, SerdeEncoder};
 
 /// Set once a write to standard output failed because its reader went away.
 static CLOSED: AtomicBool = AtomicBool::new(false);
@@ -21,12 +23,15 @@ pub fn stdout_closed() -> bool {
     CLOSED.load(Ordering::Relaxed)
 }
 
+/// Makes each writer's encoder.
+type MakeEncoder<T> = dyn Fn() -> Box<dyn FileEncoder<In = T>> + Send + Sync;
+
 /// A sink printing each record as one JSON line on standard output.
 ///
 /// Each batch is encoded first, then written whole under the stdout lock and flushed,
 /// so lines of parallel subtasks never mix (batches of different subtasks interleave).
 pub struct StdoutSink<T> {
-    _in: PhantomData<fn(T)>,
+    encoder: Arc<MakeEncoder<T>>,
 }
 
 impl<T> fmt::Debug for StdoutSink<T> {
@@ -37,13 +42,15 @@ impl<T> fmt::Debug for StdoutSink<T> {
 
 impl<T> Clone for StdoutSink<T> {
     fn clone(&self) -> Self {
-        StdoutSink { _in: PhantomData }
+        StdoutSink {
+            encoder: Arc::clone(&self.encoder),
+        }
     }
 }
 
 impl<T: Serialize + Send + 'static> Default for StdoutSink<T> {
     fn default() -> Self {
-        StdoutSink { _in: PhantomData }
+        StdoutSink::with_encoder(SerdeEncoder::<T>::default)
     }
 }
 
@@ -54,43 +61,67 @@ impl<T: Serialize + Send + 'static> StdoutSink<T> {
     }
 }
 
-impl<T: Serialize + Send + 'static> Sink for StdoutSink<T> {
+impl StdoutSink<()> {
+    /// Prints the JSON lines a [`FileEncoder`] of each writer's own (made by `make`)
+    /// writes of the records (for records that are many rows, such as Arrow batches).
+    pub fn with_encoder<E, F>(make: F) -> StdoutSink<E::In>
+    where
+        E: FileEncoder + 'static,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
+        StdoutSink {
+            encoder: Arc::new(move || -> Box<dyn FileEncoder<In = E::In>> { Box::new(make()) }),
+        }
+    }
+}
+
+impl<T: Send + 'static> Sink for StdoutSink<T> {
     type In = T;
 
     fn create_writer(&self, _info: &SubtaskInfo) -> OpResult<Box<dyn SinkWriter<In = T>>> {
         Ok(Box::new(StdoutWriter::<T> {
+            encoder: (self.encoder)(),
             buf: Vec::new(),
             written: 0,
-            _in: PhantomData,
         }))
     }
 }
 
 struct StdoutWriter<T> {
+    encoder: Box<dyn FileEncoder<In = T>>,
     buf: Vec<u8>,
     written: u64,
-    _in: PhantomData<fn(T)>,
 }
 
-/// Appends one JSON line per record to `buf`; `written` counts records for errors.
-fn encode_batch<T: Serialize>(batch: &Batch<T>, buf: &mut Vec<u8>, written: &mut u64) -> OpResult {
-    for r in batch {
-        *written += 1;
-        serde_json::to_writer(&mut *buf, &r.value).map_err(|e| OperatorError::BadRecord {
-            position: Some(format!("stdout record {written}")),
-            reason: format!("cannot encode as JSON: {e}"),
-        })?;
-        buf.push(b'\n');
-    }
-    Ok(())
+/// Appends one JSON line per record (or per row) of `batch` to `buf`; `written` counts
+/// records for errors.
+fn encode_batch<T>(
+    encoder: &mut dyn FileEncoder<In = T>,
+    batch: &Batch<T>,
+    buf: &mut Vec<u8>,
+    written: &mut u64,
+) -> OpResult {
+    let before = *written;
+    *written += batch.len() as u64;
+    encoder
+        .json(batch, buf)
+        .map_err(|e| OperatorError::BadRecord {
+            position: Some(format!("stdout record {}", before + e.record as u64 + 1)),
+            reason: format!("cannot encode as JSON: {}", e.reason),
+        })
 }
 
-impl<T: Serialize + Send + 'static> SinkWriter for StdoutWriter<T> {
+impl<T: Send + 'static> SinkWriter for StdoutWriter<T> {
     type In = T;
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
         self.buf.clear();
-        encode_batch(&batch, &mut self.buf, &mut self.written)?;
+        encode_batch(
+            self.encoder.as_mut(),
+            &batch,
+            &mut self.buf,
+            &mut self.written,
+        )?;
         let mut out = std::io::stdout().lock();
         out.write_all(&self.buf)
             .and_then(|()| out.flush())
@@ -116,7 +147,8 @@ mod tests {
         ];
         let mut buf = Vec::new();
         let mut n = 0;
-        encode_batch(&batch, &mut buf, &mut n).unwrap();
+        let mut enc = SerdeEncoder::default();
+        encode_batch(&mut enc, &batch, &mut buf, &mut n).unwrap();
         assert_eq!(String::from_utf8(buf).unwrap(), "{\"a\":1}\n\"x\\ny\"\n");
         assert_eq!(n, 2);
     }
@@ -127,7 +159,8 @@ mod tests {
         bad.insert((1, 2), 3);
         let batch = vec![StreamRecord::new(bad)];
         let mut n = 0;
-        let err = encode_batch(&batch, &mut Vec::new(), &mut n).unwrap_err();
+        let mut enc = SerdeEncoder::default();
+        let err = encode_batch(&mut enc, &batch, &mut Vec::new(), &mut n).unwrap_err();
         assert!(err.to_string().contains("stdout record 1"), "{err}");
     }
 }

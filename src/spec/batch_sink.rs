@@ -1,5 +1,6 @@
 //! Sinks of a YAML job that encode straight from its Arrow batches (issue 18): a
-//! `file` sink's JSON lines or CSV rows ([`BatchLines`]), a `log` or `kafka` sink's
+//! `file` sink's JSON lines or CSV rows and `stdout`'s lines ([`BatchLines`]), a `log`
+//! or `kafka` sink's
 //! messages ([`BatchMessages`]), with brook-sql's encoders. The text is the row path's
 //! for the same rows (`brook_sql::encode`), so a job writes the same output whichever
 //! path its rows take.

@@ -778,6 +778,10 @@ fn build_with(
                 sink_parallelism(b.sink(BatchBlackhole), *parallelism)
             }
             // One writer, so printed lines never interleave.
+            (SinkSpec::Stdout { .. }, Stream::Batches(b, _)) => sink_parallelism(
+                b.sink(StdoutSink::with_encoder(BatchLines::default)),
+                Some(1),
+            ),
             (SinkSpec::Stdout { .. }, input) => {
                 sink_parallelism(input.plain().sink(StdoutSink::<Row>::new()), Some(1))
             }
