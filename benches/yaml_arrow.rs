@@ -25,12 +25,19 @@
 //!   on the typed side). With `BROOK_BENCH_ROW_PATH` also the YAML jobs without
 //!   `schema:` (each record a JSON row first, the path before batches).
 //!
+//! - **enrich**: the generator's events -> `enrich` with a lookup table file of the
+//!   10 000 keys (`{"key": k, "name": "key-k", "tier": k % 5}`, 9 000 of them: a
+//!   tenth of the events miss and pass with nulls) -> `blackhole`; the typed side looks
+//!   each event's key up in a `HashMap` of the same rows (`Arc<str>` names, so no
+//!   allocation per event) in a `map`. With `BROOK_BENCH_ROW_PATH` also the YAML job
+//!   with its enrich step on JSON rows (`ValidSpec::enrich_on_rows`, the path before).
+//!
 //! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
 //! take a checkpoint every second (for the windows; filter + map has no state).
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`, `enrich`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window with a `late_output` on JSON rows, as before issue 18 step 4
 //! (`ValidSpec::windows_on_rows`), and on typed state). Run
@@ -309,6 +316,67 @@ sinks:
         env.execute(self.name()).unwrap();
         sink.seen.load(Ordering::Relaxed)
     }
+}
+
+/// The enrich job's lookup table: every key but each tenth, as JSON lines.
+fn write_table(path: &std::path::Path) {
+    let text: String = (0..KEYS)
+        .filter(|k| k % 10 != 3)
+        .map(|k| {
+            format!(
+                "{{\"key\": {k}, \"name\": \"key-{k}\", \"tier\": {}}}\n",
+                k % 5
+            )
+        })
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+fn enrich_yaml(n: u64, table: &std::path::Path) -> String {
+    format!(
+        r#"
+name: enrich
+sources:
+  - {{name: events, connector: generator, count: {n}, keys: {KEYS}}}
+steps:
+  - {{name: with-name, enrich: {{table: {{connector: file, path: {}}}, on: [key]}}}}
+sinks:
+  - {{name: out, connector: blackhole}}
+"#,
+        table.display()
+    )
+}
+
+/// The enrich job on its path (`rows`: the enrich step on JSON rows).
+fn run_enrich_yaml(yaml: &str, rows: bool) -> u64 {
+    let mut valid = brook::spec::validate(brook::spec::parse(yaml).unwrap()).unwrap();
+    if rows {
+        valid.enrich_on_rows();
+    }
+    let (config, _dir) = config();
+    let built = brook::spec::build_on(&valid, config, None).unwrap();
+    rows_into_out(&built.env.execute("yaml").unwrap())
+}
+
+/// The typed enrich job: the same lookups in a `map`.
+fn typed_enrich(n: u64) -> u64 {
+    type Enriched = (u64, i64, i64, Option<(Arc<str>, u64)>);
+    let table: std::collections::HashMap<u64, (Arc<str>, u64)> = (0..KEYS)
+        .filter(|k| k % 10 != 3)
+        .map(|k| (k, (Arc::from(format!("key-{k}")), k % 5)))
+        .collect();
+    let env = StreamEnvironment::new(JobConfig::with_parallelism(1));
+    let sink = Discard::<Enriched>::default();
+    let source = GeneratorSource::builder()
+        .events(n)
+        .keys(KEYS)
+        .build()
+        .unwrap();
+    env.source(source)
+        .map(move |e: GeneratorEvent| (e.key, e.ts, e.value, table.get(&e.key).cloned()))
+        .sink(sink.clone());
+    env.execute("enrich-typed").unwrap();
+    sink.seen.load(Ordering::Relaxed)
 }
 
 /// One line of the file jobs' input.
@@ -613,12 +681,42 @@ fn main() {
             table.push((format!("{} (typed, late_output)", w.name()), n, y, t));
         }
     }
+    let dir = tempfile::tempdir().unwrap();
+    if wanted("enrich") {
+        let n = if bench {
+            (20_000_000.0 * scale) as u64
+        } else {
+            20_000
+        };
+        let lookup = dir.path().join("table.jsonl");
+        write_table(&lookup);
+        let yaml = enrich_yaml(n, &lookup);
+        let (y, t) = compare(
+            "enrich",
+            n,
+            reps,
+            n,
+            &|| run_enrich_yaml(&yaml, false),
+            &|| typed_enrich(n),
+        );
+        table.push(("enrich".to_string(), n, y, t));
+        if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() {
+            let (y, t) = compare(
+                "enrich rows",
+                n,
+                reps,
+                n,
+                &|| run_enrich_yaml(&yaml, true),
+                &|| typed_enrich(n),
+            );
+            table.push(("enrich (on rows)".to_string(), n, y, t));
+        }
+    }
     let n = if bench {
         (((4_000_000.0 * scale) as u64) / 100_000).max(1) * 100_000
     } else {
         100_000
     };
-    let dir = tempfile::tempdir().unwrap();
     let rows_too = std::env::var("BROOK_BENCH_ROW_PATH").is_ok();
     for (input_name, jobs) in [
         (

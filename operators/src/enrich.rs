@@ -235,7 +235,7 @@ impl Operator for LookupEnrich {
 /// The table keys (see [`row_key`]) a record key can stand for (see
 /// [`TableUpdate::Delete`]): a JSON array of `fields` values as it is; with one field,
 /// the key's text as a string and, when it is JSON (a number, say), as that value.
-fn table_keys(key: &[u8], fields: usize) -> Vec<String> {
+pub(crate) fn table_keys(key: &[u8], fields: usize) -> Vec<String> {
     let text = String::from_utf8_lossy(key);
     let json = serde_json::from_str::<Value>(&text).ok();
     if let Some(Value::Array(values)) = &json {

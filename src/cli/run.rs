@@ -310,7 +310,7 @@ fn check_served_topics(spec: &spec::JobSpec, remote: &RemoteLog) -> Result<()> {
         .enumerate()
         .filter_map(|(i, s)| match &s.enrich {
             Some(spec::EnrichSpec {
-                table: spec::TableSpec::Log { topic },
+                table: spec::TableSpec::Log { topic, .. },
                 ..
             }) => {
                 let name = s.name.clone().unwrap_or_else(|| format!("step-{}", i + 1));

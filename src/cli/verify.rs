@@ -288,7 +288,7 @@ fn job(args: &VerifyArgs) -> Result<Job> {
     }
     for step in &spec.steps {
         if let Some(spec::EnrichSpec {
-            table: spec::TableSpec::Log { topic },
+            table: spec::TableSpec::Log { topic, .. },
             ..
         }) = &step.enrich
         {

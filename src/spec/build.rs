@@ -21,6 +21,7 @@ use brook_engine::{OutputTag, WindowedStream};
 use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
+use brook_operators::batch_enrich::BatchEnrich;
 use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::batch_window::WindowColumns;
@@ -609,7 +610,7 @@ fn build_with(
                         };
                         Box::new(move || Box::new(t.clone()))
                     }
-                    TableSpec::Log { topic } => {
+                    TableSpec::Log { topic, .. } => {
                         let field = format!("{}.enrich.table", step.name);
                         match need_log(field.clone())? {
                             JobLog::Local(log) => {
@@ -635,21 +636,41 @@ fn build_with(
                 };
                 let e = e.clone();
                 let name = step.name.clone();
-                Stream::Plain(transform(input, &step.name, move || {
-                    let missing = match e.missing {
-                        MissingSpec::Nulls => MissingKey::Nulls,
-                        MissingSpec::Drop => MissingKey::Drop,
-                        MissingSpec::BadRecord => MissingKey::Reject(handler.clone()),
-                    };
-                    LookupEnrich::new(
-                        &name,
-                        table(),
-                        e.on.clone(),
-                        e.table_key.clone(),
-                        e.fields.clone(),
-                        missing,
-                    )
-                }))
+                let missing_spec = e.missing;
+                let missing = move |handler: &BadRecords| match missing_spec {
+                    MissingSpec::Nulls => MissingKey::Nulls,
+                    MissingSpec::Drop => MissingKey::Drop,
+                    MissingSpec::BadRecord => MissingKey::Reject(handler.clone()),
+                };
+                if let (Stream::Batches(s, _), Some(plan)) = (&input, &e.planned) {
+                    let (plan, s) = (Arc::clone(plan), s.clone());
+                    let batches = s.transform(&step.name, move |_| {
+                        BatchEnrich::new(
+                            &name,
+                            Arc::clone(&plan),
+                            table(),
+                            missing(&handler),
+                            handler.clone(),
+                        )
+                    });
+                    Stream::Batches(batches, step.name.clone())
+                } else {
+                    Stream::Plain(transform(input, &step.name, move || {
+                        let missing = match e.missing {
+                            MissingSpec::Nulls => MissingKey::Nulls,
+                            MissingSpec::Drop => MissingKey::Drop,
+                            MissingSpec::BadRecord => MissingKey::Reject(handler.clone()),
+                        };
+                        LookupEnrich::new(
+                            &name,
+                            table(),
+                            e.on.clone(),
+                            e.table_key.clone(),
+                            e.fields.clone(),
+                            missing,
+                        )
+                    }))
+                }
             }
             StepOp::AsyncEnrich(a) => {
                 let lookup: Arc<dyn AsyncLookup> = Arc::new(HttpLookup {

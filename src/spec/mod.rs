@@ -41,6 +41,7 @@ use std::sync::Arc;
 
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
+use brook_operators::batch_enrich::EnrichPlan;
 use brook_operators::row_sql::{PlannedSql, SqlStep};
 use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
@@ -554,12 +555,20 @@ pub enum TableSpec {
         /// `jsonl` or `csv` (default: from the extension).
         #[serde(default)]
         format: Option<FileFormat>,
+        /// The table's fields and types, `{field: type}` as a source's `schema:`
+        /// (default: inferred from the file's first records).
+        #[serde(default)]
+        schema: Option<IndexMap<String, String>>,
     },
     /// A topic of the embedded log: its rows now, and those appended while the job
     /// runs (the latest row per key counts, as a compacted topic).
     Log {
         /// The topic.
         topic: String,
+        /// The rows' fields and types, `{field: type}` (default: none, and the step
+        /// runs on JSON rows: a topic is read only when the job runs).
+        #[serde(default)]
+        schema: Option<IndexMap<String, String>>,
     },
 }
 
@@ -584,6 +593,8 @@ pub(crate) struct EnrichStep {
     pub(crate) table_key: Vec<String>,
     pub(crate) fields: Option<Vec<String>>,
     pub(crate) missing: MissingSpec,
+    /// Planned on batches (the input's and the table's schemas known at plan time).
+    pub(crate) planned: Option<Arc<EnrichPlan>>,
 }
 
 /// A `join` step: rows of `left` and `right` with equal `on` fields.
@@ -827,6 +838,16 @@ impl ValidSpec {
         }
     }
 
+    /// Runs every enrich step on JSON rows (`LookupEnrich`), as before its batch path:
+    /// for benchmarks and tests that compare the two paths. The rows are the same.
+    pub fn enrich_on_rows(&mut self) {
+        for s in &mut self.steps {
+            if let StepOp::Enrich(e) = &mut s.op {
+                e.planned = None;
+            }
+        }
+    }
+
     /// The source whose partitions a consumer group shares, if the job has one.
     pub fn group_source(&self) -> Option<GroupSource> {
         self.spec.sources.iter().find_map(|s| match s {
@@ -921,7 +942,7 @@ fn resolve_enrich(field: &str, e: &EnrichSpec) -> Result<EnrichStep, SpecError> 
         ));
     }
     let format = match &e.table {
-        TableSpec::File { path, format } => {
+        TableSpec::File { path, format, .. } => {
             if !path.is_file() {
                 return Err(SpecError::new(
                     format!("{field}.table.path"),
@@ -938,7 +959,7 @@ fn resolve_enrich(field: &str, e: &EnrichSpec) -> Result<EnrichStep, SpecError> 
                 }
             }
         }
-        TableSpec::Log { topic } => {
+        TableSpec::Log { topic, .. } => {
             validate_name("topic", topic)
                 .map_err(|err| SpecError::new(format!("{field}.table.topic"), err.to_string()))?;
             FileFormat::Jsonl
@@ -951,6 +972,7 @@ fn resolve_enrich(field: &str, e: &EnrichSpec) -> Result<EnrichStep, SpecError> 
         table_key,
         fields: e.fields.clone(),
         missing: e.missing.unwrap_or(MissingSpec::Nulls),
+        planned: None,
     })
 }
 
@@ -1508,6 +1530,29 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 (StepOp::Window(w), out)
             }
             StepOp::Union => (StepOp::Union, input_schema),
+            StepOp::Enrich(mut e) => {
+                let at = format!("{field}.enrich");
+                let table = schema::table_schema(&format!("{at}.table"), &e.table)?;
+                let out = match (&input_schema, table) {
+                    (Some(input), Some(table)) => {
+                        let plan = EnrichPlan::new(
+                            input,
+                            &table,
+                            &e.on,
+                            &e.table_key,
+                            e.fields.as_deref(),
+                        )
+                        .map_err(|err| {
+                            SpecError::new(format!("{at}.{}", err.setting), err.reason)
+                        })?;
+                        let out = Arc::clone(plan.output_schema());
+                        e.planned = Some(Arc::new(plan));
+                        Some(out)
+                    }
+                    _ => None,
+                };
+                (StepOp::Enrich(e), out)
+            }
             StepOp::Join(j) => {
                 // Every kind of join makes its rows with join_rows.
                 let out = match &input_schemas[..] {
@@ -1824,6 +1869,8 @@ pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
     }
 }
 
+#[cfg(test)]
+mod batch_enrich_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

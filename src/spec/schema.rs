@@ -7,9 +7,11 @@
 //!   generator's is its known fields `{key, ts, value}` (all `int64`).
 //! - Each step's output follows from its input: `filter`, `key_by`: the same; `map`,
 //!   `select`: brook-sql's projection; a union: its inputs' when they are all the same.
+//! - An `enrich` step's: its plan's ([`brook_operators::batch_enrich::EnrichPlan`]),
+//!   from its input's and its table's ([`table_schema`]).
 //! - Unknown at plan time (`None`): a log or Kafka source without `schema:` (read only
-//!   when the job runs), and the output of `window`, `join`, `enrich` and
-//!   `async_enrich` steps (not derived yet). A `filter`/`map`/`select` on such an input is
+//!   when the job runs), an `enrich` step's whose table schema is unknown, and the
+//!   output of `window` steps on rows and `async_enrich` steps (not derived yet). A `filter`/`map`/`select` on such an input is
 //!   planned on its first batch ([`brook_operators::row_sql`]).
 
 use std::fs::File;
@@ -20,7 +22,7 @@ use arrow_schema::SchemaRef;
 use brook_sql::schema::SchemaError;
 use indexmap::IndexMap;
 
-use super::{file_format, FileFormat, SourceSpec, SpecError};
+use super::{file_format, FileFormat, SourceSpec, SpecError, TableSpec};
 
 /// How many records of a file its schema is inferred from (as Flink's and DataFusion's
 /// default sample size for schema inference, 1000).
@@ -36,48 +38,79 @@ pub(crate) fn source_schema(field: &str, s: &SourceSpec) -> Result<Option<Schema
         return declared_schema(field, declared).map(Some);
     }
     match s {
-        SourceSpec::File { path, format, .. } => {
-            let Some(file) = first_file(path) else {
-                return Ok(None);
-            };
-            let format = format
-                .or_else(|| file_format(&file))
-                .unwrap_or(FileFormat::Jsonl);
-            let sample = read_sample(&file).map_err(|e| {
-                SpecError::new(
-                    format!("{field}.path"),
-                    format!("cannot read {}: {e}", file.display()),
-                )
-            })?;
-            // Lines that are not JSON objects are the source's bad records, not
-            // part of the schema.
-            let sample = match format {
-                FileFormat::Jsonl => json_objects(&sample),
-                FileFormat::Csv => sample,
-            };
-            if sample.iter().all(u8::is_ascii_whitespace) {
-                // Nothing to infer from (a file still to be written, with `follow`).
-                return Ok(None);
-            }
-            let inferred = match format {
-                FileFormat::Jsonl => brook_sql::infer::infer_json_scalars(&sample, None)
-                    .map(|(schema, _nested)| schema),
-                FileFormat::Csv => brook_sql::infer::infer_csv(&sample, None),
-            };
-            inferred.map(Some).map_err(|e| {
-                SpecError::new(
-                    format!("{field}.schema"),
-                    format!(
-                        "cannot infer it from the first records of {}: {e}; declare it (`schema: {{field: type}}`)",
-                        file.display()
-                    ),
-                )
-            })
-        }
+        SourceSpec::File { path, format, .. } => file_schema(field, path, *format),
         SourceSpec::Generator { .. } => super::columnar::generator_schema()
             .map(Some)
             .map_err(|e| schema_error(field, &e)),
         SourceSpec::Log { .. } | SourceSpec::Kafka { .. } => Ok(None),
+    }
+}
+
+/// A file's schema inferred from its first [`SAMPLE_RECORDS`] records (`path` a file, or
+/// a directory whose first file by name is read); `None` when there is nothing to
+/// infer from yet.
+fn file_schema(
+    field: &str,
+    path: &Path,
+    format: Option<FileFormat>,
+) -> Result<Option<SchemaRef>, SpecError> {
+    let Some(file) = first_file(path) else {
+        return Ok(None);
+    };
+    let format = format
+        .or_else(|| file_format(&file))
+        .unwrap_or(FileFormat::Jsonl);
+    let sample = read_sample(&file).map_err(|e| {
+        SpecError::new(
+            format!("{field}.path"),
+            format!("cannot read {}: {e}", file.display()),
+        )
+    })?;
+    // Lines that are not JSON objects are the source's bad records, not
+    // part of the schema.
+    let sample = match format {
+        FileFormat::Jsonl => json_objects(&sample),
+        FileFormat::Csv => sample,
+    };
+    if sample.iter().all(u8::is_ascii_whitespace) {
+        // Nothing to infer from (a file still to be written, with `follow`).
+        return Ok(None);
+    }
+    let inferred = match format {
+        FileFormat::Jsonl => {
+            brook_sql::infer::infer_json_scalars(&sample, None).map(|(schema, _nested)| schema)
+        }
+        FileFormat::Csv => brook_sql::infer::infer_csv(&sample, None),
+    };
+    inferred.map(Some).map_err(|e| {
+        SpecError::new(
+            format!("{field}.schema"),
+            format!(
+                "cannot infer it from the first records of {}: {e}; declare it (`schema: {{field: type}}`)",
+                file.display()
+            ),
+        )
+    })
+}
+
+/// The schema of an `enrich` step's lookup table, if known at plan time: declared
+/// (`table.schema`), or a file table's inferred from its first records as a file
+/// source's; a log topic's without `schema:` is read only when the job runs. `field`
+/// is the step's `enrich.table`.
+///
+/// # Errors
+/// A declared schema with an unknown type or a repeated field; a file whose first
+/// records are not JSON / CSV.
+pub(crate) fn table_schema(field: &str, t: &TableSpec) -> Result<Option<SchemaRef>, SpecError> {
+    match t {
+        TableSpec::File {
+            schema: Some(s), ..
+        }
+        | TableSpec::Log {
+            schema: Some(s), ..
+        } => declared_schema(field, s).map(Some),
+        TableSpec::File { path, format, .. } => file_schema(field, path, *format),
+        TableSpec::Log { schema: None, .. } => Ok(None),
     }
 }
 
