@@ -80,8 +80,14 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     // aborted (what the next attempt's restore must abort), in the topic as it is now.
     let mut kills_mid_transaction = 0;
     let mut finished_early = 0;
-    // Until one of the kills left records undecided, up to 10 kills more than asked for.
-    while kills < iterations || (kills_mid_transaction == 0 && kills < iterations + 10) {
+    // Kills since the output last started over (an attempt that finished early).
+    let mut kills_since_reset = 0;
+    // Until one of the kills since the output last started over left records
+    // undecided, up to 30 kills more than asked for. (With 10 more counted from the
+    // first attempt, an attempt finishing early near the end left too few to try:
+    // "none of the 20 kills left a transaction with records undecided" in one CI run.)
+    while kills < iterations || (kills_mid_transaction == 0 && kills_since_reset < iterations + 30)
+    {
         let mut attempt = brook(&data, &job, has_checkpoint(&data), before);
         // Every other attempt is killed as soon as its log sink received rows (a window
         // fired), mid-transaction: records the next restore must abort. Killed at
@@ -97,8 +103,10 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
                 let body = scrape_metrics(&addr)?;
                 metric(&body, "brook_records_in_total{operator=\"logout\"")
             };
-            // At most 20 s (4,000 polls 5 ms apart).
-            for _ in 0..4_000 {
+            // At most 60 s: a loaded CI machine (tests running beside a build) took
+            // over 20 s to get an attempt's first window out.
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while std::time::Instant::now() < until {
                 if sink_rows().is_some_and(|n| n > 0.0) || child.try_wait().unwrap().is_some() {
                     break;
                 }
@@ -118,11 +126,13 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
             log.create_topic("out", 3, TopicConfig::default()).unwrap();
             // What earlier kills left went with the topic.
             kills_mid_transaction = 0;
+            kills_since_reset = 0;
             continue;
         }
         child.kill().unwrap();
         child.wait().unwrap();
         kills += 1;
+        kills_since_reset += 1;
         // Before the next restore decides them: records of an undecided transaction.
         if undecided_records(&data) > 0 {
             kills_mid_transaction += 1;
@@ -130,9 +140,12 @@ fn kill_and_restore(iterations: usize, before: u32, after: u32) {
     }
     // Otherwise the restores below had nothing to abort, and the comparison with the
     // clean run would not show that they abort what a killed attempt wrote.
+    eprintln!(
+        "{kills} kills, {kills_mid_transaction} of the last {kills_since_reset} mid-transaction, {finished_early} attempts finished before their kill"
+    );
     assert!(
         kills_mid_transaction > 0,
-        "none of the {kills} kills (seed {seed}) left a transaction with records undecided"
+        "none of the last {kills_since_reset} of {kills} kills (seed {seed}; {finished_early} attempts finished early) left a transaction with records undecided"
     );
     run_brook_ok(&mut brook(&data, &job, has_checkpoint(&data), after));
     let got = outputs(dir.path(), &data);
