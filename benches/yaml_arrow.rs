@@ -30,7 +30,7 @@
 //!   tenth of the events miss and pass with nulls) -> `blackhole`; the typed side looks
 //!   each event's key up in a `HashMap` of the same rows (`Arc<str>` names, so no
 //!   allocation per event) in a `map`. With `BROOK_BENCH_ROW_PATH` also the YAML job
-//!   with its enrich step on JSON rows (`ValidSpec::enrich_on_rows`, the path before).
+//!   with its enrich step on JSON rows (`ValidSpec::enrich_and_joins_on_rows`, the path before).
 //!
 //! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
 //! take a checkpoint every second (for the windows; filter + map has no state).
@@ -351,7 +351,7 @@ sinks:
 fn run_enrich_yaml(yaml: &str, rows: bool) -> u64 {
     let mut valid = brook::spec::validate(brook::spec::parse(yaml).unwrap()).unwrap();
     if rows {
-        valid.enrich_on_rows();
+        valid.enrich_and_joins_on_rows();
     }
     let (config, _dir) = config();
     let built = brook::spec::build_on(&valid, config, None).unwrap();

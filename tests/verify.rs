@@ -379,6 +379,27 @@ fn orders_payments_keeps_exactly_once_over_the_kills() {
     verify_file_example("orders_payments", &[]);
 }
 
+/// Its join runs on batches (each source's schema is declared): the rows waiting in
+/// the join's keyed state are restored at another parallelism after every kill.
+#[test]
+fn orders_payments_keeps_exactly_once_over_rescaled_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = root().join("examples/jobs/orders_payments.yaml");
+    let out = run_brook_ok(&mut verify(
+        &dir.path().join("data"),
+        &spec,
+        &kills(),
+        &["--rescale"],
+    ));
+    let stdout = text(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(kills_held(&stdout) >= min_kills(), "{stdout}");
+    assert!(
+        stdout.contains(": 8 rows, as in the reference run"),
+        "the 8 unpaid orders: {stdout}"
+    );
+}
+
 #[test]
 fn play_sessions_keeps_exactly_once_over_the_kills() {
     verify_file_example("play_sessions", &[]);

@@ -32,6 +32,7 @@ pub mod async_enrich;
 pub mod basic;
 pub mod batch_decode;
 pub mod batch_enrich;
+pub mod batch_join;
 pub mod batch_rows;
 pub mod batch_sql;
 pub mod batch_window;

@@ -17,7 +17,7 @@ fn run(yaml: &str, rows: bool, out: &std::path::Path) -> Vec<Value> {
     let log = brook_log::Log::open(dir.path(), brook_log::LogOptions::default()).expect("log");
     let built = build_local(yaml, &log, |v| {
         if rows {
-            v.enrich_on_rows();
+            v.enrich_and_joins_on_rows();
         }
     });
     built.env.execute("enrich").expect("runs");

@@ -22,6 +22,9 @@ use brook_kafka::{KafkaSink, KafkaSource, KafkaStart, OffsetCommitter};
 use brook_log::{IsolationLevel, Log};
 use brook_operators::async_enrich::{AsyncEnrich, AsyncEnrichConfig, AsyncLookup, OnLookupError};
 use brook_operators::batch_enrich::BatchEnrich;
+use brook_operators::batch_join::{
+    EncodedRow, JoinedRows, LateEncodedRows, PairsToBatch, Side, ToEncodedRows,
+};
 use brook_operators::batch_rows::{ToBatches, ToRows};
 use brook_operators::batch_sql::BatchSql;
 use brook_operators::batch_window::WindowColumns;
@@ -45,9 +48,9 @@ use super::lookup::{FileTable, LogTable, ServedTable};
 use super::served::{self, JobLog};
 use super::{
     connect_timeout_ms, file_format, late_input, log_transaction_timeout_ms, FileFormat,
-    GeneratorPattern, Isolation, KafkaAssignment, KafkaStartSpec, LookupErrorSpec, MissingSpec,
-    ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec, ValidSpec,
-    Watermarks, WindowStep,
+    GeneratorPattern, Isolation, JoinStep, KafkaAssignment, KafkaStartSpec, LookupErrorSpec,
+    MissingSpec, ResolvedJoin, SinkSpec, SourceSpec, SpecError, StartPosition, StepOp, TableSpec,
+    ValidSpec, Watermarks, WindowStep,
 };
 
 /// A job ready to start, and what to report about it.
@@ -176,6 +179,91 @@ fn windowed<R: RowOrigin>(
 }
 
 /// The watermark strategy of a source of rows.
+/// Whether both inputs of a join come as batches.
+fn both_batches(streams: &HashMap<String, Stream>, j: &JoinStep) -> bool {
+    [&j.left, &j.right]
+        .iter()
+        .all(|n| matches!(streams.get(*n), Some(Stream::Batches(..))))
+}
+
+/// A join step on batches (`brook_operators::batch_join`): each input's rows encoded
+/// with their keys, the engine's join keyed by [`GroupKey`], the results gathered back
+/// into batches of the join's schema; late rows of both inputs, as JSON rows, to the
+/// step's late output.
+fn batch_join(
+    name: &str,
+    parallelism: Option<u32>,
+    j: &JoinStep,
+    streams: &mut HashMap<String, Stream>,
+) -> Result<Stream, SpecError> {
+    let Some(plan) = j.planned.clone() else {
+        return Err(SpecError::new(name, "not planned on batches"));
+    };
+    let side = |input: &str, which: Side| -> Result<KeyedStream<GroupKey, EncodedRow>, SpecError> {
+        let Some(Stream::Batches(s, _)) = streams.get(input) else {
+            return Err(SpecError::new(
+                name,
+                format!("input {input} is not batches"),
+            ));
+        };
+        let plan = Arc::clone(&plan);
+        Ok(s.clone()
+            .transform_chained(&format!("{name}-{input}"), move |_| {
+                ToEncodedRows::new(Arc::clone(&plan), which)
+            })
+            .key_by(|r: &EncodedRow| r.key.clone()))
+    };
+    let (left, right) = (side(&j.left, Side::Left)?, side(&j.right, Side::Right)?);
+    let joined = match j.kind {
+        ResolvedJoin::Interval { lower, upper } => left
+            .interval_join(right, lower, upper)
+            .map_err(|e| SpecError::new(name, e.to_string()))?,
+        ResolvedJoin::Window(w) => left
+            .window_join(right, w)
+            .map_err(|e| SpecError::new(name, e.to_string()))?,
+        ResolvedJoin::Temporal => left.temporal_join(right),
+    };
+    let joined = if j.left_outer {
+        joined.left_outer()
+    } else {
+        joined
+    };
+    let joined = match parallelism {
+        Some(p) => joined.set_parallelism(p),
+        None => joined,
+    };
+    let tags = (
+        OutputTag::<EncodedRow>::new(format!("{name}-late-left")),
+        OutputTag::<EncodedRow>::new(format!("{name}-late-right")),
+    );
+    let joined = match &j.late_output {
+        Some(_) => joined
+            .side_output_late_left(&tags.0)
+            .side_output_late_right(&tags.1),
+        None => joined,
+    };
+    let pairs = joined.name(name).apply(JoinedRows::of);
+    if j.late_output.is_some() {
+        let late = |tag: &OutputTag<EncodedRow>, which: Side| {
+            let plan = Arc::clone(&plan);
+            pairs
+                .get_side_output(tag)
+                .map(|s| {
+                    s.transform_chained(&format!("{}-rows", tag.id()), move |_| {
+                        LateEncodedRows::new(Arc::clone(&plan), which)
+                    })
+                })
+                .map_err(|e| SpecError::new(name, e.to_string()))
+        };
+        let rows = late(&tags.0, Side::Left)?.union(late(&tags.1, Side::Right)?);
+        streams.insert(late_input(name), Stream::Plain(rows));
+    }
+    let batches = pairs.transform_chained(&format!("{name}-batches"), move |_| {
+        PairsToBatch::new(Arc::clone(&plan))
+    });
+    Ok(Stream::Batches(batches, name.to_string()))
+}
+
 fn row_strategy(
     ts: Option<EventTimeField>,
     wm: &Watermarks,
@@ -541,6 +629,9 @@ fn build_with(
                     }))
                 }
             },
+            StepOp::Join(j) if j.planned.is_some() && both_batches(&streams, j) => {
+                batch_join(&step.name, step.parallelism, j, &mut streams)?
+            }
             StepOp::Join(j) => {
                 let side = |name: &str| -> Result<KeyedStream<String, StoredRow>, SpecError> {
                     let s = streams

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
 use brook_operators::batch_enrich::EnrichPlan;
+use brook_operators::batch_join::JoinPlan;
 use brook_operators::row_sql::{PlannedSql, SqlStep};
 use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
@@ -659,6 +660,8 @@ pub(crate) struct JoinStep {
     pub(crate) right_prefix: String,
     /// The sink receiving the late rows of both inputs.
     pub(crate) late_output: Option<String>,
+    /// Planned on batches (both inputs' schemas known at plan time, keys of one type).
+    pub(crate) planned: Option<Arc<JoinPlan>>,
 }
 
 /// The join with its parameters.
@@ -838,12 +841,15 @@ impl ValidSpec {
         }
     }
 
-    /// Runs every enrich step on JSON rows (`LookupEnrich`), as before its batch path:
-    /// for benchmarks and tests that compare the two paths. The rows are the same.
-    pub fn enrich_on_rows(&mut self) {
+    /// Runs every enrich and join step on JSON rows (`LookupEnrich`, joins of
+    /// `StoredRow`s), as before their batch paths: for benchmarks and tests that
+    /// compare the two paths. The rows are the same.
+    pub fn enrich_and_joins_on_rows(&mut self) {
         for s in &mut self.steps {
-            if let StepOp::Enrich(e) = &mut s.op {
-                e.planned = None;
+            match &mut s.op {
+                StepOp::Enrich(e) => e.planned = None,
+                StepOp::Join(j) => j.planned = None,
+                _ => {}
             }
         }
     }
@@ -1050,6 +1056,7 @@ fn resolve_join(field: &str, j: &JoinSpec) -> Result<JoinStep, SpecError> {
             .right_prefix
             .clone()
             .unwrap_or_else(|| format!("{}_", j.right)),
+        planned: None,
     })
 }
 
@@ -1553,13 +1560,23 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 };
                 (StepOp::Enrich(e), out)
             }
-            StepOp::Join(j) => {
-                // Every kind of join makes its rows with join_rows.
+            StepOp::Join(mut j) => {
+                // Every kind of join makes its rows with join_rows, or on batches with
+                // the same fields (JoinPlan).
                 let out = match &input_schemas[..] {
                     [Some(left), Some(right)] => {
                         check_fields(&format!("{field}.join.on"), &j.on, left)?;
                         check_fields(&format!("{field}.join.on"), &j.on, right)?;
-                        Some(schema::join_schema(left, right, &j.on, &j.right_prefix))
+                        match JoinPlan::new(left, right, &j.on, &j.right_prefix)
+                            .map_err(|e| SpecError::new(format!("{field}.join.on"), e))?
+                        {
+                            Some(plan) => {
+                                let out = Arc::clone(plan.output_schema());
+                                j.planned = Some(Arc::new(plan));
+                                Some(out)
+                            }
+                            None => Some(schema::join_schema(left, right, &j.on, &j.right_prefix)),
+                        }
                     }
                     _ => None,
                 };
@@ -1871,6 +1888,8 @@ pub fn file_format(path: &std::path::Path) -> Option<FileFormat> {
 
 #[cfg(test)]
 mod batch_enrich_tests;
+#[cfg(test)]
+mod batch_join_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
