@@ -31,13 +31,18 @@
 //!   each event's key up in a `HashMap` of the same rows (`Arc<str>` names, so no
 //!   allocation per event) in a `map`. With `BROOK_BENCH_ROW_PATH` also the YAML job
 //!   with its enrich step on JSON rows (`ValidSpec::enrich_and_joins_on_rows`, the path before).
+//! - **join**: two generators of the same events with 1,000 keys (each key once per
+//!   second on each side) -> a window join on `key`, tumbling 1 s -> `blackhole`: one
+//!   result per event pair; against the typed `window_join` of the same generators.
+//!   Events are counted on both inputs. With `BROOK_BENCH_ROW_PATH` also the YAML join
+//!   on JSON rows.
 //!
 //! With `BROOK_BENCH_STATE=rocksdb` both sides keep their keyed state in RocksDB and
 //! take a checkpoint every second (for the windows; filter + map has no state).
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`, `enrich`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`, `enrich`, `join`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window with a `late_output` on JSON rows, as before issue 18 step 4
 //! (`ValidSpec::windows_on_rows`), and on typed state). Run
@@ -347,7 +352,7 @@ sinks:
     )
 }
 
-/// The enrich job on its path (`rows`: the enrich step on JSON rows).
+/// A YAML job on its path (`rows`: its enrich and join steps on JSON rows).
 fn run_enrich_yaml(yaml: &str, rows: bool) -> u64 {
     let mut valid = brook::spec::validate(brook::spec::parse(yaml).unwrap()).unwrap();
     if rows {
@@ -376,6 +381,56 @@ fn typed_enrich(n: u64) -> u64 {
         .map(move |e: GeneratorEvent| (e.key, e.ts, e.value, table.get(&e.key).cloned()))
         .sink(sink.clone());
     env.execute("enrich-typed").unwrap();
+    sink.seen.load(Ordering::Relaxed)
+}
+
+const JOIN_KEYS: u64 = 1000;
+
+fn join_yaml(n: u64) -> String {
+    let source = |name: &str| {
+        format!("{{name: {name}, connector: generator, count: {n}, keys: {JOIN_KEYS}, event_time: ts, watermark: {{out_of_orderness: 0}}}}")
+    };
+    format!(
+        r#"
+name: join
+sources:
+  - {}
+  - {}
+steps:
+  - {{name: joined, join: {{kind: window, left: left, right: right, on: [key], window: {{kind: tumbling, size: 1000}}}}}}
+sinks:
+  - {{name: out, connector: blackhole}}
+"#,
+        source("left"),
+        source("right")
+    )
+}
+
+/// The typed window join of the same generators.
+fn typed_join(n: u64) -> u64 {
+    type Joined = (u64, i64, i64, Option<i64>);
+    let (config, _dir) = config();
+    let env = StreamEnvironment::new(config);
+    let sink = Discard::<Joined>::default();
+    let side = || {
+        let source = GeneratorSource::builder()
+            .events(n)
+            .keys(JOIN_KEYS)
+            .build()
+            .unwrap();
+        let strategy = WatermarkStrategy::<GeneratorEvent>::for_bounded_out_of_orderness(0)
+            .with_timestamp_assigner(|e: &GeneratorEvent, _| e.ts);
+        env.from_source(source, strategy)
+            .key_by(|e: &GeneratorEvent| e.key)
+    };
+    side()
+        .window_join(side(), TumblingEventTimeWindows::of(1000).unwrap())
+        .unwrap()
+        .apply(|l: &GeneratorEvent, r: Option<&GeneratorEvent>| {
+            (l.key, l.ts, l.value, r.map(|r| r.value))
+        })
+        .sink(sink.clone());
+    env.execute("join-typed").unwrap();
     sink.seen.load(Ordering::Relaxed)
 }
 
@@ -710,6 +765,35 @@ fn main() {
                 &|| typed_enrich(n),
             );
             table.push(("enrich (on rows)".to_string(), n, y, t));
+        }
+    }
+    if wanted("join") {
+        // Whole seconds: every key once per window on each side.
+        let n = if bench {
+            (((4_000_000.0 * scale) as u64) / 1000).max(1) * 1000
+        } else {
+            20_000
+        };
+        let yaml = join_yaml(n);
+        let (y, t) = compare(
+            "join",
+            2 * n,
+            reps,
+            n,
+            &|| run_enrich_yaml(&yaml, false),
+            &|| typed_join(n),
+        );
+        table.push(("join (window)".to_string(), 2 * n, y, t));
+        if std::env::var("BROOK_BENCH_ROW_PATH").is_ok() {
+            let (y, t) = compare(
+                "join rows",
+                2 * n,
+                reps,
+                n,
+                &|| run_enrich_yaml(&yaml, true),
+                &|| typed_join(n),
+            );
+            table.push(("join (on rows)".to_string(), 2 * n, y, t));
         }
     }
     let n = if bench {
