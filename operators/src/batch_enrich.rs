@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{new_null_array, Array, ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use brook_core::bad_record::BadRecords;
@@ -450,25 +450,11 @@ impl BatchEnrich {
         if self.picks.is_empty() {
             return Ok(None);
         }
-        let (input, timestamps) = if self.picks.len() == n {
-            (rows.columns, rows.timestamps)
+        let rows = if self.picks.len() == n {
+            rows
         } else {
             let kept = UInt32Array::from(std::mem::take(&mut self.kept));
-            let input = arrow_select::take::take_record_batch(&rows.columns, &kept)
-                .map_err(OperatorError::other)?;
-            let timestamps = match &rows.timestamps {
-                Some(t) => {
-                    let t = arrow_select::take::take(t.as_ref(), &kept, None)
-                        .map_err(OperatorError::other)?;
-                    // take keeps the array's type: Int64 in, Int64 out.
-                    t.as_any()
-                        .downcast_ref::<Int64Array>()
-                        .cloned()
-                        .map(Arc::new)
-                }
-                None => None,
-            };
-            (input, timestamps)
+            rows.take(&kept).map_err(OperatorError::other)?
         };
         let mut added = Vec::with_capacity(self.plan.added.len());
         for j in 0..self.plan.added.len() {
@@ -483,7 +469,7 @@ impl BatchEnrich {
             .columns
             .iter()
             .map(|c| match *c {
-                OutColumn::Input(i) => Arc::clone(input.column(i)),
+                OutColumn::Input(i) => Arc::clone(rows.columns.column(i)),
                 OutColumn::Added(j) => Arc::clone(&added[j]),
             })
             .collect();
@@ -491,7 +477,7 @@ impl BatchEnrich {
             .map_err(OperatorError::other)?;
         Ok(Some(RowBatch {
             columns,
-            timestamps,
+            timestamps: rows.timestamps,
         }))
     }
 }
@@ -528,6 +514,7 @@ impl Operator for BatchEnrich {
 mod tests {
     use super::*;
     use crate::enrich::StaticTable;
+    use arrow_array::Int64Array;
     use brook_core::bad_record::{BadRecordCounts, BadRecordPolicy};
     use brook_sql::schema::{schema_of, FieldType};
     use brook_testkit::operator::{HarnessSetup, OperatorHarness};

@@ -97,39 +97,11 @@ impl JoinPlan {
         if l.keys.types() != r.keys.types() {
             return Ok(None);
         }
-        let mut fields: Vec<Field> = left
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let mut columns: Vec<Src> = (0..fields.len()).map(Src::Left).collect();
-        for (j, f) in right.fields().iter().enumerate() {
-            if on.contains(f.name()) {
-                continue;
-            }
-            let name = if left.index_of(f.name()).is_ok() {
-                format!("{right_prefix}{}", f.name())
-            } else {
-                f.name().clone()
-            };
-            let field = Field::new(&name, f.data_type().clone(), true);
-            // A prefixed name the left also has: the row keeps one value (the right's
-            // overwrites), so the schema keeps one field.
-            match fields.iter().position(|g| g.name() == &name) {
-                Some(i) => {
-                    fields[i] = field;
-                    columns[i] = Src::Right(j);
-                }
-                None => {
-                    fields.push(field);
-                    columns.push(Src::Right(j));
-                }
-            }
-        }
+        let (output, columns) = join_fields(left, right, on, right_prefix);
         Ok(Some(JoinPlan {
             left: l,
             right: r,
-            output: Arc::new(Schema::new(fields)),
+            output,
             columns,
         }))
     }
@@ -138,6 +110,58 @@ impl JoinPlan {
     pub fn output_schema(&self) -> &SchemaRef {
         &self.output
     }
+}
+
+/// The schema of a join's rows ([`crate::row::join_rows`]): the left's fields, then the
+/// right's except the `on` fields, a right field whose name the left has written as
+/// `right_prefix` + name; every field nullable (a left outer join's unmatched rows have
+/// no right fields).
+pub fn join_schema(
+    left: &SchemaRef,
+    right: &SchemaRef,
+    on: &[String],
+    right_prefix: &str,
+) -> SchemaRef {
+    join_fields(left, right, on, right_prefix).0
+}
+
+/// [`join_schema`], and where each of its columns comes from.
+fn join_fields(
+    left: &SchemaRef,
+    right: &SchemaRef,
+    on: &[String],
+    right_prefix: &str,
+) -> (SchemaRef, Vec<Src>) {
+    let mut fields: Vec<Field> = left
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let mut columns: Vec<Src> = (0..fields.len()).map(Src::Left).collect();
+    for (j, f) in right.fields().iter().enumerate() {
+        if on.contains(f.name()) {
+            continue;
+        }
+        let name = if left.index_of(f.name()).is_ok() {
+            format!("{right_prefix}{}", f.name())
+        } else {
+            f.name().clone()
+        };
+        let field = Field::new(&name, f.data_type().clone(), true);
+        // A prefixed name the left also has: the row keeps one value (the right's
+        // overwrites), so the schema keeps one field.
+        match fields.iter().position(|g| g.name() == &name) {
+            Some(i) => {
+                fields[i] = field;
+                columns[i] = Src::Right(j);
+            }
+            None => {
+                fields.push(field);
+                columns.push(Src::Right(j));
+            }
+        }
+    }
+    (Arc::new(Schema::new(fields)), columns)
 }
 
 /// A row waiting in a join: its key and the row in arrow-row's encoding of its side's

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_schema::ArrowError;
 use brook_core::element::{Batch, StreamRecord};
 use brook_core::time::Millis;
 
@@ -52,6 +53,30 @@ impl RowBatch {
     /// The latest event time of its rows: the engine record's timestamp.
     pub fn max_timestamp(&self) -> Option<Millis> {
         self.timestamps.as_ref().and_then(|t| max_value(t.as_ref()))
+    }
+
+    /// The rows at `indices`, in their order, with their event times.
+    ///
+    /// # Errors
+    /// arrow's, for an index out of range.
+    pub fn take(&self, indices: &arrow_array::UInt32Array) -> Result<RowBatch, ArrowError> {
+        let columns = arrow_select::take::take_record_batch(&self.columns, indices)?;
+        let timestamps = match &self.timestamps {
+            Some(t) => {
+                let taken = arrow_select::take::take(t.as_ref(), indices, None)?;
+                // take keeps the array's type: Int64 in, Int64 out.
+                taken
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .map(Arc::new)
+            }
+            None => None,
+        };
+        Ok(RowBatch {
+            columns,
+            timestamps,
+        })
     }
 
     /// As one engine record.

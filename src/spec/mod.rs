@@ -42,7 +42,7 @@ use std::sync::Arc;
 use brook_core::bad_record::BadRecordPolicy;
 use brook_core::names::validate_name;
 use brook_operators::batch_enrich::EnrichPlan;
-use brook_operators::batch_join::JoinPlan;
+use brook_operators::batch_join::{join_schema, JoinPlan};
 use brook_operators::row_sql::{PlannedSql, SqlStep};
 use brook_operators::window::assigner::WindowAssigner;
 use indexmap::IndexMap;
@@ -1575,7 +1575,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                                 j.planned = Some(Arc::new(plan));
                                 Some(out)
                             }
-                            None => Some(schema::join_schema(left, right, &j.on, &j.right_prefix)),
+                            None => Some(join_schema(left, right, &j.on, &j.right_prefix)),
                         }
                     }
                     _ => None,

@@ -114,41 +114,6 @@ pub(crate) fn table_schema(field: &str, t: &TableSpec) -> Result<Option<SchemaRe
     }
 }
 
-/// The schema of a join's rows ([`brook_operators::row::join_rows`]): the left's fields,
-/// then the right's except the key fields, a right field whose name the left has
-/// written as `right_prefix` + name; every field nullable (a left outer join's
-/// unmatched rows have no right fields).
-pub(crate) fn join_schema(
-    left: &SchemaRef,
-    right: &SchemaRef,
-    on: &[String],
-    right_prefix: &str,
-) -> SchemaRef {
-    let mut fields: Vec<arrow_schema::Field> = left
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(true))
-        .collect();
-    for f in right.fields() {
-        if on.contains(f.name()) {
-            continue;
-        }
-        let name = if left.index_of(f.name()).is_ok() {
-            format!("{right_prefix}{}", f.name())
-        } else {
-            f.name().clone()
-        };
-        // A prefixed name the left also has: the row keeps one value (the right's
-        // overwrites), so the schema keeps one field.
-        if let Some(i) = fields.iter().position(|g| g.name() == &name) {
-            fields[i] = arrow_schema::Field::new(name, f.data_type().clone(), true);
-        } else {
-            fields.push(arrow_schema::Field::new(name, f.data_type().clone(), true));
-        }
-    }
-    std::sync::Arc::new(arrow_schema::Schema::new(fields))
-}
-
 /// The lines of `sample` that are JSON objects.
 fn json_objects(sample: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(sample.len());
