@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use brook_core::element::Batch;
@@ -146,6 +146,8 @@ enum Column<'a> {
     Presence(&'a dyn Array),
     Int(&'a arrow_array::PrimitiveArray<Int64Type>),
     Float(&'a arrow_array::PrimitiveArray<Float64Type>),
+    Time(&'a arrow_array::PrimitiveArray<TimestampMillisecondType>),
+    Bool(&'a arrow_array::BooleanArray),
 }
 
 impl Column<'_> {
@@ -171,6 +173,20 @@ impl Column<'_> {
                     Cell::Null
                 } else {
                     Cell::Float(a.value(row))
+                }
+            }
+            Column::Time(a) => {
+                if a.is_null(row) {
+                    Cell::Null
+                } else {
+                    Cell::Int(a.value(row))
+                }
+            }
+            Column::Bool(a) => {
+                if a.is_null(row) {
+                    Cell::Null
+                } else {
+                    Cell::Int(i64::from(a.value(row)))
                 }
             }
         }
@@ -206,6 +222,8 @@ impl<R: RowOrigin> Operator for ToKeyedRows<R> {
                     Read::Presence => Column::Presence(a),
                     Read::Int => Column::Int(a.as_primitive_opt().ok_or_else(wrong)?),
                     Read::Float => Column::Float(a.as_primitive_opt().ok_or_else(wrong)?),
+                    Read::Time => Column::Time(a.as_primitive_opt().ok_or_else(wrong)?),
+                    Read::Bool => Column::Bool(a.as_boolean_opt().ok_or_else(wrong)?),
                 });
             }
             out.reserve(rows.num_rows());
@@ -321,7 +339,13 @@ impl Operator for ResultsToBatch {
                         Cell::Null => b.append_null(),
                     }
                 }
-                Arc::new(b.finish())
+                let ints: ArrayRef = Arc::new(b.finish());
+                if *ty == DataType::Int64 {
+                    ints
+                } else {
+                    // A timestamp's ms or a bool's 0/1 back to the input's type.
+                    arrow_cast::cast(&ints, ty).map_err(OperatorError::other)?
+                }
             };
             columns.push(col);
         }

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Schema};
+use arrow_schema::{DataType, Schema, TimeUnit};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
@@ -123,6 +123,12 @@ pub enum Read {
     Int,
     /// A `float64` column.
     Float,
+    /// A `timestamp` column (ms, no zone): its ms as an integer (`min`, `max`, `first`,
+    /// `last`).
+    Time,
+    /// A `bool` column: false 0, true 1 (`min`, `max`, `first`, `last`; false < true as
+    /// on the row path).
+    Bool,
 }
 
 /// An aggregate of a typed window.
@@ -152,10 +158,15 @@ pub struct TypedAgg {
 impl TypedAgg {
     /// The type of its output column.
     pub fn output_type(&self) -> DataType {
-        match self.func {
-            TypedFunc::CountRows | TypedFunc::CountValues => DataType::Int64,
-            TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(_) => DataType::Float64,
-            TypedFunc::Int(_) => DataType::Int64,
+        match (self.func, self.column) {
+            (TypedFunc::CountRows | TypedFunc::CountValues, _) => DataType::Int64,
+            (TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(_), _) => DataType::Float64,
+            // The input's type back (min/max/first/last of a timestamp or bool).
+            (TypedFunc::Int(_), Some((_, Read::Time))) => {
+                DataType::Timestamp(TimeUnit::Millisecond, None)
+            }
+            (TypedFunc::Int(_), Some((_, Read::Bool))) => DataType::Boolean,
+            (TypedFunc::Int(_), _) => DataType::Int64,
         }
     }
 }
@@ -163,8 +174,9 @@ impl TypedAgg {
 /// Checks `aggregates` (output name, aggregate) against the window's input `schema`,
 /// and plans them on typed state when every one can be.
 ///
-/// Returns `Ok(None)` when some aggregate needs the row path (`first`, `last`,
-/// `count_distinct`, or `min`/`max` of a field that is not `int64` or `float64`).
+/// Returns `Ok(None)` when some aggregate needs the row path (`count_distinct`, or
+/// `min`/`max`/`first`/`last` of a field that is not `int64`, `float64`, `timestamp` or
+/// `bool`: strings).
 ///
 /// # Errors
 /// (output name, reason) for a field the schema lacks, or `sum`/`avg` of a field that
@@ -210,6 +222,15 @@ pub fn plan_aggregates(
             (f, DataType::Float64) if f != AggFunc::CountDistinct => {
                 (TypedFunc::Float(f), Read::Float)
             }
+            // Values of one order as integers; `sum`/`avg` of them was refused above.
+            (
+                f @ (AggFunc::Min | AggFunc::Max | AggFunc::First | AggFunc::Last),
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+            ) => (TypedFunc::Int(f), Read::Time),
+            (
+                f @ (AggFunc::Min | AggFunc::Max | AggFunc::First | AggFunc::Last),
+                DataType::Boolean,
+            ) => (TypedFunc::Int(f), Read::Bool),
             _ => {
                 typed = false;
                 continue;

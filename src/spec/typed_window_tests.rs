@@ -55,7 +55,7 @@ fn job(
     };
     let input = dir.join("in");
     let schema = format!(
-        "{{k: {key_type}, v: {}, ts: int64}}",
+        "{{k: {key_type}, v: {}, ts: int64, at: timestamp, ok: bool}}",
         if float_values { "float64" } else { "int64" }
     );
     format!(
@@ -74,7 +74,7 @@ steps:
   - name: w
     window: {window}
     allowed_lateness: {lateness}
-    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v), f: first(v), l: last(v)}}{late_output}
+    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v), f: first(v), l: last(v), t0: min(at), tl: last(at), okmax: max(ok), okf: first(ok)}}{late_output}
 sinks:
   - {{name: out, connector: file, path: {}, input: w}}{late_sink}
 "#,
@@ -141,6 +141,9 @@ proptest! {
         let lines: Vec<String> = events
             .iter()
             .map(|(k, v, ts)| {
+                // A timestamp (ms) and a bool that follow the value, null with it.
+                let at = v.map(|v| 1_767_268_800_000 + v * 1000);
+                let ok = v.map(|v| v % 3 == 0);
                 let k = match (k, string_keys) {
                     (None, _) => Value::Null,
                     (Some(k), true) => json!(format!("key-{k}")),
@@ -151,7 +154,7 @@ proptest! {
                     (Some(v), true) => json!(*v as f64 / 4.0),
                     (Some(v), false) => json!(v),
                 };
-                format!("{}\n", json!({"k": k, "v": v, "ts": ts}))
+                format!("{}\n", json!({"k": k, "v": v, "ts": ts, "at": at, "ok": ok}))
             })
             .collect();
         // Events go to the files in turn: each file is a split of its own.
