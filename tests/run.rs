@@ -848,6 +848,33 @@ sinks:
     assert!(requests < 30, "{requests} requests with a cache");
     assert_eq!(lines(&dir.path().join("out.jsonl")), want);
     assert_eq!(lines(&dir.path().join("dead.jsonl")).len(), 10);
+    // With the answer's schema declared the rows leave as batches of it: the same rows.
+    let (o, what, _) = run(", on_error: drop, schema: {class: string}", "sales.jsonl");
+    expect_success(&what, &o);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), want);
+    // An answer that does not fit it goes to the dead letters, naming the field.
+    std::fs::remove_file(dir.path().join("dead.jsonl")).unwrap();
+    let (o, what, _) = run(", on_error: drop, schema: {class: int64}", "sales.jsonl");
+    expect_success(&what, &o);
+    let dead = lines(&dir.path().join("dead.jsonl"));
+    assert_eq!(dead.len(), 50, "every answered row: {dead:?}");
+    assert!(
+        dead[0]["reason"].as_str().unwrap().contains("class"),
+        "{dead:?}"
+    );
+    // A URL field the input lacks is an error before the job runs.
+    let spec = brook::spec::parse(&format!(
+        "name: h\nsources:\n  - {{name: sales, connector: file, path: {}}}\nsteps:\n  - async_enrich: {{url: \"http://{addr}/s/{{pupil}}\"}}\nsinks:\n  - {{name: out, connector: stdout}}\n",
+        dir.path().join("sales.jsonl").display()
+    ))
+    .unwrap();
+    let err = brook::spec::validate(spec).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "steps[0] (step-1).async_enrich.url: {pupil}: field \"pupil\" is not in the input"
+        ),
+        "{err}"
+    );
     // Unordered: the same rows, in any order.
     let (o, what, _) = run(", on_error: drop, ordered: false", "sales.jsonl");
     expect_success(&what, &o);

@@ -770,7 +770,9 @@ fn build_with(
                 });
                 let a = a.clone();
                 let name = step.name.clone();
-                Stream::Plain(transform(input, &step.name, move || {
+                let output = a.output.clone();
+                let bad = handler.clone();
+                let rows = transform(input, &step.name, move || {
                     let on_error = match a.on_error {
                         LookupErrorSpec::Fail => OnLookupError::Fail,
                         LookupErrorSpec::Pass => OnLookupError::Pass,
@@ -788,7 +790,20 @@ fn build_with(
                             on_error,
                         },
                     )
-                }))
+                });
+                // With the answer's schema declared, the rows leave as batches of the
+                // step's output schema (an answer that does not fit it goes to the
+                // step's `on_bad_record`, naming the field).
+                match output {
+                    Some(schema) => {
+                        let batches = rows
+                            .transform_chained(&format!("{}-batches", step.name), move |_| {
+                                ToBatches::new(Arc::clone(&schema), bad.clone())
+                            });
+                        Stream::Batches(batches, step.name.clone())
+                    }
+                    None => Stream::Plain(rows),
+                }
             }
             StepOp::KeyBy(fields) => {
                 // Batches stay batches until a consumer partitions them.

@@ -497,6 +497,13 @@ pub struct AsyncEnrichSpec {
     /// `bad_record` (the step's `on_bad_record` policy).
     #[serde(default)]
     pub on_error: Option<LookupErrorSpec>,
+    /// The answer's fields and types, `{field: type}` as a source's `schema:` (default:
+    /// none, and the rows after the step are JSON rows whose schema is unknown at plan
+    /// time). With it the step's output is batches of the input's fields and these
+    /// (an answer field the input has replaces it in place), fields of the answer not
+    /// named are left out, and steps after it are planned before the job runs.
+    #[serde(default)]
+    pub schema: Option<IndexMap<String, String>>,
 }
 
 /// What a failed request of an `async_enrich` step does.
@@ -522,6 +529,10 @@ pub(crate) struct AsyncEnrichStep {
     pub(crate) timeout_ms: i64,
     pub(crate) cache_ttl_ms: i64,
     pub(crate) on_error: LookupErrorSpec,
+    /// The declared answer fields.
+    pub(crate) answer: Option<arrow_schema::SchemaRef>,
+    /// The output's schema: the input's and the answer's fields (both known).
+    pub(crate) output: Option<arrow_schema::SchemaRef>,
 }
 
 /// An `enrich` step: each row gets the fields of the table row with the same key.
@@ -930,6 +941,11 @@ fn resolve_async_enrich(field: &str, a: &AsyncEnrichSpec) -> Result<AsyncEnrichS
         timeout_ms: ms(&a.timeout, "timeout", 5_000)?,
         cache_ttl_ms: ms(&a.cache_ttl, "cache_ttl", 0)?,
         on_error: a.on_error.unwrap_or(LookupErrorSpec::Fail),
+        answer: match &a.schema {
+            Some(fields) => Some(schema::declared_schema(field, fields)?),
+            None => None,
+        },
+        output: None,
     })
 }
 
@@ -1537,6 +1553,37 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 (StepOp::Window(w), out)
             }
             StepOp::Union => (StepOp::Union, input_schema),
+            StepOp::AsyncEnrich(mut a) => {
+                let out = match &input_schema {
+                    Some(input) => {
+                        // Every `{field}` of the URL is a field of the input.
+                        for f in http::template_fields(&a.url)
+                            .map_err(|e| SpecError::new(format!("{field}.async_enrich.url"), e))?
+                        {
+                            if input.index_of(&f).is_err() {
+                                return Err(SpecError::new(
+                                    format!("{field}.async_enrich.url"),
+                                    format!(
+                                        "{{{f}}}: field {f:?} is not in the input (its fields: {})",
+                                        input
+                                            .fields()
+                                            .iter()
+                                            .map(|x| x.name().as_str())
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    ),
+                                ));
+                            }
+                        }
+                        a.answer
+                            .as_ref()
+                            .map(|answer| schema::merged(input, answer))
+                    }
+                    None => None,
+                };
+                a.output = out.clone();
+                (StepOp::AsyncEnrich(a), out)
+            }
             StepOp::Enrich(mut e) => {
                 let at = format!("{field}.enrich");
                 let table = schema::table_schema(&format!("{at}.table"), &e.table)?;
@@ -1582,9 +1629,6 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                 };
                 (StepOp::Join(j), out)
             }
-            // Not derived yet (issue 18): planned downstream on the first batch; a window
-            // whose input schema is unknown or that needs the row path too.
-            other => (other, None),
         };
         schemas.insert(name.clone(), output_schema);
         let policy = s.on_bad_record.unwrap_or(default_policy);

@@ -9,9 +9,11 @@
 //!   `select`: brook-sql's projection; a union: its inputs' when they are all the same.
 //! - An `enrich` step's: its plan's ([`brook_operators::batch_enrich::EnrichPlan`]),
 //!   from its input's and its table's ([`table_schema`]).
+//! - An `async_enrich` step's with its answer's `schema:` declared: the input's fields
+//!   and the answer's ([`merged`]).
 //! - Unknown at plan time (`None`): a log or Kafka source without `schema:` (read only
-//!   when the job runs), an `enrich` step's whose table schema is unknown, and the
-//!   output of `window` steps on rows and `async_enrich` steps (not derived yet). A `filter`/`map`/`select` on such an input is
+//!   when the job runs), an `enrich` step's whose table schema is unknown, an
+//!   `async_enrich` step's without an answer schema, and a window's on JSON rows. A `filter`/`map`/`select` on such an input is
 //!   planned on its first batch ([`brook_operators::row_sql`]).
 
 use std::fs::File;
@@ -114,6 +116,22 @@ pub(crate) fn table_schema(field: &str, t: &TableSpec) -> Result<Option<SchemaRe
     }
 }
 
+/// `input`'s fields with `added`'s merged in: a field of both takes `added`'s type in
+/// place, the others are appended in order; the added ones nullable (an
+/// `async_enrich` step's output: the row with the answer's fields).
+pub(crate) fn merged(input: &SchemaRef, added: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<arrow_schema::Field> =
+        input.fields().iter().map(|f| f.as_ref().clone()).collect();
+    for f in added.fields() {
+        let field = f.as_ref().clone().with_nullable(true);
+        match fields.iter().position(|g| g.name() == f.name()) {
+            Some(i) => fields[i] = field,
+            None => fields.push(field),
+        }
+    }
+    std::sync::Arc::new(arrow_schema::Schema::new(fields))
+}
+
 /// The lines of `sample` that are JSON objects.
 fn json_objects(sample: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(sample.len());
@@ -136,7 +154,10 @@ fn declared_fields(s: &SourceSpec) -> Option<&IndexMap<String, String>> {
     }
 }
 
-fn declared_schema(field: &str, fields: &IndexMap<String, String>) -> Result<SchemaRef, SpecError> {
+pub(crate) fn declared_schema(
+    field: &str,
+    fields: &IndexMap<String, String>,
+) -> Result<SchemaRef, SpecError> {
     brook_sql::schema::declared(fields.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| schema_error(field, &e))
 }
