@@ -875,6 +875,20 @@ sinks:
         ),
         "{err}"
     );
+    // An answer field the input has must keep its type (a row whose answer lacks it
+    // keeps the input's value).
+    let spec = brook::spec::parse(&format!(
+        "name: h\nsources:\n  - {{name: sales, connector: file, path: {}}}\nsteps:\n  - async_enrich: {{url: \"http://{addr}/s/{{student}}\", schema: {{sale: string}}}}\nsinks:\n  - {{name: out, connector: stdout}}\n",
+        dir.path().join("sales.jsonl").display()
+    ))
+    .unwrap();
+    let err = brook::spec::validate(spec).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "steps[0] (step-1).async_enrich.schema.sale: the input's field \"sale\" is Int64"
+        ),
+        "{err}"
+    );
     // Unordered: the same rows, in any order.
     let (o, what, _) = run(", on_error: drop, ordered: false", "sales.jsonl");
     expect_success(&what, &o);

@@ -276,23 +276,35 @@ impl BatchEnrich {
     }
 
     /// `key_columns` (in the table's key order) encoded as index keys, cast to the input
-    /// keys' types.
-    fn encode_keys(&self, key_columns: &[ArrayRef]) -> OpResult<arrow_row::Rows> {
-        let cast = key_columns
-            .iter()
-            .zip(self.plan.key_types())
-            .map(|(c, t)| {
-                if c.data_type() == &t {
-                    Ok(Arc::clone(c))
-                } else {
-                    arrow_cast::cast(c.as_ref(), &t)
+    /// keys' types, and for each row whether the cast kept its key: a value the cast
+    /// turns into null (`"x7"` as an int64) or into another value (`2.5` into 2, `"07"`
+    /// into 7, which does not read back as `"07"`) cannot equal any input key, as on
+    /// JSON rows, so such a row is not indexed.
+    fn encode_keys(&self, key_columns: &[ArrayRef]) -> OpResult<(arrow_row::Rows, Vec<bool>)> {
+        let n = key_columns.first().map_or(0, |c| c.len());
+        let mut exact = vec![true; n];
+        let mut cast = Vec::with_capacity(key_columns.len());
+        for (c, t) in key_columns.iter().zip(self.plan.key_types()) {
+            if c.data_type() == &t {
+                cast.push(Arc::clone(c));
+                continue;
+            }
+            let to = arrow_cast::cast(c.as_ref(), &t).map_err(OperatorError::other)?;
+            let back =
+                arrow_cast::cast(to.as_ref(), c.data_type()).map_err(OperatorError::other)?;
+            for (i, ok) in exact.iter_mut().enumerate() {
+                if c.is_null(i) {
+                    continue;
                 }
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(OperatorError::other)?;
-        self.keys
+                *ok &= !to.is_null(i) && back.slice(i, 1).to_data() == c.slice(i, 1).to_data();
+            }
+            cast.push(to);
+        }
+        let rows = self
+            .keys
             .convert_columns(&cast)
-            .map_err(OperatorError::other)
+            .map_err(OperatorError::other)?;
+        Ok((rows, exact))
     }
 
     fn apply_updates(&mut self, updates: Vec<TableUpdate>) -> OpResult {
@@ -335,10 +347,12 @@ impl BatchEnrich {
             .iter()
             .map(|&k| Arc::clone(batch.column(k)))
             .collect();
-        let keys = self.encode_keys(&key_columns)?;
+        let (keys, exact) = self.encode_keys(&key_columns)?;
         let chunk = self.chunks.len();
-        for (row, key) in keys.iter().enumerate() {
-            self.index.insert(key.as_ref().to_vec(), (chunk, row));
+        for ((row, key), exact) in keys.iter().enumerate().zip(exact) {
+            if exact {
+                self.index.insert(key.as_ref().to_vec(), (chunk, row));
+            }
         }
         self.table_rows += batch.num_rows();
         self.chunks.push(
@@ -372,8 +386,10 @@ impl BatchEnrich {
             if decoded.batch.num_rows() != 1 {
                 continue; // not a key of these types
             }
-            let keys = self.encode_keys(decoded.batch.columns())?;
-            self.index.remove(keys.row(0).as_ref());
+            let (keys, exact) = self.encode_keys(decoded.batch.columns())?;
+            if exact[0] {
+                self.index.remove(keys.row(0).as_ref());
+            }
         }
         Ok(())
     }
@@ -705,6 +721,53 @@ mod tests {
             vec![
                 json!({"n": 7, "name": "seven"}),
                 json!({"n": 8, "name": null})
+            ]
+        );
+    }
+
+    #[test]
+    fn table_keys_that_the_cast_changes_match_nothing() {
+        // "x7" is no int64 (null after the cast), "07" reads back as "7", 2.5 is no
+        // int64 either: none of them may meet a row (a null key, 7, 2), as on JSON rows.
+        let input = schema(&[("n", FieldType::Int64)]);
+        let texts = schema(&[("id", FieldType::String), ("name", FieldType::String)]);
+        let floats = schema(&[("id", FieldType::Float64), ("name", FieldType::String)]);
+        let rows = vec![json!({"n": null}), json!({"n": 7}), json!({"n": 2})];
+        let (bad, _) = skip();
+        let mut op = opened(BatchEnrich::new(
+            "c",
+            plan(input.clone(), texts, "n", "id"),
+            Box::new(StaticTable(vec![
+                json!({"id": "x7", "name": "x"}),
+                json!({"id": "07", "name": "zero-seven"}),
+            ])),
+            MissingKey::Nulls,
+            bad.clone(),
+        ));
+        assert_eq!(
+            run(&mut op, &input, rows.clone()),
+            vec![
+                json!({"n": null, "name": null}),
+                json!({"n": 7, "name": null}),
+                json!({"n": 2, "name": null})
+            ]
+        );
+        let mut op = opened(BatchEnrich::new(
+            "f",
+            plan(input.clone(), floats, "n", "id"),
+            Box::new(StaticTable(vec![
+                json!({"id": 2.5, "name": "two and a half"}),
+                json!({"id": 7.0, "name": "seven"}),
+            ])),
+            MissingKey::Nulls,
+            bad,
+        ));
+        assert_eq!(
+            run(&mut op, &input, rows),
+            vec![
+                json!({"n": null, "name": null}),
+                json!({"n": 7, "name": "seven"}),
+                json!({"n": 2, "name": null})
             ]
         );
     }

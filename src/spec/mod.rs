@@ -1575,6 +1575,24 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                                 ));
                             }
                         }
+                        if let Some(answer) = &a.answer {
+                            // A row whose answer lacks a field keeps the input's value,
+                            // which must fit the field's declared type.
+                            for f in answer.fields() {
+                                if let Ok(i) = input.index_of(f.name()) {
+                                    let have = input.field(i).data_type();
+                                    if have != f.data_type() {
+                                        return Err(SpecError::new(
+                                            format!("{field}.async_enrich.schema.{}", f.name()),
+                                            format!(
+                                                "the input's field {:?} is {have}: an answer replaces it, so declare it with that type (or let the service answer another name)",
+                                                f.name()
+                                            ),
+                                        ));
+                                    }
+                                }
+                            }
+                        }
                         a.answer
                             .as_ref()
                             .map(|answer| schema::merged(input, answer))
