@@ -394,9 +394,12 @@ fn orders_payments_keeps_exactly_once_over_rescaled_restores() {
     let stdout = text(&out.stdout);
     eprintln!("{stdout}");
     assert!(kills_held(&stdout) >= min_kills(), "{stdout}");
+    // (How many orders are unpaid may depend on arrival order: a payment can be late
+    // behind the orders' watermark; verify says so and compares with its reference.)
     assert!(
-        stdout.contains(": 8 rows, as in the reference run"),
-        "the 8 unpaid orders: {stdout}"
+        stdout.contains("sink unpaid-out (file ")
+            && stdout.contains("rows, as in the reference run"),
+        "{stdout}"
     );
 }
 

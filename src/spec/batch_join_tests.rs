@@ -221,13 +221,10 @@ fn late_rows_of_a_join_on_batches_go_to_its_late_output_as_they_came() {
     );
     let (out, late) = run(&yaml, dir.path(), false);
     assert!(!out.is_empty());
-    // How many depends on how the two files' reads interleave (12 of the 40 rows that
-    // jump back, in three runs); the last ones of each file come long after the
-    // watermark of both passed them.
-    assert!(
-        !late.is_empty(),
-        "rows 1000 batches behind both watermarks are late"
-    );
+    // How many are late depends on how the two files' reads interleave: 12 of the 40
+    // rows that jump back in three runs here, none in one CI run (a row is late only
+    // once the other file's watermark passed it too), so the count is not asserted;
+    // the operators' own test checks the rows' round trip.
     for r in &late {
         assert!(
             orders.contains(r) || payments.contains(r),
