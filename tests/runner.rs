@@ -321,10 +321,17 @@ fn a_killed_runner_is_restarted_and_its_jobs_resume_with_exactly_once_output() {
     assert_same_output(&outputs(dir.path(), &data), "after a runner crash");
 }
 
+/// What `/metrics`, `brook job` and the status (what the dashboard draws) show of a
+/// running job. The job follows its topic (`bounded: false`), so it is still running
+/// however slow the machine is; it is canceled at the end.
 #[test]
-fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job() {
-    let _ = reference();
+fn metrics_and_status_list_a_running_jobs_splits_hot_keys_and_checkpoints() {
     let (dir, data, job) = setup();
+    let spec = std::fs::read_to_string(&job).expect("read the spec");
+    let following = spec.replacen("topic: events\n", "topic: events\n    bounded: false\n", 1);
+    assert_ne!(spec, following, "the spec's log source");
+    let job = dir.path().join("following.yaml");
+    std::fs::write(&job, following).expect("write the spec");
     let runner = Runner::start_in_process(&data);
     let job_path = job.to_string_lossy().into_owned();
     let id = runner.submit(&[&job_path]);
@@ -381,6 +388,20 @@ fn cancel_with_savepoint_and_resume_commit_exactly_once_and_metrics_list_the_job
         st.checkpoints.history
     );
 
+    run_brook_ok(&mut runner.cli(&["cancel", &id]));
+    runner.wait_for_state(&id, JobState::Canceled);
+}
+
+/// Cancel with a savepoint right after the first checkpoint (the job runs a few
+/// seconds: nothing slow between the two), then resume from it.
+#[test]
+fn cancel_with_savepoint_and_resume_commit_exactly_once() {
+    let _ = reference();
+    let (dir, data, job) = setup();
+    let runner = Runner::start_in_process(&data);
+    let job_path = job.to_string_lossy().into_owned();
+    let id = runner.submit(&[&job_path]);
+    runner.wait_for_checkpoint(&id, 1);
     let out = run_brook_ok(&mut runner.cli(&["cancel", &id, "--savepoint", "--json"]));
     let d: JobDetail = serde_json::from_slice(&out.stdout).expect("cancel's JSON");
     assert_eq!(d.summary.state, JobState::Canceled);
