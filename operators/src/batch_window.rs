@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::builder::StringBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
@@ -25,11 +26,12 @@ use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 
 use crate::group_key::{GroupKey, KeyCodec};
+use crate::heap_aggregate::HeapAggregate;
 use crate::row_aggregate::AggSpec;
 use crate::row_batch::{row_times, RowBatch};
 use crate::typed_aggregate::{
     inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, RowOrigin, SourceRow, TypedAgg,
-    TypedAggregate, TypedResult,
+    TypedAggregate, TypedResult, WindowValues,
 };
 use crate::window::WindowResult;
 
@@ -93,9 +95,22 @@ impl WindowColumns {
         &self.output
     }
 
-    /// The aggregate function the window operator runs.
+    /// The aggregate function the window operator runs when none of its aggregates
+    /// is [`Self::on_heap`].
     pub fn aggregate(&self) -> TypedAggregate {
         TypedAggregate::new(&self.aggs)
+    }
+
+    /// Whether some aggregate keeps heap values (`count_distinct`, `min`/`max`/`first`/
+    /// `last` of a string): then the window runs [`Self::heap_aggregate`] on rows that
+    /// keep their input rows ([`SourceRow`]), from which those aggregates read.
+    pub fn on_heap(&self) -> bool {
+        self.aggs.iter().any(|a| a.func.on_heap())
+    }
+
+    /// The aggregate function the window operator runs when [`Self::on_heap`].
+    pub fn heap_aggregate(&self) -> HeapAggregate {
+        HeapAggregate::new(&self.aggs)
     }
 
     /// The schema of the step's input batches.
@@ -108,7 +123,13 @@ impl WindowColumns {
     pub fn to_keyed_rows<R: RowOrigin>(&self) -> ToKeyedRows<R> {
         ToKeyedRows {
             codec: Arc::clone(&self.codec),
-            reads: self.aggs.iter().filter_map(|a| a.column).collect(),
+            // The inline aggregates' cells (heap ones read their rows).
+            reads: self
+                .aggs
+                .iter()
+                .filter(|a| !a.func.on_heap())
+                .filter_map(|a| a.column)
+                .collect(),
             keys: Vec::new(),
             _origin: std::marker::PhantomData,
         }
@@ -121,12 +142,13 @@ impl WindowColumns {
         }
     }
 
-    /// The operator after the window.
-    pub fn results_to_batch(&self) -> ResultsToBatch {
+    /// The operator after the window (`O`: its aggregate's results).
+    pub fn results_to_batch<O: WindowValues>(&self) -> ResultsToBatch<O> {
         ResultsToBatch {
             codec: Arc::clone(&self.codec),
             types: self.aggs.iter().map(TypedAgg::output_type).collect(),
             schema: Arc::clone(&self.output),
+            _results: std::marker::PhantomData,
         }
     }
 }
@@ -219,7 +241,8 @@ impl<R: RowOrigin> Operator for ToKeyedRows<R> {
                     ))
                 };
                 cols.push(match read {
-                    Read::Presence => Column::Presence(a),
+                    // No inline aggregate reads a string's value (see `reads`).
+                    Read::Presence | Read::Text => Column::Presence(a),
                     Read::Int => Column::Int(a.as_primitive_opt().ok_or_else(wrong)?),
                     Read::Float => Column::Float(a.as_primitive_opt().ok_or_else(wrong)?),
                     Read::Time => Column::Time(a.as_primitive_opt().ok_or_else(wrong)?),
@@ -287,19 +310,20 @@ impl Operator for LateRows {
 /// Window results into one batch per engine batch, each row with its result's time
 /// (the window's max timestamp).
 #[derive(Debug)]
-pub struct ResultsToBatch {
+pub struct ResultsToBatch<O = TypedResult> {
     codec: Arc<KeyCodec>,
     types: Vec<DataType>,
     schema: SchemaRef,
+    _results: std::marker::PhantomData<fn(O)>,
 }
 
-impl Operator for ResultsToBatch {
-    type In = WindowResult<GroupKey, TypedResult>;
+impl<O: WindowValues> Operator for ResultsToBatch<O> {
+    type In = WindowResult<GroupKey, O>;
     type Out = RowBatch;
 
     fn process_batch(
         &mut self,
-        batch: Batch<WindowResult<GroupKey, TypedResult>>,
+        batch: Batch<WindowResult<GroupKey, O>>,
         _ctx: &mut OperatorContext,
         out: &mut Output<RowBatch>,
     ) -> OpResult {
@@ -316,10 +340,16 @@ impl Operator for ResultsToBatch {
         columns.push(Arc::new(starts));
         columns.push(Arc::new(ends));
         for (j, ty) in self.types.iter().enumerate() {
-            let cell = |r: &brook_core::element::StreamRecord<
-                WindowResult<GroupKey, TypedResult>,
-            >| { r.value.value.get(j).copied().unwrap_or(Cell::Null) };
-            let col: ArrayRef = if *ty == DataType::Float64 {
+            let cell = |r: &brook_core::element::StreamRecord<WindowResult<GroupKey, O>>| {
+                r.value.value.cell(j)
+            };
+            let col: ArrayRef = if *ty == DataType::Utf8 {
+                let mut b = StringBuilder::with_capacity(n, n * 8);
+                for r in &batch {
+                    b.append_option(r.value.value.text(j));
+                }
+                Arc::new(b.finish())
+            } else if *ty == DataType::Float64 {
                 let mut b = Float64Array::builder(n);
                 for r in &batch {
                     match cell(r) {
@@ -455,7 +485,9 @@ mod tests {
                 WindowResult {
                     key: k.key.clone(),
                     window: TimeWindow::new(0, 1000),
-                    value: [Cell::Int(c), Cell::Null].into_iter().collect(),
+                    value: [Cell::Int(c), Cell::Null]
+                        .into_iter()
+                        .collect::<TypedResult>(),
                 },
                 999,
             )

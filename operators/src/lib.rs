@@ -38,6 +38,7 @@ pub mod batch_sql;
 pub mod batch_window;
 pub mod enrich;
 pub mod group_key;
+pub mod heap_aggregate;
 pub mod join;
 pub mod process;
 pub mod row;

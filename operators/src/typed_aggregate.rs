@@ -6,9 +6,12 @@
 //! value ([`Cell`]) each aggregate with a field reads, inline (no allocation per row).
 //! The accumulator of a key and window is one [`AccCell`] per aggregate, inline too.
 //!
-//! # Which aggregates (the rest stay on the row path)
-//! `count()`; `count(f)` of a field of any type; `sum`, `avg`, `min`, `max`, `first`,
-//! `last` of an `int64` or `float64` field. The results are those of the row path
+//! # Which aggregates
+//! Inline here: `count()`; `count(f)` of a field of any type; `sum`, `avg` of an `int64`
+//! or `float64` field; `min`, `max`, `first`, `last` of an `int64`, `float64`,
+//! `timestamp` or `bool` field. On the heap ([`crate::heap_aggregate`]):
+//! `count_distinct(f)` of any field, `min`/`max`/`first`/`last` of a `string` field. A
+//! field of a type a YAML schema cannot declare (a list, a struct) keeps the row path. The results are those of the row path
 //! ([`crate::row_aggregate`]'s semantics, as SQL): `count` an `int64`; `sum` of the
 //! field's type, `null` over no values; `avg` a `float64`, `null` over no values;
 //! `min`/`max` of the field's type, the first of equal values kept; `first`/`last` the
@@ -129,6 +132,9 @@ pub enum Read {
     /// A `bool` column: false 0, true 1 (`min`, `max`, `first`, `last`; false < true as
     /// on the row path).
     Bool,
+    /// A `string` column, read from the row itself by the accumulators that own heap
+    /// values ([`crate::heap_aggregate`]).
+    Text,
 }
 
 /// An aggregate of a typed window.
@@ -142,6 +148,19 @@ pub enum TypedFunc {
     Int(AggFunc),
     /// The same of a `float64` field.
     Float(AggFunc),
+    /// `count_distinct(f)` of a field of any type (a set of its values,
+    /// [`crate::heap_aggregate`]).
+    Distinct,
+    /// `min(f)`, `max(f)`, `first(f)`, `last(f)` of a `string` field (an owned string,
+    /// [`crate::heap_aggregate`]).
+    Text(AggFunc),
+}
+
+impl TypedFunc {
+    /// Whether its accumulator owns heap values (and reads its row, not a [`Cell`]).
+    pub fn on_heap(self) -> bool {
+        matches!(self, TypedFunc::Distinct | TypedFunc::Text(_))
+    }
 }
 
 /// One aggregate: its output name, function and input column.
@@ -159,7 +178,10 @@ impl TypedAgg {
     /// The type of its output column.
     pub fn output_type(&self) -> DataType {
         match (self.func, self.column) {
-            (TypedFunc::CountRows | TypedFunc::CountValues, _) => DataType::Int64,
+            (TypedFunc::CountRows | TypedFunc::CountValues | TypedFunc::Distinct, _) => {
+                DataType::Int64
+            }
+            (TypedFunc::Text(_), _) => DataType::Utf8,
             (TypedFunc::Int(AggFunc::Avg) | TypedFunc::Float(_), _) => DataType::Float64,
             // The input's type back (min/max/first/last of a timestamp or bool).
             (TypedFunc::Int(_), Some((_, Read::Time))) => {
@@ -174,9 +196,8 @@ impl TypedAgg {
 /// Checks `aggregates` (output name, aggregate) against the window's input `schema`,
 /// and plans them on typed state when every one can be.
 ///
-/// Returns `Ok(None)` when some aggregate needs the row path (`count_distinct`, or
-/// `min`/`max`/`first`/`last` of a field that is not `int64`, `float64`, `timestamp` or
-/// `bool`: strings).
+/// Returns `Ok(None)` when some aggregate needs the row path: one of a field whose type
+/// a YAML schema cannot declare (a list or a struct an inferred schema may hold).
 ///
 /// # Errors
 /// (output name, reason) for a field the schema lacks, or `sum`/`avg` of a field that
@@ -218,6 +239,17 @@ pub fn plan_aggregates(
             (AggFunc::Count, DataType::Int64) => (TypedFunc::CountValues, Read::Int),
             (AggFunc::Count, DataType::Float64) => (TypedFunc::CountValues, Read::Float),
             (AggFunc::Count, _) => (TypedFunc::CountValues, Read::Presence),
+            (AggFunc::CountDistinct, DataType::Int64) => (TypedFunc::Distinct, Read::Int),
+            (AggFunc::CountDistinct, DataType::Float64) => (TypedFunc::Distinct, Read::Float),
+            (AggFunc::CountDistinct, DataType::Timestamp(TimeUnit::Millisecond, None)) => {
+                (TypedFunc::Distinct, Read::Time)
+            }
+            (AggFunc::CountDistinct, DataType::Boolean) => (TypedFunc::Distinct, Read::Bool),
+            (AggFunc::CountDistinct, DataType::Utf8) => (TypedFunc::Distinct, Read::Text),
+            (
+                f @ (AggFunc::Min | AggFunc::Max | AggFunc::First | AggFunc::Last),
+                DataType::Utf8,
+            ) => (TypedFunc::Text(f), Read::Text),
             (f, DataType::Int64) if f != AggFunc::CountDistinct => (TypedFunc::Int(f), Read::Int),
             (f, DataType::Float64) if f != AggFunc::CountDistinct => {
                 (TypedFunc::Float(f), Read::Float)
@@ -312,6 +344,26 @@ impl<'de> Deserialize<'de> for TypedAcc {
 /// A typed window's result: one value per aggregate.
 pub type TypedResult = SmallVec<[Cell; 4]>;
 
+/// A window result's values, by the aggregate's place in the step.
+pub trait WindowValues: Clone + Send + 'static {
+    /// The `j`-th aggregate's value (`null` for a string).
+    fn cell(&self, j: usize) -> Cell;
+    /// The `j`-th aggregate's value if it is a string (`None`: `null` or not a string).
+    fn text(&self, j: usize) -> Option<&str>;
+}
+
+impl WindowValues for TypedResult {
+    #[inline]
+    fn cell(&self, j: usize) -> Cell {
+        self.get(j).copied().unwrap_or(Cell::Null)
+    }
+
+    #[inline]
+    fn text(&self, _: usize) -> Option<&str> {
+        None
+    }
+}
+
 /// The aggregates of a typed window step.
 #[derive(Debug)]
 pub struct TypedAggregate {
@@ -331,12 +383,14 @@ impl Clone for TypedAggregate {
 }
 
 impl TypedAggregate {
-    /// The aggregates `planned` (by [`plan_aggregates`]); the `k`-th with a column reads
-    /// `cells[k]` of each row.
+    /// The aggregates `planned` (by [`plan_aggregates`]) whose accumulators are inline
+    /// (those [`TypedFunc::on_heap`] are left out: [`crate::heap_aggregate`] keeps
+    /// them); the `k`-th with a column reads `cells[k]` of each row.
     pub fn new(planned: &[TypedAgg]) -> TypedAggregate {
         let mut slot = 0;
         let aggs = planned
             .iter()
+            .filter(|a| !a.func.on_heap())
             .map(|a| {
                 let s = a.column.map(|_| {
                     slot += 1;
@@ -354,7 +408,7 @@ impl TypedAggregate {
     /// The next arrival number for a cell holding number `held` (0: none): above
     /// `held`, so a restored accumulator's order is kept.
     #[inline]
-    fn next_seq(&self, held: i64) -> i64 {
+    pub(crate) fn next_seq(&self, held: i64) -> i64 {
         let s = self.seq.fetch_add(1, AtomicOrdering::Relaxed) + 1;
         let held = held.max(0) as u64;
         if s > held {
@@ -368,7 +422,7 @@ impl TypedAggregate {
 /// Whether `new` replaces `cur` as the `min` (`max` false) or `max`: strictly further in
 /// that direction (the first of equal values is kept).
 #[inline]
-fn beats<T: PartialOrd>(new: T, cur: T, max: bool) -> bool {
+pub(crate) fn beats<T: PartialOrd>(new: T, cur: T, max: bool) -> bool {
     if max {
         new > cur
     } else {
@@ -392,7 +446,8 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
                 None => Cell::Int(1),
             };
             match (func, value) {
-                (_, Cell::Null) => {}
+                // Left out by `new`.
+                (_, Cell::Null) | (TypedFunc::Distinct | TypedFunc::Text(_), _) => {}
                 (TypedFunc::CountRows | TypedFunc::CountValues, _) => cell.n += 1,
                 (TypedFunc::Int(AggFunc::Sum), Cell::Int(v)) => {
                     cell.v = (cell.v as i64).wrapping_add(v) as u64;
@@ -457,6 +512,8 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
                 }
                 TypedFunc::Int(f) => cell.pick_int(o.v as i64, *f == AggFunc::Max),
                 TypedFunc::Float(f) => cell.pick_float(o.float(), *f == AggFunc::Max),
+                // Left out by `new`.
+                TypedFunc::Distinct | TypedFunc::Text(_) => {}
             }
         }
     }
@@ -474,6 +531,8 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
                     }
                     TypedFunc::Int(_) => Cell::Int(cell.v as i64),
                     TypedFunc::Float(_) => Cell::Float(cell.float()),
+                    // Left out by `new`.
+                    TypedFunc::Distinct | TypedFunc::Text(_) => Cell::Null,
                 }),
         )
     }
@@ -650,18 +709,27 @@ mod tests {
         );
         let err = plan_aggregates(&schema(), &aggs(&[("t", "avg(item)")])).expect_err("string");
         assert_eq!(err.1, "avg(item): `item` is Utf8, not a number");
-        for rows_only in [
-            "first(item)",
-            "last(item)",
-            "count_distinct(n)",
-            "min(item)",
-        ] {
-            assert_eq!(
-                plan_aggregates(&schema(), &aggs(&[("t", rows_only)])),
-                Ok(None),
-                "{rows_only}"
-            );
-        }
+        let heap = plan_aggregates(
+            &schema(),
+            &aggs(&[
+                ("f", "first(item)"),
+                ("d", "count_distinct(n)"),
+                ("m", "min(item)"),
+            ]),
+        )
+        .expect("valid")
+        .expect("typed");
+        assert!(heap.iter().all(|a| a.func.on_heap()), "{heap:?}");
+        let list = Schema::new(vec![Field::new(
+            "tags",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            true,
+        )]);
+        assert_eq!(
+            plan_aggregates(&list, &aggs(&[("t", "first(tags)")])),
+            Ok(None),
+            "a list needs rows"
+        );
     }
 
     /// `first`/`last` keep the first and the latest value to arrive, nulls skipped; a

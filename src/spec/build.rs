@@ -35,8 +35,8 @@ use brook_operators::row_aggregate::{window_row, RowAggregate};
 use brook_operators::row_batch::RowBatch;
 use brook_operators::row_sql::RowSql;
 use brook_operators::row_time::EventTimeField;
-use brook_operators::typed_aggregate::{KeyedRow, RowOrigin, SourceRow};
-use brook_operators::window::WindowResult;
+use brook_operators::typed_aggregate::{KeyedRow, RowOrigin, SourceRow, WindowValues};
+use brook_operators::window::{AggregateFunction, WindowResult};
 use brook_sql::decode::Format as DecodeFormat;
 
 use super::batch_sink::{BatchBlackhole, BatchLines, BatchMessages};
@@ -124,29 +124,67 @@ fn typed_window(
         }
     };
     let at = (name, parallelism, key_fields.is_empty());
-    let results = if w.late_output.is_some() {
-        let tag = OutputTag::<KeyedRow<SourceRow>>::new(late_input(name));
-        let results = windowed::<SourceRow>(batches, w, columns, at)
-            .side_output_late_data(&tag)
-            .aggregate(columns.aggregate());
-        let late = results
-            .get_side_output(&tag)
-            .map_err(|e| SpecError::new(name, e.to_string()))?;
-        let c = Arc::clone(columns);
-        let late = late.transform_chained(&format!("{name}-late-rows"), move |_| c.late_rows());
-        streams.insert(
-            late_input(name),
-            Stream::Batches(late, format!("{name}-late")),
-        );
-        results
-    } else {
-        windowed::<()>(batches, w, columns, at).aggregate(columns.aggregate())
+    // Rows keep their input rows for a late output, and for aggregates that read
+    // strings or sets of values from them.
+    let batches = match (columns.on_heap(), w.late_output.is_some()) {
+        (true, late) => {
+            let ws = windowed::<SourceRow>(batches, w, columns, at);
+            aggregated(ws, columns.heap_aggregate(), late, columns, name, streams)?
+        }
+        (false, true) => {
+            let ws = windowed::<SourceRow>(batches, w, columns, at);
+            aggregated(ws, columns.aggregate(), true, columns, name, streams)?
+        }
+        (false, false) => {
+            let results = windowed::<()>(batches, w, columns, at).aggregate(columns.aggregate());
+            to_batches(results, columns, name)
+        }
     };
-    let c = Arc::clone(columns);
-    let batches = results.transform_chained(&format!("{name}-batches-out"), move |_| {
-        c.results_to_batch()
-    });
     Ok(Stream::Batches(batches, name.to_string()))
+}
+
+/// The aggregate `f` of a typed window whose rows keep their input rows; with a
+/// `late` output, its late rows go on (as batches of the input's schema) under the
+/// step's late input name in `streams`.
+fn aggregated<A>(
+    ws: WindowedStream<GroupKey, KeyedRow<SourceRow>>,
+    f: A,
+    late: bool,
+    columns: &Arc<WindowColumns>,
+    name: &str,
+    streams: &mut HashMap<String, Stream>,
+) -> Result<DataStream<RowBatch>, SpecError>
+where
+    A: AggregateFunction<KeyedRow<SourceRow>>,
+    A::Out: WindowValues,
+{
+    if !late {
+        return Ok(to_batches(ws.aggregate(f), columns, name));
+    }
+    let tag = OutputTag::<KeyedRow<SourceRow>>::new(late_input(name));
+    let results = ws.side_output_late_data(&tag).aggregate(f);
+    let late = results
+        .get_side_output(&tag)
+        .map_err(|e| SpecError::new(name, e.to_string()))?;
+    let c = Arc::clone(columns);
+    let late = late.transform_chained(&format!("{name}-late-rows"), move |_| c.late_rows());
+    streams.insert(
+        late_input(name),
+        Stream::Batches(late, format!("{name}-late")),
+    );
+    Ok(to_batches(results, columns, name))
+}
+
+/// A typed window's results as batches of its output schema (chained).
+fn to_batches<O: WindowValues>(
+    results: DataStream<WindowResult<GroupKey, O>>,
+    columns: &Arc<WindowColumns>,
+    name: &str,
+) -> DataStream<RowBatch> {
+    let c = Arc::clone(columns);
+    results.transform_chained(&format!("{name}-batches-out"), move |_| {
+        c.results_to_batch::<O>()
+    })
 }
 
 /// The typed window of `batches` before its aggregate: keyed rows keeping `R` of their

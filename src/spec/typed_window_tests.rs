@@ -40,7 +40,14 @@ fn job(
     key_type: &str,
     float_values: bool,
     late: bool,
+    heap: bool,
 ) -> String {
+    // Aggregates whose accumulators own strings or sets of values.
+    let heap = if heap {
+        ", d: count_distinct(v), ds: count_distinct(s), dok: count_distinct(ok), smin: min(s), smax: max(s), sf: first(s), sl: last(s)"
+    } else {
+        ""
+    };
     let out = dir.join("out.jsonl");
     let (late_output, late_sink) = if late {
         (
@@ -55,7 +62,7 @@ fn job(
     };
     let input = dir.join("in");
     let schema = format!(
-        "{{k: {key_type}, v: {}, ts: int64, at: timestamp, ok: bool}}",
+        "{{k: {key_type}, v: {}, ts: int64, at: timestamp, ok: bool, s: string}}",
         if float_values { "float64" } else { "int64" }
     );
     format!(
@@ -74,7 +81,7 @@ steps:
   - name: w
     window: {window}
     allowed_lateness: {lateness}
-    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v), f: first(v), l: last(v), t0: min(at), tl: last(at), okmax: max(ok), okf: first(ok)}}{late_output}
+    aggregate: {{c: count(), cv: count(v), s: sum(v), a: avg(v), lo: min(v), hi: max(v), f: first(v), l: last(v), t0: min(at), tl: last(at), okmax: max(ok), okf: first(ok){heap}}}{late_output}
 sinks:
   - {{name: out, connector: file, path: {}, input: w}}{late_sink}
 "#,
@@ -136,6 +143,7 @@ proptest! {
         float_values in any::<bool>(),
         files in 1usize..=2,
         late in any::<bool>(),
+        heap in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let lines: Vec<String> = events
@@ -144,6 +152,8 @@ proptest! {
                 // A timestamp (ms) and a bool that follow the value, null with it.
                 let at = v.map(|v| 1_767_268_800_000 + v * 1000);
                 let ok = v.map(|v| v % 3 == 0);
+                // A string with its own nulls; "" among its values.
+                let s = v.filter(|v| v % 5 != 0).map(|v| "s".repeat((v % 4).unsigned_abs() as usize));
                 let k = match (k, string_keys) {
                     (None, _) => Value::Null,
                     (Some(k), true) => json!(format!("key-{k}")),
@@ -154,7 +164,7 @@ proptest! {
                     (Some(v), true) => json!(*v as f64 / 4.0),
                     (Some(v), false) => json!(v),
                 };
-                format!("{}\n", json!({"k": k, "v": v, "ts": ts, "at": at, "ok": ok}))
+                format!("{}\n", json!({"k": k, "v": v, "ts": ts, "at": at, "ok": ok, "s": s}))
             })
             .collect();
         // Events go to the files in turn: each file is a split of its own.
@@ -165,7 +175,7 @@ proptest! {
             std::fs::write(input.join(format!("{f}.jsonl")), text).expect("write");
         }
         let key_type = if string_keys { "string" } else { "int64" };
-        let yaml = job(dir.path(), window, lateness, key_type, float_values, late);
+        let yaml = job(dir.path(), window, lateness, key_type, float_values, late, heap);
         let out = dir.path().join("out.jsonl");
         let (typed, typed_late) = run(&yaml, &out, false);
         let (rows, rows_late) = run(&yaml, &out, true);
@@ -238,12 +248,12 @@ sinks:
         let err = validate(parse(&yaml(agg)).expect("parses")).expect_err(agg);
         assert_eq!(err.to_string(), want);
     }
-    // The row path's aggregates still plan (on rows).
-    let v = validate(parse(&yaml("first: first(item)")).expect("parses")).expect("valid");
-    assert!(v
-        .steps
-        .iter()
-        .all(|s| !matches!(&s.op, StepOp::Window(w) if w.columns.is_some())));
+    // Aggregates that own strings or sets plan on typed state too.
+    let v = validate(parse(&yaml("first: first(item), d: count_distinct(cents)")).expect("parses"))
+        .expect("valid");
+    assert!(v.steps.iter().any(
+        |s| matches!(&s.op, StepOp::Window(w) if w.columns.as_ref().is_some_and(|c| c.on_heap()))
+    ));
 }
 
 /// Late rows of a typed window with a `late_output` leave as they came in, the rows the
