@@ -158,20 +158,23 @@ fn run_yaml(yaml: &str) -> u64 {
 
 /// [`run_yaml`] with its windows on JSON rows (the row path).
 fn run_yaml_on_rows(yaml: &str) -> u64 {
-    run_yaml_with(yaml, None, true)
+    run_yaml_with(yaml, None, brook::spec::ValidSpec::windows_on_rows)
 }
 
 /// [`run_yaml`] with `log` open in the process (`log` sources read it).
 fn run_yaml_on(yaml: &str, log: Option<&brook::log::Log>) -> u64 {
-    run_yaml_with(yaml, log, false)
+    run_yaml_with(yaml, log, |_| {})
 }
 
-fn run_yaml_with(yaml: &str, log: Option<&brook::log::Log>, rows: bool) -> u64 {
+/// Runs `yaml` after `plan` changes its validated plan (to put steps on JSON rows).
+fn run_yaml_with(
+    yaml: &str,
+    log: Option<&brook::log::Log>,
+    plan: impl FnOnce(&mut brook::spec::ValidSpec),
+) -> u64 {
     let spec = brook::spec::parse(yaml).unwrap();
     let mut valid = brook::spec::validate(spec).unwrap();
-    if rows {
-        valid.windows_on_rows();
-    }
+    plan(&mut valid);
     let (config, _dir) = config();
     let built = brook::spec::build_on(&valid, config, log.map(brook::spec::JobLog::Local)).unwrap();
     rows_into_out(&built.env.execute("yaml").unwrap())
@@ -354,13 +357,11 @@ sinks:
 
 /// A YAML job on its path (`rows`: its enrich and join steps on JSON rows).
 fn run_enrich_yaml(yaml: &str, rows: bool) -> u64 {
-    let mut valid = brook::spec::validate(brook::spec::parse(yaml).unwrap()).unwrap();
-    if rows {
-        valid.enrich_and_joins_on_rows();
-    }
-    let (config, _dir) = config();
-    let built = brook::spec::build_on(&valid, config, None).unwrap();
-    rows_into_out(&built.env.execute("yaml").unwrap())
+    run_yaml_with(yaml, None, |valid| {
+        if rows {
+            valid.enrich_and_joins_on_rows();
+        }
+    })
 }
 
 /// The typed enrich job: the same lookups in a `map`.

@@ -12,6 +12,7 @@ use arrow_array::BooleanArray;
 use arrow_schema::SchemaRef;
 use brook_core::time::Millis;
 use brook_sql::decode::{Format, RecordDecoder};
+use brook_sql::schema::field_names;
 
 use crate::row_batch::{row_times, RowBatch};
 use crate::row_sql::misfit_reason;
@@ -154,11 +155,6 @@ impl TimedDecoder {
         };
         (Some(batch), rejected)
     }
-}
-
-fn field_names(schema: &SchemaRef) -> String {
-    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    names.join(", ")
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use brook_core::bad_record::BadRecords;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, Operator, OperatorContext, OperatorError, Output};
 use brook_sql::decode::{Format, RecordDecoder};
+use brook_sql::schema::field_names;
 use serde_json::{Map, Value};
 
 use crate::batch_rows::row_at;
@@ -91,7 +92,7 @@ impl EnrichPlan {
                 setting,
                 reason: format!(
                     "field {f:?} is not in the {side} (its fields: {})",
-                    names(schema)
+                    field_names(schema)
                 ),
             })
         };
@@ -182,15 +183,6 @@ impl EnrichPlan {
             .map(|&i| self.input.field(i).name().clone())
             .collect()
     }
-}
-
-fn names(schema: &Schema) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The enrich operator on batches (see the [module docs](self)).

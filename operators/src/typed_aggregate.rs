@@ -35,6 +35,8 @@ use smallvec::SmallVec;
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
+use brook_sql::schema::field_names;
+
 use crate::group_key::GroupKey;
 use crate::row_aggregate::{seq_base, AggFunc, AggSpec};
 use crate::window::AggregateFunction;
@@ -218,12 +220,11 @@ pub fn plan_aggregates(
             continue;
         };
         let Ok(i) = schema.index_of(field) else {
-            let fields: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             return Err((
                 name.clone(),
                 format!(
                     "{spec}: unknown field `{field}` (the input has {})",
-                    fields.join(", ")
+                    field_names(schema)
                 ),
             ));
         };

@@ -121,6 +121,12 @@ pub enum SchemaError {
     Sample(String),
 }
 
+/// The names of `schema`'s fields as an error message lists them: `a, b, c`.
+pub fn field_names(schema: &Schema) -> String {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    names.join(", ")
+}
+
 /// Builds the Arrow schema of declared `(field, type name)` pairs, in their order (a
 /// spec's `schema:` mapping keeps the order it is written in).
 ///

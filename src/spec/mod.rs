@@ -45,6 +45,7 @@ use brook_operators::batch_enrich::EnrichPlan;
 use brook_operators::batch_join::{join_schema, JoinPlan};
 use brook_operators::row_sql::{PlannedSql, SqlStep};
 use brook_operators::window::assigner::WindowAssigner;
+use brook_sql::schema::field_names;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -1160,10 +1161,9 @@ fn check_fields(
 ) -> Result<(), SpecError> {
     for n in names {
         if schema.index_of(n).is_err() {
-            let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(SpecError::new(
                 field,
-                format!("unknown field `{n}` (fields: {})", columns.join(", ")),
+                format!("unknown field `{n}` (fields: {})", field_names(schema)),
             ));
         }
     }
@@ -1565,12 +1565,7 @@ pub fn validate(spec: JobSpec) -> Result<ValidSpec, SpecError> {
                                     format!("{field}.async_enrich.url"),
                                     format!(
                                         "{{{f}}}: field {f:?} is not in the input (its fields: {})",
-                                        input
-                                            .fields()
-                                            .iter()
-                                            .map(|x| x.name().as_str())
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
+                                        field_names(input)
                                     ),
                                 ));
                             }
