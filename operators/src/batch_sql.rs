@@ -37,19 +37,31 @@ impl BatchSql {
     }
 
     /// The step's result of `rows` (that it evaluated to `applied`) to `out`.
-    fn emit(applied: Applied, rows: RowBatch, out: &mut Output<RowBatch>) -> OpResult {
+    /// Emits what `applied` made of `rows`, whose engine record had timestamp `at` (its
+    /// latest row's time: kept while every row is, not computed again).
+    fn emit(
+        applied: Applied,
+        rows: RowBatch,
+        at: Option<i64>,
+        out: &mut Output<RowBatch>,
+    ) -> OpResult {
         let result = match applied {
-            Applied::Batch(columns) => RowBatch {
-                columns,
-                timestamps: rows.timestamps,
-            },
+            Applied::Batch(columns) => {
+                let rows = RowBatch {
+                    columns,
+                    timestamps: rows.timestamps,
+                };
+                out.collect(rows, at);
+                return Ok(());
+            }
             Applied::Mask(mask) => {
                 let kept = mask.true_count();
                 if kept == 0 {
                     return Ok(());
                 }
                 if kept == rows.num_rows() {
-                    rows
+                    out.collect(rows, at);
+                    return Ok(());
                 } else {
                     // A null in the mask is not kept (the kernels' rule, SQL's).
                     let columns = arrow_select::filter::filter_record_batch(&rows.columns, &mask)
@@ -91,12 +103,12 @@ impl Operator for BatchSql {
         out: &mut Output<RowBatch>,
     ) -> OpResult {
         for record in batch {
-            let rows = record.value;
+            let (rows, at) = (record.value, record.timestamp);
             if rows.num_rows() == 0 {
                 continue;
             }
             match self.planned.apply(&rows.columns) {
-                Ok(applied) => Self::emit(applied, rows, out)?,
+                Ok(applied) => Self::emit(applied, rows, at, out)?,
                 // The batch failed as a whole: row by row, to find the failing ones.
                 Err(_) => {
                     for i in 0..rows.num_rows() {
@@ -105,7 +117,10 @@ impl Operator for BatchSql {
                             timestamps: rows.timestamps.as_ref().map(|t| Arc::new(t.slice(i, 1))),
                         };
                         match self.planned.apply(&one.columns) {
-                            Ok(applied) => Self::emit(applied, one, out)?,
+                            Ok(applied) => {
+                                let at = one.max_timestamp();
+                                Self::emit(applied, one, at, out)?;
+                            }
                             Err(e) => self.bad.handle(
                                 &row_at(&rows.columns, i).to_string(),
                                 &ctx.info().to_string(),

@@ -68,14 +68,17 @@ impl Operator for GeneratorBatches {
             batch.iter().map(|r| r.value.value),
         ));
         let timestamps = row_times(batch.iter().map(|r| r.timestamp));
+        // The engine records' latest time: the batch's (one pass over the records, not
+        // another over the new column).
+        let at = batch.iter().filter_map(|r| r.timestamp).max();
         let columns = RecordBatch::try_new(Arc::clone(&self.schema), vec![key, ts, value])
             .map_err(OperatorError::other)?;
-        out.push(
+        out.collect(
             RowBatch {
                 columns,
                 timestamps,
-            }
-            .into_record(),
+            },
+            at,
         );
         Ok(())
     }
