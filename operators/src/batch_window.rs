@@ -31,7 +31,7 @@ use crate::row_aggregate::AggSpec;
 use crate::row_batch::{row_times, RowBatch};
 use crate::typed_aggregate::{
     inline_collect, plan_aggregates, Cell, Cells, KeyedRow, Read, RowOrigin, SourceRow, TypedAgg,
-    TypedAggregate, TypedResult, WindowValues,
+    TypedAggregate, TypedResult, WindowValues, INLINE_CELLS,
 };
 use crate::window::WindowResult;
 
@@ -95,20 +95,26 @@ impl WindowColumns {
         &self.output
     }
 
-    /// The aggregate function the window operator runs when none of its aggregates
-    /// is [`Self::on_heap`].
+    /// The aggregate function the window operator runs unless [`Self::reads_rows`].
     pub fn aggregate(&self) -> TypedAggregate {
         TypedAggregate::new(&self.aggs)
     }
 
-    /// Whether some aggregate keeps heap values (`count_distinct`, `min`/`max`/`first`/
-    /// `last` of a string): then the window runs [`Self::heap_aggregate`] on rows that
-    /// keep their input rows ([`SourceRow`]), from which those aggregates read.
-    pub fn on_heap(&self) -> bool {
-        self.aggs.iter().any(|a| a.func.on_heap())
+    /// Whether the aggregates read their rows: when one keeps heap values
+    /// (`count_distinct`, `min`/`max`/`first`/`last` of a string) or they read more
+    /// fields than a row carries inline ([`INLINE_CELLS`]). Then the window runs
+    /// [`Self::heap_aggregate`] on rows that keep their input rows ([`SourceRow`]) and
+    /// carry no values, so no row allocates.
+    pub fn reads_rows(&self) -> bool {
+        let inline_reads = self
+            .aggs
+            .iter()
+            .filter(|a| !a.func.on_heap() && a.column.is_some())
+            .count();
+        inline_reads > INLINE_CELLS || self.aggs.iter().any(|a| a.func.on_heap())
     }
 
-    /// The aggregate function the window operator runs when [`Self::on_heap`].
+    /// The aggregate function the window operator runs when [`Self::reads_rows`].
     pub fn heap_aggregate(&self) -> HeapAggregate {
         HeapAggregate::new(&self.aggs)
     }
@@ -123,13 +129,12 @@ impl WindowColumns {
     pub fn to_keyed_rows<R: RowOrigin>(&self) -> ToKeyedRows<R> {
         ToKeyedRows {
             codec: Arc::clone(&self.codec),
-            // The inline aggregates' cells (heap ones read their rows).
-            reads: self
-                .aggs
-                .iter()
-                .filter(|a| !a.func.on_heap())
-                .filter_map(|a| a.column)
-                .collect(),
+            // The inline aggregates' values, unless the aggregates read their rows.
+            reads: if self.reads_rows() {
+                Vec::new()
+            } else {
+                self.aggs.iter().filter_map(|a| a.column).collect()
+            },
             keys: Vec::new(),
             _origin: std::marker::PhantomData,
         }
@@ -509,6 +514,42 @@ mod tests {
             row_at(&b.columns, 1),
             json!({"item": "tea", "n": 1, "window_start": 0, "window_end": 1000, "c": 3, "s": null})
         );
+    }
+
+    /// Rows carry at most [`INLINE_CELLS`] values (inline, no allocation); a window
+    /// reading more fields, or one with a heap aggregate, reads them from its rows.
+    #[test]
+    fn windows_reading_many_fields_read_them_from_their_rows() {
+        let two = aggs(&[("c", "count()"), ("s", "sum(x)"), ("m", "max(n)")]);
+        let three = aggs(&[("s", "sum(x)"), ("m", "max(n)"), ("k", "count(item)")]);
+        let heap = aggs(&[("d", "count_distinct(n)")]);
+        for (list, reads_rows) in [(&two, false), (&three, true), (&heap, true)] {
+            let plan = WindowColumns::plan(&input(), &["item".into()], list)
+                .expect("valid")
+                .expect("typed");
+            assert_eq!(plan.reads_rows(), reads_rows, "{list:?}");
+            let columns = RecordBatch::try_new(
+                input(),
+                vec![
+                    Arc::new(arrow_array::StringArray::from(vec!["tea"])),
+                    Arc::new(Int64Array::from(vec![1])),
+                    Arc::new(Float64Array::from(vec![0.5])),
+                ],
+            )
+            .expect("batch");
+            let rows = RowBatch {
+                columns,
+                timestamps: Some(Arc::new(Int64Array::from(vec![10]))),
+            };
+            let keyed = OperatorHarness::run_batch(
+                plan.to_keyed_rows::<SourceRow>(),
+                vec![rows.into_record()],
+            )
+            .expect("runs");
+            let cells = keyed[0].value.cells.len();
+            assert_eq!(cells, if reads_rows { 0 } else { 2 }, "{list:?}");
+            assert!(!keyed[0].value.cells.spilled());
+        }
     }
 
     /// With a late output, keyed rows keep their whole rows, and late ones come back

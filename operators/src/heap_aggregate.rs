@@ -1,13 +1,13 @@
-//! The aggregates of a typed window whose accumulators own heap values:
-//! `count_distinct(f)` of a field of any type (a set of its values) and `min`, `max`,
-//! `first`, `last` of a `string` field (an owned string). The step's other aggregates
-//! keep their inline cells ([`crate::typed_aggregate`]); a window with one of these
-//! runs [`HeapAggregate`], which holds both.
+//! The aggregates of a typed window that read their rows: those whose accumulators own
+//! heap values, `count_distinct(f)` of a field of any type (a set of its values) and
+//! `min`, `max`, `first`, `last` of a `string` field (an owned string), and the inline
+//! ones ([`crate::typed_aggregate`]) of a window that has such an aggregate or reads
+//! more fields than a row carries inline ([`INLINE_CELLS`]).
 //!
-//! Rows reach it as [`KeyedRow<SourceRow>`]: the batch they came in (shared) and their
-//! index, from which each of these aggregates reads its column, so a row carries no
-//! string of its own and nothing is allocated per row, except a string `last` whose
-//! value outgrows the one kept and a distinct value not seen before.
+//! Rows reach it as [`KeyedRow<SourceRow>`] with no values: the batch they came in
+//! (shared) and their index, from which each aggregate reads its column, so nothing is
+//! allocated per row, except a string `last` whose value outgrows the one kept and a
+//! distinct value not seen before.
 //!
 //! # Results (those of the row path, [`crate::row_aggregate`])
 //! - `count_distinct`: an `int64`, the number of distinct non-null values; `float64`
@@ -25,6 +25,8 @@ use arrow_array::Array;
 use serde::{Deserialize, Serialize};
 
 use crate::row_aggregate::AggFunc;
+#[cfg(doc)]
+use crate::typed_aggregate::INLINE_CELLS;
 use crate::typed_aggregate::{
     beats, Cell, KeyedRow, Read, SourceRow, TypedAcc, TypedAgg, TypedAggregate, TypedFunc,
     TypedResult, WindowValues,
@@ -51,6 +53,8 @@ struct HeapAgg {
 #[derive(Debug, Clone)]
 pub struct HeapAggregate {
     inline: TypedAggregate,
+    /// The column each inline aggregate reads, and how (`None`: `count()`).
+    inline_reads: Vec<Option<(usize, Read)>>,
     heap: Vec<HeapAgg>,
     /// Each aggregate's result, in the step's order.
     order: Vec<Place>,
@@ -134,10 +138,40 @@ fn value(column: &dyn Array, read: Read, i: usize) -> Option<Value<'_>> {
     })
 }
 
+/// Row `i` of `column` as an inline aggregate reads it (see [`Read`]).
+#[inline]
+fn cell_at(column: &dyn Array, read: Read, i: usize) -> Cell {
+    if column.is_null(i) {
+        return Cell::Null;
+    }
+    let cell = match read {
+        Read::Presence | Read::Text => Some(Cell::Int(1)),
+        Read::Int => column
+            .as_primitive_opt::<Int64Type>()
+            .map(|a| Cell::Int(a.value(i))),
+        Read::Float => column
+            .as_primitive_opt::<Float64Type>()
+            .map(|a| Cell::Float(a.value(i))),
+        Read::Time => column
+            .as_primitive_opt::<TimestampMillisecondType>()
+            .map(|a| Cell::Int(a.value(i))),
+        Read::Bool => column
+            .as_boolean_opt()
+            .map(|a| Cell::Int(i64::from(a.value(i)))),
+    };
+    // A column not of the planned type: none comes (see `value`).
+    cell.unwrap_or(Cell::Null)
+}
+
 impl HeapAggregate {
     /// The aggregates `planned` (by [`crate::typed_aggregate::plan_aggregates`]).
     pub fn new(planned: &[TypedAgg]) -> HeapAggregate {
         let (mut inline, mut heap) = (0, Vec::new());
+        let inline_reads = planned
+            .iter()
+            .filter(|a| !a.func.on_heap())
+            .map(|a| a.column)
+            .collect();
         let order = planned
             .iter()
             .map(|a| match (a.func.on_heap(), a.column) {
@@ -157,6 +191,7 @@ impl HeapAggregate {
             .collect();
         HeapAggregate {
             inline: TypedAggregate::new(planned),
+            inline_reads,
             heap,
             order,
         }
@@ -193,8 +228,19 @@ impl AggregateFunction<KeyedRow<SourceRow>> for HeapAggregate {
     }
 
     fn add(&self, acc: &mut HeapAcc, row: &KeyedRow<SourceRow>) {
-        self.inline.add(&mut acc.inline, row);
         let (rows, i) = (&row.row.rows, row.row.index);
+        for (k, (read, cell)) in self
+            .inline_reads
+            .iter()
+            .zip(acc.inline.0.iter_mut())
+            .enumerate()
+        {
+            let value = match read {
+                Some((column, read)) => cell_at(rows.column(*column).as_ref(), *read, i),
+                None => Cell::Int(1),
+            };
+            self.inline.add_value(k, cell, value);
+        }
         for (agg, cell) in self.heap.iter().zip(acc.heap.iter_mut()) {
             let Some(v) = value(rows.column(agg.column).as_ref(), agg.read, i) else {
                 continue;
@@ -294,7 +340,7 @@ mod tests {
     use super::*;
     use crate::group_key::GroupKey;
     use crate::row_aggregate::AggSpec;
-    use crate::typed_aggregate::plan_aggregates;
+    use crate::typed_aggregate::{plan_aggregates, Cells};
 
     fn batch(items: &[Option<&str>], n: &[Option<i64>], x: &[Option<f64>]) -> Arc<RecordBatch> {
         let schema = Arc::new(Schema::new(vec![
@@ -332,16 +378,8 @@ mod tests {
         for index in range {
             let row = KeyedRow {
                 key: GroupKey::Int(None),
-                // The inline aggregates' cells: `count()` reads none; `sum(n)` reads n.
-                cells: [rows
-                    .column(1)
-                    .as_primitive::<Int64Type>()
-                    .iter()
-                    .nth(index)
-                    .flatten()
-                    .map_or(Cell::Null, Cell::Int)]
-                .into_iter()
-                .collect(),
+                // Read from the row, as every aggregate here.
+                cells: Cells::new(),
                 row: SourceRow {
                     rows: Arc::clone(rows),
                     index,

@@ -53,7 +53,12 @@ pub enum Cell {
 }
 
 /// The values of one row's aggregates (those with a field, in aggregate order).
-pub type Cells = SmallVec<[Cell; 2]>;
+pub type Cells = SmallVec<[Cell; INLINE_CELLS]>;
+
+/// How many values a [`KeyedRow`] carries without allocating: a window whose
+/// aggregates read more fields reads them from its rows instead
+/// ([`crate::heap_aggregate`]), so no row allocates.
+pub const INLINE_CELLS: usize = 2;
 
 /// A row on its way to a typed window: its key, the values its aggregates read, and
 /// (`R`) where it came from: nothing (`()`), or with a late output its whole row
@@ -326,7 +331,7 @@ impl AccCell {
 
 /// A typed window's accumulator: one cell per aggregate, inline for up to two.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TypedAcc(SmallVec<[AccCell; 2]>);
+pub struct TypedAcc(pub(crate) SmallVec<[AccCell; 2]>);
 
 // As a sequence of cells, by hand: smallvec's `serde` feature would rebuild every crate
 // that uses smallvec (parking_lot's dependents, DataFusion among them).
@@ -406,6 +411,55 @@ impl TypedAggregate {
         }
     }
 
+    /// Adds value `value` (`Cell::Int(1)` for `count()`) of the `k`-th aggregate to
+    /// its `cell`.
+    #[inline]
+    pub(crate) fn add_value(&self, k: usize, cell: &mut AccCell, value: Cell) {
+        let Some((func, _)) = self.aggs.get(k) else {
+            return;
+        };
+        match (func, value) {
+            // Left out by `new`.
+            (_, Cell::Null) | (TypedFunc::Distinct | TypedFunc::Text(_), _) => {}
+            (TypedFunc::CountRows | TypedFunc::CountValues, _) => cell.n += 1,
+            (TypedFunc::Int(AggFunc::Sum), Cell::Int(v)) => {
+                cell.v = (cell.v as i64).wrapping_add(v) as u64;
+                cell.n += 1;
+            }
+            (TypedFunc::Int(AggFunc::Avg), Cell::Int(v)) => cell.add_float(v as f64, 1),
+            (TypedFunc::Float(AggFunc::Sum | AggFunc::Avg), Cell::Float(v)) => {
+                cell.add_float(v, 1);
+            }
+            // `first`: the first value, `last`: the latest, each with its arrival
+            // number (in `n`), which a session merge compares.
+            (
+                TypedFunc::Int(AggFunc::First) | TypedFunc::Float(AggFunc::First),
+                Cell::Int(_) | Cell::Float(_),
+            ) if cell.n != 0 => {}
+            (
+                TypedFunc::Int(AggFunc::First | AggFunc::Last)
+                | TypedFunc::Float(AggFunc::First | AggFunc::Last),
+                Cell::Int(v),
+            ) => {
+                cell.v = v as u64;
+                cell.n = self.next_seq(cell.n);
+            }
+            (
+                TypedFunc::Int(AggFunc::First | AggFunc::Last)
+                | TypedFunc::Float(AggFunc::First | AggFunc::Last),
+                Cell::Float(v),
+            ) => {
+                cell.v = v.to_bits();
+                cell.n = self.next_seq(cell.n);
+            }
+            (TypedFunc::Int(f), Cell::Int(v)) => cell.pick_int(v, *f == AggFunc::Max),
+            (TypedFunc::Float(f), Cell::Float(v)) => cell.pick_float(v, *f == AggFunc::Max),
+            // A value of another type than planned: the conversion reads each
+            // column by its planned type, so none comes.
+            _ => {}
+        }
+    }
+
     /// The next arrival number for a cell holding number `held` (0: none): above
     /// `held`, so a restored accumulator's order is kept.
     #[inline]
@@ -441,51 +495,12 @@ impl<R> AggregateFunction<KeyedRow<R>> for TypedAggregate {
 
     #[inline]
     fn add(&self, acc: &mut TypedAcc, row: &KeyedRow<R>) {
-        for ((func, slot), cell) in self.aggs.iter().zip(acc.0.iter_mut()) {
+        for (k, ((_, slot), cell)) in self.aggs.iter().zip(acc.0.iter_mut()).enumerate() {
             let value = match slot {
                 Some(s) => row.cells.get(*s).copied().unwrap_or(Cell::Null),
                 None => Cell::Int(1),
             };
-            match (func, value) {
-                // Left out by `new`.
-                (_, Cell::Null) | (TypedFunc::Distinct | TypedFunc::Text(_), _) => {}
-                (TypedFunc::CountRows | TypedFunc::CountValues, _) => cell.n += 1,
-                (TypedFunc::Int(AggFunc::Sum), Cell::Int(v)) => {
-                    cell.v = (cell.v as i64).wrapping_add(v) as u64;
-                    cell.n += 1;
-                }
-                (TypedFunc::Int(AggFunc::Avg), Cell::Int(v)) => cell.add_float(v as f64, 1),
-                (TypedFunc::Float(AggFunc::Sum | AggFunc::Avg), Cell::Float(v)) => {
-                    cell.add_float(v, 1);
-                }
-                // `first`: the first value, `last`: the latest, each with its arrival
-                // number (in `n`), which a session merge compares.
-                (
-                    TypedFunc::Int(AggFunc::First) | TypedFunc::Float(AggFunc::First),
-                    Cell::Int(_) | Cell::Float(_),
-                ) if cell.n != 0 => {}
-                (
-                    TypedFunc::Int(AggFunc::First | AggFunc::Last)
-                    | TypedFunc::Float(AggFunc::First | AggFunc::Last),
-                    Cell::Int(v),
-                ) => {
-                    cell.v = v as u64;
-                    cell.n = self.next_seq(cell.n);
-                }
-                (
-                    TypedFunc::Int(AggFunc::First | AggFunc::Last)
-                    | TypedFunc::Float(AggFunc::First | AggFunc::Last),
-                    Cell::Float(v),
-                ) => {
-                    cell.v = v.to_bits();
-                    cell.n = self.next_seq(cell.n);
-                }
-                (TypedFunc::Int(f), Cell::Int(v)) => cell.pick_int(v, *f == AggFunc::Max),
-                (TypedFunc::Float(f), Cell::Float(v)) => cell.pick_float(v, *f == AggFunc::Max),
-                // A value of another type than planned: the conversion reads each
-                // column by its planned type, so none comes.
-                _ => {}
-            }
+            self.add_value(k, cell, value);
         }
     }
 

@@ -125,8 +125,8 @@ fn typed_window(
     };
     let at = (name, parallelism, key_fields.is_empty());
     // Rows keep their input rows for a late output, and for aggregates that read
-    // strings or sets of values from them.
-    let batches = match (columns.on_heap(), w.late_output.is_some()) {
+    // their values from them (`WindowColumns::reads_rows`).
+    let batches = match (columns.reads_rows(), w.late_output.is_some()) {
         (true, late) => {
             let ws = windowed::<SourceRow>(batches, w, columns, at);
             aggregated(ws, columns.heap_aggregate(), late, columns, name, streams)?
