@@ -42,7 +42,7 @@
 //!
 //! Knobs: `BROOK_BENCH_SCALE` (of 50 M rows for filter + map, 10 M events for W1 and
 //! W3, 2 M for W2, 20 M for W4), `BROOK_BENCH_REPS` (3), `BROOK_BENCH_ONLY` (a
-//! comma-separated list of `filter-map`, `W1`..`W4`, `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`, `enrich`, `join`), `BROOK_BENCH_SIDE` (`yaml` or
+//! comma-separated list of `filter-map`, `W1`..`W4`, `W4-wide` (W4 with four aggregates), `file-filter-map`, `file-W1`, `file-filter-map-file`, `log-filter-map`, `log-W1`, `enrich`, `join`), `BROOK_BENCH_SIDE` (`yaml` or
 //! `typed`: run one side only, for a profile), `BROOK_BENCH_ROW_PATH` (set: also each
 //! window with a `late_output` on JSON rows, as before issue 18 step 4
 //! (`ValidSpec::windows_on_rows`), and on typed state). Run
@@ -55,7 +55,7 @@ use brook::core::watermark::WatermarkStrategy;
 use brook::operators::window::assigner::{
     EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner,
 };
-use brook::operators::window::{Count, Sum};
+use brook::operators::window::{Count, Max, Min, Sum};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -324,6 +324,38 @@ sinks:
         env.execute(self.name()).unwrap();
         sink.seen.load(Ordering::Relaxed)
     }
+}
+
+/// W4 with four aggregates, three of them of `value`: more values than a row carries
+/// inline, so the YAML window reads them from its rows.
+fn wide_yaml(n: u64) -> String {
+    Workload::W4.yaml(n, false).replace(
+        "aggregate: {count: count(), sum: sum(value)}",
+        "aggregate: {count: count(), sum: sum(value), lo: min(value), hi: max(value)}",
+    )
+}
+
+/// The typed job of [`wide_yaml`].
+fn wide_typed(n: u64) -> u64 {
+    type Wide = brook::operators::window::WindowResult<u64, (u64, i64, Option<i64>, Option<i64>)>;
+    let (config, _dir) = config();
+    let env = StreamEnvironment::new(config);
+    let sink = Discard::<Wide>::default();
+    let source = GeneratorSource::builder()
+        .events(n)
+        .keys(Workload::W4.keys())
+        .build()
+        .unwrap();
+    let strategy = WatermarkStrategy::<GeneratorEvent>::for_bounded_out_of_orderness(0)
+        .with_timestamp_assigner(|e: &GeneratorEvent, _| e.ts);
+    let value = |e: &GeneratorEvent| e.value;
+    env.from_source(source, strategy)
+        .key_by(|e: &GeneratorEvent| e.key)
+        .window(Workload::W4.assigner())
+        .aggregate((Count, Sum::of(value), Min::of(value), Max::of(value)))
+        .sink(sink.clone());
+    env.execute("W4-wide").unwrap();
+    sink.seen.load(Ordering::Relaxed)
 }
 
 /// The enrich job's lookup table: every key but each tenth, as JSON lines.
@@ -736,6 +768,20 @@ fn main() {
             });
             table.push((format!("{} (typed, late_output)", w.name()), n, y, t));
         }
+    }
+    if wanted("W4-wide") {
+        let n = if bench {
+            (((20_000_000.0 * scale) as u64) / 100_000).max(1) * 100_000
+        } else {
+            100_000
+        };
+        let yaml = wide_yaml(n);
+        assert_ne!(yaml, Workload::W4.yaml(n, false), "the aggregates replaced");
+        let rows = Workload::W4.rows(n);
+        let (y, t) = compare("W4-wide", n, reps, rows, &|| run_yaml(&yaml), &|| {
+            wide_typed(n)
+        });
+        table.push(("W4, 4 aggregates".to_string(), n, y, t));
     }
     let dir = tempfile::tempdir().unwrap();
     if wanted("enrich") {
