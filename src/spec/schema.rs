@@ -79,12 +79,14 @@ fn file_schema(
         return Ok(None);
     }
     let inferred = match format {
-        FileFormat::Jsonl => {
-            brook_sql::infer::infer_json_scalars(&sample, None).map(|(schema, _nested)| schema)
-        }
-        FileFormat::Csv => brook_sql::infer::infer_csv(&sample, None),
+        // Nested objects or arrays: no schema at plan time. Their rows stay JSON rows,
+        // which keep such fields; batches of the scalars would drop them (a window's
+        // late rows, an enrich's output) and refuse an aggregate of one.
+        FileFormat::Jsonl => brook_sql::infer::infer_json_scalars(&sample, None)
+            .map(|(schema, nested)| nested.is_empty().then_some(schema)),
+        FileFormat::Csv => brook_sql::infer::infer_csv(&sample, None).map(Some),
     };
-    inferred.map(Some).map_err(|e| {
+    inferred.map_err(|e| {
         SpecError::new(
             format!("{field}.schema"),
             format!(
@@ -230,6 +232,17 @@ mod tests {
             path.display()
         ))
         .expect("parses");
+        // A nested field: no schema at plan time (the rows stay JSON rows, which
+        // keep it).
+        assert_eq!(
+            source_schema("sources[0] (s)", &spec.sources[0]).expect("infers"),
+            None
+        );
+        std::fs::write(
+            &path,
+            "{\"item\": \"milk\", \"price_cents\": 250}\nnot json\n{\"item\": \"tea\", \"price_cents\": 120.5}\n",
+        )
+        .expect("write");
         let schema = source_schema("sources[0] (s)", &spec.sources[0])
             .expect("infers")
             .expect("known");
@@ -238,7 +251,6 @@ mod tests {
             .iter()
             .map(|f| format!("{}: {}", f.name(), f.data_type()))
             .collect();
-        // Nested fields are left out: an expression cannot read them.
         assert_eq!(fields, ["item: Utf8", "price_cents: Float64"]);
     }
 

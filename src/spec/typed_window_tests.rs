@@ -337,3 +337,42 @@ sinks:
     assert_eq!(typed, rows);
     assert_eq!(typed_late, rows_late);
 }
+
+/// A file whose records hold nested objects or arrays has no schema at plan time when
+/// none is declared: its rows stay JSON rows, which keep those fields, and a window may
+/// aggregate them (batches of the scalars alone would refuse it).
+#[test]
+fn nested_fields_keep_an_undeclared_file_on_rows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"ts\": 1, \"o\": {\"x\": 1}}\n{\"ts\": 2, \"o\": {\"x\": 1}}\n{\"ts\": 3, \"o\": {\"x\": 2}}\n",
+    )
+    .expect("write");
+    let out = dir.path().join("out.jsonl");
+    let yaml = format!(
+        r#"
+name: nested
+sources:
+  - {{name: in, connector: file, path: {}, event_time: ts, watermark: {{out_of_orderness: 0}}}}
+steps:
+  - {{name: w, window: {{kind: tumbling, size: 10000}}, aggregate: {{n: count(), d: count_distinct(o)}}}}
+sinks:
+  - {{name: out, connector: file, path: {}}}
+"#,
+        input.display(),
+        out.display()
+    );
+    let valid = validate(parse(&yaml).expect("parses")).expect("valid");
+    assert!(valid
+        .steps
+        .iter()
+        .all(|s| !matches!(&s.op, StepOp::Window(w) if w.columns.is_some())));
+    let built = build(&valid, JobConfig::with_parallelism(1), None).expect("builds");
+    built.env.execute("nested").expect("runs");
+    assert_eq!(
+        take_rows(&out),
+        [r#"{"window_start":0,"window_end":10000,"n":3,"d":2}"#]
+    );
+}
