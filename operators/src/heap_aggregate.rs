@@ -113,29 +113,25 @@ enum Value<'a> {
 }
 
 /// Row `i` of `column` as `read` says; `None` for null (or a column not of the planned
-/// type, which the batches' conversion to the planned schema rules out).
+/// type, which the batches' conversion to the planned schema rules out). A value that
+/// is not a string is read as an inline aggregate reads it ([`cell_at`]).
 #[inline]
 fn value(column: &dyn Array, read: Read, i: usize) -> Option<Value<'_>> {
-    if column.is_null(i) {
-        return None;
+    if read == Read::Text {
+        return (!column.is_null(i))
+            .then(|| {
+                column
+                    .as_string_opt::<i32>()
+                    .map(|a| Value::Text(a.value(i)))
+            })
+            .flatten();
     }
-    Some(match read {
-        Read::Int => Value::Int(column.as_primitive_opt::<Int64Type>()?.value(i)),
-        Read::Time => Value::Int(
-            column
-                .as_primitive_opt::<TimestampMillisecondType>()?
-                .value(i),
-        ),
-        Read::Float => {
-            let f = column.as_primitive_opt::<Float64Type>()?.value(i);
-            // -0.0 and 0.0 are one value, as on the row path.
-            let f = if f == 0.0 { 0.0 } else { f };
-            Value::Int(f.to_bits() as i64)
-        }
-        Read::Bool => Value::Int(i64::from(column.as_boolean_opt()?.value(i))),
-        Read::Text => Value::Text(column.as_string_opt::<i32>()?.value(i)),
-        Read::Presence => Value::Int(1),
-    })
+    match cell_at(column, read, i) {
+        Cell::Null => None,
+        Cell::Int(x) => Some(Value::Int(x)),
+        // -0.0 and 0.0 are one value, as on the row path.
+        Cell::Float(f) => Some(Value::Int(if f == 0.0 { 0.0 } else { f }.to_bits() as i64)),
+    }
 }
 
 /// Row `i` of `column` as an inline aggregate reads it (see [`Read`]).
