@@ -1018,9 +1018,26 @@ sinks:
         (!text.is_empty()).then_some(())
     });
     let late = scrape("brook_late_records_total{operator=\"paid\"");
+    // The split it came in names it too (issue 19): behind the payments file's own
+    // watermark (99); the orders file brought none.
+    let split_late = |source: &str| {
+        let text = scrape_metrics(&addr)?;
+        let line = text.lines().find(|l| {
+            l.starts_with(&format!(
+                "brook_split_late_records_total{{operator=\"{source}\""
+            ))
+        })?;
+        line.rsplit(' ').next()?.parse::<f64>().ok()
+    };
+    // (Split figures are refreshed every 200 ms.)
+    let payments_late = wait_for("the payments split's late record", timeout, || {
+        split_late("payments").filter(|&n| n > 0.0)
+    });
+    let orders_late = split_late("orders");
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(late, Some(1.0));
+    assert_eq!((payments_late, orders_late), (1.0, Some(0.0)));
     assert_eq!(
         lines(&dir.path().join("late.jsonl")),
         vec![serde_json::json!({"order": 2, "amount": 4, "ts": 10})]

@@ -360,8 +360,10 @@ fn metrics_and_status_list_a_running_jobs_splits_hot_keys_and_checkpoints() {
     for series in [
         format!("brook_job_up{{job=\"{id}\",name=\"windows\",state=\"RUNNING\"}} 1"),
         format!("brook_records_in_total{{job=\"{id}\",operator=\"per-second\"}}"),
+        format!("brook_late_records_total{{job=\"{id}\",operator=\"per-second\"}}"),
         format!("brook_split_lag{{job=\"{id}\",operator=\"events\",split=\"events/0\"}}"),
         format!("brook_split_watermark_ms{{job=\"{id}\",operator=\"events\",subtask=\"0\",split=\"events/0\",idle=\"false\"}}"),
+        format!("brook_split_late_records_total{{job=\"{id}\",operator=\"events\",subtask=\"0\",split=\"events/0\"}}"),
         format!("brook_last_checkpoint_size_bytes{{job=\"{id}\"}}"),
     ] {
         assert!(metrics.contains(&series), "{series} in:\n{metrics}");

@@ -258,6 +258,11 @@ struct SplitState {
     last_record_ms: Millis,
     idle: bool,
     finished: bool,
+    /// The split's watermark as of the last [`SplitWatermarks::update`] (what went
+    /// downstream), for counting late records without a generator call per record.
+    watermark: Millis,
+    /// Records read at or behind their watermark (see [`SplitWatermarks::split_late`]).
+    late: u64,
 }
 
 /// The watermarks of one source subtask: a generator per split, combined as the
@@ -316,6 +321,8 @@ impl SplitWatermarks {
             last_record_ms: now_ms,
             idle: false,
             finished: false,
+            watermark: Millis::MIN,
+            late: 0,
         });
     }
 
@@ -340,6 +347,11 @@ impl SplitWatermarks {
     #[inline]
     pub fn on_record(&mut self, split: usize, timestamp: Millis, now_ms: Millis) -> bool {
         if let Some(s) = self.splits.get_mut(split) {
+            // Late as Flink's window operator sees it (timestamp <= watermark), against
+            // the larger of the split's own watermark and the subtask's combined one.
+            if timestamp <= s.watermark.max(self.emitted.millis()) {
+                s.late += 1;
+            }
             s.generator.on_event(timestamp);
             s.last_record_ms = now_ms;
             s.idle = false;
@@ -376,6 +388,16 @@ impl SplitWatermarks {
         self.splits
             .get(split)
             .map(|s| s.generator.current_watermark())
+    }
+
+    /// Records of `split` read with an event time at or behind its watermark: the
+    /// split's own as last handed out, or the subtask's combined one when that is
+    /// higher (a split back from idleness). Such a record is late for every window
+    /// downstream that this split gates (for metrics: which split brings late data;
+    /// the window operators count the records they drop or side-output themselves).
+    /// A YAML job's Arrow batch is one record here, late when its newest row is.
+    pub fn split_late(&self, split: usize) -> u64 {
+        self.splits.get(split).map_or(0, |s| s.late)
     }
 
     /// Whether a split is currently idle (for metrics).
@@ -444,6 +466,7 @@ impl SplitWatermarks {
                 continue;
             }
             open += 1;
+            s.watermark = s.generator.current_watermark().millis();
             if let Some(t) = self.idle_timeout_ms {
                 if now_ms.saturating_sub(s.last_record_ms) >= t {
                     s.idle = true;
@@ -511,6 +534,34 @@ mod tests {
         w.finish_split(0);
         assert_eq!(w.update(0).watermark, Some(Watermark(499)));
         assert_eq!(w.current(), Watermark(499));
+    }
+
+    #[test]
+    fn records_behind_their_splits_watermark_count_as_late_for_that_split() {
+        let mut w = strategy(10).with_idleness(1000).split_watermarks(2, 0);
+        w.on_record(0, 100, 0);
+        w.on_record(1, 100, 0);
+        w.update(0);
+        // Split 0's watermark is 89: 89 is late, 90 is not (timestamp <= watermark).
+        w.on_record(0, 89, 0);
+        w.on_record(0, 90, 0);
+        assert_eq!((w.split_late(0), w.split_late(1)), (1, 0));
+        // Not before the watermark went downstream: split 0 moves to 189 only at
+        // the next update.
+        w.on_record(0, 200, 0);
+        w.on_record(0, 150, 0);
+        assert_eq!(w.split_late(0), 1);
+        w.update(0);
+        w.on_record(0, 150, 0);
+        assert_eq!(w.split_late(0), 2);
+        // Split 1 idles; the combined watermark moves on without it, and its next
+        // record behind that watermark is late though its own watermark is older.
+        w.on_record(0, 5000, 1500);
+        w.update(1500);
+        assert!(w.split_idle(1));
+        w.on_record(1, 1000, 1600);
+        assert_eq!(w.split_late(1), 1);
+        assert_eq!(w.split_late(7), 0);
     }
 
     #[test]

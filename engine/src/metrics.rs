@@ -46,6 +46,9 @@ pub struct SplitMetrics {
     pub offset: Option<u64>,
     /// Records left up to the split's current end, when the source tells.
     pub lag: Option<u64>,
+    /// Records read at or behind their watermark
+    /// ([`SplitWatermarks::split_late`](brook_core::watermark::SplitWatermarks::split_late)).
+    pub late_records: u64,
 }
 
 /// Checkpoint statistics of a job, recorded by the checkpoint coordinator.
@@ -294,6 +297,24 @@ impl JobMetrics {
                         escape(&sp.split),
                         sp.idle,
                         sp.watermark
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP brook_split_late_records_total Records a source read at or behind their split's watermark\n# TYPE brook_split_late_records_total counter"
+        );
+        for v in &vertices {
+            for (i, m) in v.subtasks.iter().enumerate() {
+                let splits = m.splits.lock().unwrap_or_else(|e| e.into_inner());
+                for sp in splits.iter() {
+                    let _ = writeln!(
+                        s,
+                        "brook_split_late_records_total{{operator=\"{}\",subtask=\"{i}\",split=\"{}\"}} {}",
+                        escape(&v.name),
+                        escape(&sp.split),
+                        sp.late_records
                     );
                 }
             }

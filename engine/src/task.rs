@@ -361,6 +361,7 @@ impl<T: Send + 'static> SourceTask<T> {
                     idle: wms.split_idle(i),
                     offset: p.map(|p| p.offset),
                     lag: p.and_then(|p| p.lag),
+                    late_records: wms.split_late(i),
                 }
             })
             .collect();

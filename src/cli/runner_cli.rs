@@ -132,6 +132,9 @@ pub(crate) struct ResumeArgs {
 pub(crate) struct UiArgs {
     /// Open this job's page after the login (default: the Jobs page).
     job: Option<String>,
+    /// Open the Topics and groups page after the login.
+    #[arg(long, conflicts_with = "job")]
+    topics: bool,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -386,21 +389,25 @@ fn show_job(d: &JobDetail) -> Result<()> {
         }
         if !st.splits.is_empty() {
             outln!(
-                "\n{:<24} {:<20} {:>12} {:>10} {:>24}",
+                "\n{:<24} {:<20} {:>12} {:>10} {:>24} {:>5} {:>10}",
                 "SOURCE",
                 "SPLIT",
                 "OFFSET",
                 "LAG",
-                "WATERMARK"
+                "WATERMARK",
+                "IDLE",
+                "LATE"
             );
             for sp in &st.splits {
                 outln!(
-                    "{:<24} {:<20} {:>12} {:>10} {:>24}",
+                    "{:<24} {:<20} {:>12} {:>10} {:>24} {:>5} {:>10}",
                     sp.operator,
                     sp.split,
                     opt(sp.offset),
                     opt(sp.lag),
-                    watermark(sp.watermark_ms)
+                    watermark(sp.watermark_ms),
+                    if sp.idle { "yes" } else { "no" },
+                    sp.late_records
                 );
             }
             // Who holds the watermark back (brook::ui::holdback), as the dashboard.
@@ -473,7 +480,12 @@ pub(crate) fn job(args: JobArgs, data_dir: &Path) -> Result<()> {
 /// `brook ui`: prints a one-time link into the runner's dashboard (it works once,
 /// within 5 minutes; the browser then holds a session cookie).
 pub(crate) fn ui(args: UiArgs, data_dir: &Path) -> Result<()> {
-    let link = rt()?.block_on(client(&args.client, data_dir).ui_link(args.job.as_deref()))?;
+    let link = rt()?.block_on(
+        client(&args.client, data_dir).ui_link(&brook::ui::LinkRequest {
+            job: args.job.clone(),
+            topics: args.topics,
+        }),
+    )?;
     if args.client.json {
         return print_json(&serde_json::json!({ "url": link }));
     }

@@ -112,19 +112,16 @@ impl Client {
             .await
     }
 
-    /// `POST /ui/links`: a one-time link into the dashboard, to `job`'s page or the
-    /// Jobs page; the full URL (this client's base and the link's path).
+    /// `POST /ui/links`: a one-time link into the dashboard, to the page `req` asks
+    /// for; the full URL (this client's base and the link's path).
     ///
     /// # Errors
     /// As [`Client::job`].
-    pub async fn ui_link(&self, job: Option<&str>) -> Result<String, RunnerError> {
-        if let Some(id) = job {
+    pub async fn ui_link(&self, req: &crate::ui::LinkRequest) -> Result<String, RunnerError> {
+        if let Some(id) = &req.job {
             validate_job_id(id)?;
         }
-        let req = crate::ui::LinkRequest {
-            job: job.map(str::to_string),
-        };
-        let link: crate::ui::LinkBody = self.send(self.post("/ui/links", &req)).await?;
+        let link: crate::ui::LinkBody = self.send(self.post("/ui/links", req)).await?;
         Ok(format!("{}{}", self.base, link.path))
     }
 

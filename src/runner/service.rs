@@ -117,7 +117,7 @@ async fn ui_link(State(app): State<AppState>, bytes: axum::body::Bytes) -> ApiRe
         // A link to a page that does not exist would only show an error.
         app.supervisor.detail(id)?;
     }
-    Ok(Json(app.dashboard.new_link(req.job.as_deref())?).into_response())
+    Ok(Json(app.dashboard.new_link(&req)?).into_response())
 }
 
 /// The dashboard's actions are the API's: the same supervisor calls and checks.
@@ -243,7 +243,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
         .filter_map(|(j, st)| st.as_ref().map(|st| (j, st)))
         .collect();
     type OpGet = fn(&super::status::OperatorStatus) -> Option<f64>;
-    let ops: [(&str, &str, &str, OpGet); 5] = [
+    let ops: [(&str, &str, &str, OpGet); 6] = [
         (
             "brook_records_in_total",
             "counter",
@@ -274,6 +274,12 @@ async fn metrics(State(app): State<AppState>) -> Response {
             "Smallest watermark of the operator's subtasks (ms)",
             |o| o.watermark_ms.map(|w| w as f64),
         ),
+        (
+            "brook_late_records_total",
+            "counter",
+            "Records too late for their windows (dropped or sent to a late output)",
+            |o| Some(o.late_records as f64),
+        ),
     ];
     for (name, kind, help, get) in ops {
         let mut rows = Vec::new();
@@ -290,30 +296,35 @@ async fn metrics(State(app): State<AppState>) -> Response {
         series(name, kind, help, rows);
     }
     // The splits' watermarks, labelled `idle` as `brook run --metrics-addr` labels
-    // them: which split holds a window back, from /metrics alone.
-    let mut rows = Vec::new();
+    // them: which split holds a window back, from /metrics alone; and the records
+    // each split brought late.
+    let (mut watermarks, mut late) = (Vec::new(), Vec::new());
     for (j, st) in &live {
         for sp in &st.splits {
+            let labels = format!(
+                "{},operator=\"{}\",subtask=\"{}\",split=\"{}\"",
+                job_label(&j.id),
+                escape(&sp.operator),
+                sp.subtask,
+                escape(&sp.split)
+            );
             if let Some(w) = sp.watermark_ms {
-                rows.push((
-                    format!(
-                        "{},operator=\"{}\",subtask=\"{}\",split=\"{}\",idle=\"{}\"",
-                        job_label(&j.id),
-                        escape(&sp.operator),
-                        sp.subtask,
-                        escape(&sp.split),
-                        sp.idle
-                    ),
-                    w as f64,
-                ));
+                watermarks.push((format!("{labels},idle=\"{}\"", sp.idle), w as f64));
             }
+            late.push((labels, sp.late_records as f64));
         }
     }
     series(
         "brook_split_watermark_ms",
         "gauge",
         "Watermark of a source split (ms)",
-        rows,
+        watermarks,
+    );
+    series(
+        "brook_split_late_records_total",
+        "counter",
+        "Records a source read at or behind their split's watermark",
+        late,
     );
     // The hottest keys of keyed operators (brook_engine::hot_keys), one series per
     // rank: at most ten per operator, so the key's text as a label stays bounded.
@@ -487,6 +498,8 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         broker.as_ref().map(|(_, log)| log.clone()),
         Some(Arc::new(Arc::clone(&supervisor)) as Arc<dyn crate::ui::JobControl>),
     );
+    // Stops with the runner's runtime.
+    tokio::spawn(Arc::clone(&dashboard).watch());
     let app = AppState {
         supervisor,
         dashboard: Arc::clone(&dashboard),

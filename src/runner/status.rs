@@ -129,6 +129,10 @@ pub struct SplitStatus {
     pub watermark_ms: Option<i64>,
     /// Whether the split is idle.
     pub idle: bool,
+    /// Records read at or behind their split's watermark (late for the windows the
+    /// split gates; `SplitWatermarks::split_late`).
+    #[serde(default)]
+    pub late_records: u64,
 }
 
 /// Checkpoint statistics.
@@ -245,6 +249,7 @@ impl JobStatus {
                         lag: s.lag,
                         watermark_ms: (s.watermark != i64::MIN).then_some(s.watermark),
                         idle: s.idle,
+                        late_records: s.late_records,
                     });
                 }
             }

@@ -39,6 +39,10 @@ pub struct Holder {
     pub watermark_ms: Option<i64>,
     /// Why it is behind.
     pub reason: Reason,
+    /// Since when (ms since the epoch) it has held this operator back without a
+    /// break, as the server saw it ([`GateClock`]); absent from [`gates`] alone.
+    #[serde(default)]
+    pub since_ms: Option<i64>,
 }
 
 /// Why a split holds the watermark back.
@@ -114,6 +118,7 @@ pub fn gates(status: &JobStatus) -> Vec<Gate> {
                     split: s.split.clone(),
                     watermark_ms: s.watermark_ms,
                     reason: reason(s),
+                    since_ms: None,
                 })
                 .collect(),
         };
@@ -124,6 +129,38 @@ pub fn gates(status: &JobStatus) -> Vec<Gate> {
         });
     }
     out
+}
+
+/// How long each split has gated each operator: fed the gates of successive reports
+/// of one job, it stamps every holder with the time it was first seen holding that
+/// operator back in an unbroken run of reports. A split that stops gating and starts
+/// again starts a new run. State machine: reports in, stamped gates out.
+#[derive(Debug, Clone, Default)]
+pub struct GateClock {
+    /// (operator, source, subtask, split) -> first seen (ms).
+    since: std::collections::HashMap<(String, String, u32, String), i64>,
+}
+
+impl GateClock {
+    /// Stamps `gates` (of a report seen at `now_ms`) with each holder's `since_ms`,
+    /// and forgets the holders absent from them.
+    pub fn observe(&mut self, now_ms: i64, gates: &mut [Gate]) {
+        let mut next = std::collections::HashMap::new();
+        for g in gates.iter_mut() {
+            for h in &mut g.held_by {
+                let key = (
+                    g.operator.clone(),
+                    h.source.clone(),
+                    h.subtask,
+                    h.split.clone(),
+                );
+                let since = self.since.get(&key).copied().unwrap_or(now_ms);
+                h.since_ms = Some(since);
+                next.insert(key, since);
+            }
+        }
+        self.since = next;
+    }
 }
 
 fn reason(s: &SplitStatus) -> Reason {
@@ -180,6 +217,7 @@ mod tests {
             lag,
             watermark_ms: wm,
             idle,
+            late_records: 0,
         }
     }
 
@@ -270,5 +308,43 @@ mod tests {
         let g = gates(&s);
         assert_eq!(held(&g[0]), vec![("a/0", Reason::Slowest)]);
         assert_eq!(held(&g[1]), vec![("b/0", Reason::NoData)]);
+    }
+
+    #[test]
+    fn the_clock_tells_how_long_a_split_has_gated_each_operator() {
+        let s = status(
+            vec![op("clicks", Some(100)), op("counts", Some(100))],
+            vec![
+                split("clicks", "clicks/0", Some(5_000), false, Some(0)),
+                split("clicks", "clicks/1", Some(100), false, Some(0)),
+            ],
+            vec![edge(0, 1)],
+        );
+        let since = |g: &[Gate]| {
+            g[0].held_by
+                .iter()
+                .map(|h| (h.split.clone(), h.since_ms))
+                .collect::<Vec<_>>()
+        };
+        let mut clock = GateClock::default();
+        let mut g = gates(&s);
+        assert_eq!(g[0].held_by[0].since_ms, None);
+        clock.observe(1_000, &mut g);
+        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(1_000))]);
+        // Still gating, its watermark moving: the run goes on.
+        let mut s2 = s.clone();
+        s2.splits[1].watermark_ms = Some(200);
+        let mut g = gates(&s2);
+        clock.observe(4_000, &mut g);
+        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(1_000))]);
+        // Partition 0 falls behind: it gates from now, partition 1's run ends.
+        s2.splits[0].watermark_ms = Some(150);
+        let mut g = gates(&s2);
+        clock.observe(5_000, &mut g);
+        assert_eq!(since(&g), vec![("clicks/0".to_string(), Some(5_000))]);
+        // Partition 1 gating again starts a new run.
+        let mut g = gates(&s);
+        clock.observe(6_000, &mut g);
+        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(6_000))]);
     }
 }

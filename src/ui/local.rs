@@ -133,19 +133,29 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
     // No API token here: a random one no one is told, so only a session gets in.
     let token: Arc<str> = Arc::from(crate::runner::token::generate()?);
     let dashboard = Dashboard::new(Arc::new(job), addr, token, None, None);
-    let link = format!("http://{addr}{}", dashboard.new_link(Some(&id))?.path);
+    let link = format!(
+        "http://{addr}{}",
+        dashboard
+            .new_link(&super::LinkRequest {
+                job: Some(id.clone()),
+                topics: false,
+            })?
+            .path
+    );
     let router = dashboard.router();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("brook-ui".into())
         .spawn(move || {
             rt.block_on(async move {
+                let watch = tokio::spawn(Arc::clone(&dashboard).watch());
                 let server = axum::serve(listener, router).with_graceful_shutdown(async move {
                     let _ = rx.await;
                 });
                 if let Err(e) = server.await {
                     tracing::warn!(error = %e, "the dashboard failed");
                 }
+                watch.abort();
             })
         })
         .map_err(io)?;

@@ -10,7 +10,7 @@
 //! | `GET /ui/jobs/{id}` | session or token | a job's page: graph, operators, watermarks, checkpoints, attempts |
 //! | `GET /ui/assets/{app.js,style.css}` | session or token | the script and the style sheet |
 //! | `GET /ui/api/jobs` | session or token | `[`[`JobDetail`]`]` |
-//! | `GET /ui/api/jobs/{id}` | session or token | [`JobView`] |
+//! | `GET /ui/api/jobs/{id}[?after=MS]` | session or token | [`JobView`]; with `after`, once the job's report is newer than `MS` (at most [`LONG_POLL_MS`] later) |
 //! | `GET /ui/topics` | session or token | the Topics and groups page |
 //! | `GET /ui/api/topics` | session or token | [`topics::LogView`] (empty lists without a log) |
 //! | `POST /ui/api/jobs/{id}/cancel` | session + CSRF token | `{"savepoint": bool}` → [`JobDetail`]; the runner's `POST /jobs/{id}/cancel` |
@@ -54,7 +54,7 @@ use crate::runner::guard;
 use crate::runner::status::now_ms;
 use crate::runner::RunnerError;
 
-pub use holdback::{gates, Gate};
+pub use holdback::{gates, Gate, GateClock};
 pub use session::Sessions;
 
 /// The session cookie's name.
@@ -110,6 +110,9 @@ pub struct LinkRequest {
     /// Open this job's page after the login (default: the Jobs page).
     #[serde(default)]
     pub job: Option<String>,
+    /// Open the Topics and groups page instead (with no `job`).
+    #[serde(default)]
+    pub topics: bool,
 }
 
 /// The dashboard of one server.
@@ -124,6 +127,10 @@ pub struct Dashboard {
     log: Option<brook_log::Log>,
     /// Cancel and resume, where the server has them (the runner).
     control: Option<Arc<dyn JobControl>>,
+    /// Per job: since when each split has held each operator back.
+    clocks: Mutex<std::collections::HashMap<String, GateClock>>,
+    /// The log's groups' lag over the last minutes.
+    lag_history: Mutex<topics::LagHistory>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -153,21 +160,83 @@ impl Dashboard {
             sessions: Mutex::new(Sessions::default()),
             log,
             control,
+            clocks: Mutex::new(std::collections::HashMap::new()),
+            lag_history: Mutex::new(topics::LagHistory::default()),
         })
     }
 
-    /// A new one-time login link leading to `job`'s page (the Jobs page without one).
+    /// Watches the jobs and the log while the server runs, once a second, so the
+    /// pages can tell how long a split has held a watermark back and draw each
+    /// group's lag over the last minutes, also for what happened before a page was
+    /// opened. Runs until the task is dropped.
+    pub async fn watch(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(
+            topics::LAG_SAMPLE_MS.unsigned_abs(),
+        ));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let d = Arc::clone(&self);
+            // The log's calls and the status reads take locks and files: not on the
+            // server's threads.
+            let done = tokio::task::spawn_blocking(move || {
+                let jobs = d.source.jobs();
+                for job in &jobs {
+                    let _ = d.gates_of(job);
+                }
+                let mut clocks = d.clocks.lock().unwrap_or_else(|e| e.into_inner());
+                clocks.retain(|id, _| jobs.iter().any(|j| &j.summary.id == id));
+                drop(clocks);
+                if let Some(log) = &d.log {
+                    let lags = topics::group_lags(log);
+                    d.lag_history
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .record(now_ms(), lags);
+                }
+            })
+            .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "the dashboard's watch failed");
+            }
+        }
+    }
+
+    /// The gates of `job`'s current report, each holder stamped with how long it has
+    /// held its operator back.
+    fn gates_of(&self, job: &JobDetail) -> Vec<Gate> {
+        let Some(status) = job.status.as_ref() else {
+            return Vec::new();
+        };
+        let mut g = gates(status);
+        self.clocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(job.summary.id.clone())
+            .or_default()
+            .observe(now_ms(), &mut g);
+        g
+    }
+
+    /// A new one-time login link leading to the page `to` asks for: a job's, the
+    /// Topics and groups page, else the Jobs page.
     ///
     /// # Errors
-    /// [`RunnerError::Invalid`] for a malformed job id or when the system has no
-    /// randomness to give.
-    pub fn new_link(&self, job: Option<&str>) -> Result<LinkBody, RunnerError> {
-        let target = match job {
-            Some(id) => {
+    /// [`RunnerError::Invalid`] for a malformed job id, a job together with `topics`,
+    /// or when the system has no randomness to give.
+    pub fn new_link(&self, to: &LinkRequest) -> Result<LinkBody, RunnerError> {
+        let target = match (&to.job, to.topics) {
+            (Some(_), true) => {
+                return Err(RunnerError::Invalid(
+                    "a login link opens a job's page or the topics page, not both".into(),
+                ))
+            }
+            (Some(id), false) => {
                 crate::runner::api::validate_job_id(id)?;
                 format!("/ui/jobs/{id}")
             }
-            None => "/".to_string(),
+            (None, true) => "/ui/topics".to_string(),
+            (None, false) => "/".to_string(),
         };
         let token = crate::runner::token::generate()?;
         let path = format!("/ui/login?t={token}");
@@ -316,7 +385,12 @@ async fn topics_page() -> Response {
 async fn topics_json(State(d): State<Arc<Dashboard>>) -> Response {
     // The log's calls take its locks briefly and read no segment: fine on the
     // request's thread.
-    Json(d.log.as_ref().map(topics::log_view).unwrap_or_default()).into_response()
+    let mut view = d.log.as_ref().map(topics::log_view).unwrap_or_default();
+    d.lag_history
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .fill(&mut view);
+    Json(view).into_response()
 }
 
 async fn job_page(
@@ -404,10 +478,47 @@ async fn jobs_json(State(d): State<Arc<Dashboard>>) -> Response {
     Json(d.source.jobs()).into_response()
 }
 
-async fn job_json(State(d): State<Arc<Dashboard>>, UrlPath(id): UrlPath<String>) -> Response {
+/// `?after=<ms>` of `GET /ui/api/jobs/{id}`.
+#[derive(Debug, Deserialize)]
+struct AfterQuery {
+    /// Answer once the job's report is newer than this (its `updated_ms`), or after
+    /// [`LONG_POLL_MS`]: the page gets each new report as it lands (the job writes
+    /// one every 500 ms), with one request waiting instead of many.
+    #[serde(default)]
+    after: Option<i64>,
+}
+
+/// The longest a `GET /ui/api/jobs/{id}?after=` waits for a newer report (ms).
+pub const LONG_POLL_MS: u64 = 2_000;
+
+async fn job_json(
+    State(d): State<Arc<Dashboard>>,
+    UrlPath(id): UrlPath<String>,
+    Query(q): Query<AfterQuery>,
+) -> Response {
+    if let Some(after) = q.after {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(LONG_POLL_MS);
+        loop {
+            let d2 = Arc::clone(&d);
+            let id2 = id.clone();
+            // The supervisor reads the job's report file: not on the server's threads.
+            let newer = tokio::task::spawn_blocking(move || {
+                d2.source
+                    .job(&id2)
+                    .and_then(|j| j.status.map(|s| s.updated_ms))
+                    .is_none_or(|t| t > after)
+            })
+            .await
+            .unwrap_or(true);
+            if newer || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     match d.source.job(&id) {
         Some(job) => {
-            let gates = job.status.as_ref().map(gates).unwrap_or_default();
+            let gates = d.gates_of(&job);
             Json(JobView {
                 job,
                 gates,

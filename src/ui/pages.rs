@@ -81,7 +81,7 @@ pub(super) fn topics_page() -> String {
 <section><h2>Topics</h2>
 <table id="topics"><thead><tr><th>topic</th><th>partition</th><th>start offset</th><th>end offset</th><th>stable offset</th><th>size</th><th>segments</th><th>retention</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Consumer groups</h2>
-<table id="groups"><thead><tr><th>group</th><th>state</th><th>members</th><th>topic/partition</th><th>committed</th><th>end</th><th>lag</th><th>member</th></tr></thead><tbody></tbody></table></section>"#,
+<table id="groups"><thead><tr><th>group</th><th>state</th><th>members</th><th>lag, last 10 min</th><th>topic/partition</th><th>committed</th><th>end</th><th>lag</th><th>member</th></tr></thead><tbody></tbody></table></section>"#,
     )
 }
 
@@ -105,9 +105,10 @@ pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
 <p id="hotkeys-empty" class="note" hidden>No keyed operator has counted records yet.</p></section>
 <section><h2>Watermarks</h2>
 <h3>Who holds the watermark back</h3>
-<table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>why</th></tr></thead><tbody></tbody></table>
+<table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>for</th><th>why</th></tr></thead><tbody></tbody></table>
 <h3>Source splits</h3>
-<table id="splits"><thead><tr><th>source</th><th>subtask</th><th>split</th><th>watermark</th><th>behind the newest split</th><th>idle</th><th>offset</th><th>lag (records)</th></tr></thead><tbody></tbody></table>
+<p class="note">Late records of a split: records read at or behind its watermark, late for every window it gates (a YAML job's Arrow batch counts once). An operator's late records are those it dropped or sent to its late output.</p>
+<table id="splits"><thead><tr><th>source</th><th>subtask</th><th>split</th><th>watermark</th><th>behind the newest split</th><th>idle</th><th>offset</th><th>lag (records)</th><th>late records</th></tr></thead><tbody></tbody></table>
 <h3>Operators</h3>
 <table id="watermarks"><thead><tr><th>operator</th><th>watermark</th><th>late records</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Checkpoints</h2>

@@ -65,6 +65,86 @@ pub struct GroupRow {
     pub members: Vec<MemberRow>,
     /// Per partition with a commit or an owner: committed offset and lag.
     pub partitions: Vec<LagRow>,
+    /// Its total lag over the last [`LAG_HISTORY_MS`], oldest first, one point per
+    /// [`LAG_SAMPLE_MS`] (from [`LagHistory`]; empty where the server keeps none).
+    #[serde(default)]
+    pub lag_history: Vec<LagPoint>,
+}
+
+/// A group's total lag (the sum over its partitions with a commit) at one time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LagPoint {
+    /// When it was sampled (ms since the epoch).
+    pub t_ms: i64,
+    /// Its total lag then (records).
+    pub lag: u64,
+}
+
+/// How far back [`LagHistory`] keeps each group's lag (ms): ten minutes.
+pub const LAG_HISTORY_MS: i64 = 10 * 60 * 1000;
+
+/// How often the dashboard samples the groups' lag (ms).
+pub const LAG_SAMPLE_MS: i64 = 1000;
+
+/// Each group's total lag over the last [`LAG_HISTORY_MS`], for the lag chart. A pure
+/// state machine: samples in ([`LagHistory::record`]), series out.
+#[derive(Debug, Clone, Default)]
+pub struct LagHistory {
+    series: std::collections::BTreeMap<String, std::collections::VecDeque<LagPoint>>,
+}
+
+impl LagHistory {
+    /// Adds a sample taken at `now_ms`: each group's total lag, `None` for a group
+    /// without a committed offset (no point). Points older than [`LAG_HISTORY_MS`]
+    /// go, and with them a group that has none left.
+    pub fn record(&mut self, now_ms: i64, lags: impl IntoIterator<Item = (String, Option<u64>)>) {
+        for (group, lag) in lags {
+            if let Some(lag) = lag {
+                self.series
+                    .entry(group)
+                    .or_default()
+                    .push_back(LagPoint { t_ms: now_ms, lag });
+            }
+        }
+        self.series.retain(|_, points| {
+            while points
+                .front()
+                .is_some_and(|p| now_ms - p.t_ms > LAG_HISTORY_MS)
+            {
+                points.pop_front();
+            }
+            !points.is_empty()
+        });
+    }
+
+    /// The points of `group`, oldest first.
+    pub fn of(&self, group: &str) -> Vec<LagPoint> {
+        self.series
+            .get(group)
+            .map(|p| p.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Fills each group's [`GroupRow::lag_history`] of `view`.
+    pub fn fill(&self, view: &mut LogView) {
+        for g in &mut view.groups {
+            g.lag_history = self.of(&g.group);
+        }
+    }
+}
+
+/// Each group's total lag now (the sum over its partitions with a committed offset;
+/// `None` when it has none), for [`LagHistory::record`].
+pub fn group_lags(log: &Log) -> Vec<(String, Option<u64>)> {
+    log.groups()
+        .into_iter()
+        .filter_map(|group| {
+            let rows = log.group_lag(&group).ok()?;
+            let lags: Vec<u64> = rows.iter().filter_map(|r| r.lag).collect();
+            let total = (!lags.is_empty()).then(|| lags.iter().sum());
+            Some((group, total))
+        })
+        .collect()
 }
 
 /// A live member of a group.
@@ -170,6 +250,7 @@ pub fn log_view(log: &Log) -> LogView {
                         member: r.member,
                     })
                     .collect(),
+                lag_history: Vec::new(),
                 group,
             })
         })
@@ -178,5 +259,62 @@ pub fn log_view(log: &Log) -> LogView {
         log: true,
         topics,
         groups,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_history_keeps_ten_minutes_of_each_groups_lag() {
+        let mut h = LagHistory::default();
+        h.record(0, [("g".to_string(), Some(900)), ("new".to_string(), None)]);
+        h.record(1_000, [("g".to_string(), Some(400))]);
+        assert_eq!(
+            h.of("g"),
+            vec![
+                LagPoint { t_ms: 0, lag: 900 },
+                LagPoint {
+                    t_ms: 1_000,
+                    lag: 400
+                }
+            ]
+        );
+        // A group without a commit has no point.
+        assert!(h.of("new").is_empty());
+        // Ten minutes on, the first point is gone; the group whose points all went
+        // is forgotten.
+        h.record(LAG_HISTORY_MS + 500, [("h".to_string(), Some(1))]);
+        assert_eq!(
+            h.of("g"),
+            vec![LagPoint {
+                t_ms: 1_000,
+                lag: 400
+            }]
+        );
+        h.record(LAG_HISTORY_MS + 2_000, []);
+        assert!(h.of("g").is_empty());
+        assert_eq!(h.of("h").len(), 1);
+        let mut view = LogView {
+            log: true,
+            topics: Vec::new(),
+            groups: vec![GroupRow {
+                group: "h".into(),
+                state: "Empty".into(),
+                generation: None,
+                members: Vec::new(),
+                partitions: Vec::new(),
+                lag_history: Vec::new(),
+            }],
+        };
+        h.fill(&mut view);
+        assert_eq!(
+            view.groups[0].lag_history,
+            vec![LagPoint {
+                t_ms: LAG_HISTORY_MS + 500,
+                lag: 1
+            }]
+        );
     }
 }

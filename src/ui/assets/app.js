@@ -267,7 +267,10 @@ function renderGraph(status, opRate) {
       const figures = r
         ? `in ${rate(r.in)}/s · out ${rate(r.out)}/s · busy ${pct(r.busy / 10 / par)} · bp ${pct(r.bp / 10 / par)}`
         : `in ${num(o.records_in)} · out ${num(o.records_out)}`;
-      parts.push(el("svg:text", { class: "figures", x: p.x + 10, y: y + 28, "data-records-in": o.records_in, "data-records-out": o.records_out }, figures));
+      parts.push(el("svg:text", {
+        class: "figures", x: p.x + 10, y: y + 28, "data-records-in": o.records_in, "data-records-out": o.records_out,
+        "data-rate-in": r ? r.in.toFixed(1) : null, "data-rate-out": r ? r.out.toFixed(1) : null,
+      }, figures));
     });
   }
   svg.replaceChildren(...parts);
@@ -316,13 +319,15 @@ function renderWatermarks(view) {
   const rows = [];
   for (const g of view.gates) {
     if (!g.held_by.length) {
-      rows.push(el("tr", {}, td(g.operator), td(time(g.watermark_ms)), td("nothing: every upstream split is idle"), td(""), td("")));
+      rows.push(el("tr", {}, td(g.operator), td(time(g.watermark_ms)), td("nothing: every upstream split is idle"), td(""), td(""), td("")));
     }
     for (const h of g.held_by) {
       rows.push(el("tr", { "data-holder": h.split },
         td(g.operator), td(time(g.watermark_ms)),
         td(h.source + " / " + h.split + " (subtask " + h.subtask + ")", "hot"),
-        td(time(h.watermark_ms)), td(WHY[h.reason] || h.reason)));
+        td(time(h.watermark_ms)),
+        td(h.since_ms === null || h.since_ms === undefined ? "-" : duration(Math.max(0, view.now_ms - h.since_ms)), "num held-for"),
+        td(WHY[h.reason] || h.reason)));
     }
   }
   fill("#gates", rows);
@@ -330,7 +335,8 @@ function renderWatermarks(view) {
   fill("#splits", status.splits.map((s) => el("tr", {},
     td(s.operator), td(s.subtask, "num"), td(s.split), td(time(s.watermark_ms)),
     td(s.watermark_ms === null || !isFinite(newest) ? "-" : duration(newest - s.watermark_ms)),
-    td(s.idle ? "idle" : "no"), td(num(s.offset), "num"), td(num(s.lag), "num"))));
+    td(s.idle ? "idle" : "no"), td(num(s.offset), "num"), td(num(s.lag), "num"),
+    td(num(s.late_records), s.late_records ? "num bad" : "num"))));
   fill("#watermarks", status.operators.map((o) => el("tr", {},
     td(o.name), td(time(o.watermark_ms)), td(num(o.late_records), o.late_records ? "num bad" : "num"))));
 }
@@ -400,6 +406,25 @@ function renderJob(view) {
 
 // ---- Topics and groups page ----
 
+// A group's total lag over the last minutes as a small SVG line, its largest and
+// latest values in data attributes (and the tooltip).
+function lagChart(points) {
+  const W = 160, H = 36;
+  if (!points || !points.length) return td("-");
+  const t0 = points[0].t_ms, t1 = points[points.length - 1].t_ms;
+  const max = Math.max(...points.map((p) => p.lag));
+  const last = points[points.length - 1].lag;
+  const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * (W - 4) + 2 : W / 2);
+  const y = (v) => H - 2 - (max > 0 ? (v / max) * (H - 4) : 0);
+  const svg = el("svg:svg", {
+    class: "lagchart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
+    "data-lag-max": max, "data-lag-last": last, "data-points": points.length,
+  },
+    el("svg:title", {}, `lag over ${duration(t1 - t0)}: max ${num(max)}, now ${num(last)}`),
+    el("svg:polyline", { points: points.map((p) => x(p.t_ms).toFixed(1) + "," + y(p.lag).toFixed(1)).join(" ") }));
+  return el("td", {}, svg, el("span", { class: "note" }, " max " + num(max) + ", now " + num(last)));
+}
+
 function renderTopics(view) {
   document.getElementById("nolog").hidden = view.log;
   const topics = [];
@@ -417,6 +442,7 @@ function renderTopics(view) {
     const rows = g.partitions.length ? g.partitions : [null];
     rows.forEach((p, i) => groups.push(el("tr", { "data-group": g.group },
       td(i === 0 ? g.group : ""), td(i === 0 ? g.state : ""), td(i === 0 ? members : ""),
+      i === 0 ? lagChart(g.lag_history) : td(""),
       td(p ? p.topic + "/" + p.partition : "-"), td(p ? num(p.committed) : "-", "num"), td(p ? num(p.end) : "-", "num"),
       td(p ? (p.out_of_range ? "out of range" : num(p.lag)) : "-", p && p.lag ? "num hot" : "num"),
       td(p && p.member ? p.member : ""))));
@@ -424,11 +450,19 @@ function renderTopics(view) {
   fill("#groups", groups);
 }
 
+// The job page's last report time (ms), for the long poll.
+let lastReport = null;
+
 async function tick() {
   try {
     if (page === "jobs") renderJobs(await getJson("/ui/api/jobs"));
     else if (page === "topics") renderTopics(await getJson("/ui/api/topics"));
-    else if (page === "job") renderJob(await getJson("/ui/api/jobs/" + encodeURIComponent(jobId)));
+    else if (page === "job") {
+      // Long poll: the server answers when a report newer than the last one lands.
+      const view = await getJson("/ui/api/jobs/" + encodeURIComponent(jobId) + (lastReport === null ? "" : "?after=" + lastReport));
+      if (view.job.status) lastReport = view.job.status.updated_ms;
+      renderJob(view);
+    }
     live(true);
   } catch (e) {
     live(false, String(e.message || e));
