@@ -408,6 +408,14 @@ fn metrics_and_status_list_a_running_jobs_splits_hot_keys_and_checkpoints() {
         "{:?}",
         st.checkpoints.history
     );
+    // In-memory state shares nothing between checkpoints: each adds all it holds.
+    assert!(
+        st.checkpoints.history.iter().any(|c| c.error.is_none()
+            && c.full_size_bytes > c.size_bytes
+            && c.incremental_bytes == c.full_size_bytes),
+        "{:?}",
+        st.checkpoints.history
+    );
 
     run_brook_ok(&mut runner.cli(&["cancel", &id]));
     runner.wait_for_state(&id, JobState::Canceled);

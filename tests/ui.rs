@@ -1064,4 +1064,26 @@ fn chromium_shows_the_runners_pages_a_stalled_partition_and_the_lag_falling() {
     assert!(dom.contains("data-page=\"jobs\""), "{dom}");
     assert!(dom.contains(&format!("href=\"/ui/jobs/{job}\"")), "{dom}");
     assert!(dom.contains("state-RUNNING"), "{dom}");
+
+    // Canceled with a savepoint (the API's call): the job page lists the savepoint.
+    let (status, answer) = post_json(
+        &r.url,
+        &format!("/jobs/{job}/cancel"),
+        &format!("Authorization: Bearer {}\r\n", r.token),
+        "{\"savepoint\": true}",
+    );
+    assert_eq!(status, 200, "{answer}");
+    let png = screenshot_path("runner-savepoint");
+    let dom = brook_testkit::browser::dump_dom(
+        &link_to(&r, &format!("{{\"job\":\"{job}\"}}")),
+        2_000,
+        Some(&png),
+    );
+    assert_is_a_screenshot(&png);
+    assert!(dom.contains("state-CANCELED"), "{dom}");
+    let savepoints = dom.find("id=\"savepoints\"").expect("the savepoints table");
+    assert!(
+        dom[savepoints..].contains("data-savepoint=\""),
+        "the savepoint listed: {dom}"
+    );
 }

@@ -413,6 +413,7 @@ pub(crate) fn start(
                 clock: g.config.clock.clone(),
                 stop: Arc::clone(&stop),
                 stats: Arc::clone(metrics.checkpoints()),
+                sizes: Default::default(),
             };
             let h = std::thread::Builder::new()
                 .name("checkpoints".into())

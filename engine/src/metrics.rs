@@ -90,6 +90,13 @@ pub struct CheckpointRecord {
     /// Bytes of its task files (state shared with earlier checkpoints not counted);
     /// `None` when aborted.
     pub size_bytes: Option<u64>,
+    /// Bytes of everything it consists of: its directory and every shared file it
+    /// refers to (as Flink's "full checkpoint data size"); `None` when aborted.
+    pub full_size_bytes: Option<u64>,
+    /// Bytes it added: its directory and the shared files the checkpoint before it
+    /// did not refer to (Flink's "checkpointed data size"; the full size for
+    /// in-memory state); `None` when aborted.
+    pub incremental_bytes: Option<u64>,
     /// Why it was aborted; `None` when it completed.
     pub error: Option<String>,
     /// Per task, how long its barrier alignment took (empty when aborted).

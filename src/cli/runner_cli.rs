@@ -424,13 +424,20 @@ fn show_job(d: &JobDetail) -> Result<()> {
             }
         }
         let c = &st.checkpoints;
+        // The sizes the dashboard shows: all it holds, and what it added.
+        let last = c
+            .history
+            .iter()
+            .rev()
+            .find(|h| h.error.is_none() && Some(h.id) == c.last_id);
         outln!(
-            "\ncheckpoints: {} completed, {} failed; last {} ({} ms, {} bytes)",
+            "\ncheckpoints: {} completed, {} failed; last {} ({} ms, {} bytes full, {} incremental)",
             c.completed,
             c.failed,
             opt(c.last_id),
             opt(c.last_duration_ms),
-            opt(c.last_size_bytes)
+            opt(last.and_then(|h| h.full_size_bytes).or(c.last_size_bytes)),
+            opt(last.and_then(|h| h.incremental_bytes).or(c.last_size_bytes))
         );
     }
     for sp in &d.savepoints {

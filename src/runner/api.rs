@@ -418,6 +418,10 @@ pub struct RetainedCheckpoint {
     pub timestamp_ms: i64,
     /// Bytes of its task files (state shared with earlier checkpoints not counted).
     pub size_bytes: u64,
+    /// Bytes of everything it consists of: its directory and the shared files it
+    /// refers to (what a restore reads; the dashboard's size).
+    #[serde(default)]
+    pub full_size_bytes: u64,
     /// Its directory.
     pub path: PathBuf,
     /// The attempts (numbers) that restored it.
@@ -440,6 +444,7 @@ impl RetainedCheckpoint {
                 id: c.id,
                 timestamp_ms: c.timestamp_ms,
                 size_bytes: c.size_bytes,
+                full_size_bytes: c.full_size_bytes,
                 path: c.path,
             })
             .collect()

@@ -168,6 +168,14 @@ pub struct CheckpointEntry {
     pub duration_ms: Option<u64>,
     /// Bytes of its task files; absent when aborted.
     pub size_bytes: Option<u64>,
+    /// Bytes of everything it consists of, shared files with earlier checkpoints
+    /// included (Flink's full checkpoint data size); absent when aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_size_bytes: Option<u64>,
+    /// Bytes it added to what the checkpoint before it had (Flink's checkpointed data
+    /// size); absent when aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental_bytes: Option<u64>,
     /// Why it was aborted; absent when it completed.
     pub error: Option<String>,
     /// Per task, its barrier alignment time (µs): from the first barrier on one of its
@@ -271,6 +279,8 @@ impl JobStatus {
                     trigger_ms: r.trigger_ms,
                     duration_ms: r.duration_ms,
                     size_bytes: r.size_bytes,
+                    full_size_bytes: r.full_size_bytes,
+                    incremental_bytes: r.incremental_bytes,
                     error: r.error,
                     alignment: r
                         .alignment

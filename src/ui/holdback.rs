@@ -39,8 +39,11 @@ pub struct Holder {
     pub watermark_ms: Option<i64>,
     /// Why it is behind.
     pub reason: Reason,
-    /// Since when (ms since the epoch) it has held this operator back without a
-    /// break, as the server saw it ([`GateClock`]); absent from [`gates`] alone.
+    /// Since when (ms since the epoch) it has held this operator back at this same
+    /// watermark, as the server saw it ([`GateClock`]): how long the split has kept
+    /// the operator's watermark from moving. A split that gates while its watermark
+    /// advances (every split gates some of the time: the minimum is someone's)
+    /// starts anew at each advance. Absent from [`gates`] alone.
     #[serde(default)]
     pub since_ms: Option<i64>,
 }
@@ -107,7 +110,10 @@ pub fn gates(status: &JobStatus) -> Vec<Gate> {
             .collect();
         // `None` (no record yet) orders before every watermark.
         let min = live.iter().map(|s| s.watermark_ms).min();
+        // At the final watermark (its input ended) nothing holds it back.
+        let ended = op.watermark_ms == Some(i64::MAX);
         let held_by = match min {
+            _ if ended => Vec::new(),
             None => Vec::new(),
             Some(min) => live
                 .iter()
@@ -131,15 +137,21 @@ pub fn gates(status: &JobStatus) -> Vec<Gate> {
     out
 }
 
-/// How long each split has gated each operator: fed the gates of successive reports
-/// of one job, it stamps every holder with the time it was first seen holding that
-/// operator back in an unbroken run of reports. A split that stops gating and starts
-/// again starts a new run. State machine: reports in, stamped gates out.
+/// How long each split has held each operator's watermark still: fed the gates of
+/// successive reports of one job, it stamps every holder with the time it was first
+/// seen holding that operator back at its current watermark in an unbroken run of
+/// reports. A split whose watermark moves, or that stops gating and gates again,
+/// starts a new run. State machine: reports in, stamped gates out.
 #[derive(Debug, Clone, Default)]
 pub struct GateClock {
-    /// (operator, source, subtask, split) -> first seen (ms).
-    since: std::collections::HashMap<(String, String, u32, String), i64>,
+    since: std::collections::HashMap<HolderKey, HeldSince>,
 }
+
+/// (operator, source, subtask, split).
+type HolderKey = (String, String, u32, String);
+
+/// (first seen, the split's watermark then).
+type HeldSince = (i64, Option<i64>);
 
 impl GateClock {
     /// Stamps `gates` (of a report seen at `now_ms`) with each holder's `since_ms`,
@@ -154,9 +166,12 @@ impl GateClock {
                     h.subtask,
                     h.split.clone(),
                 );
-                let since = self.since.get(&key).copied().unwrap_or(now_ms);
+                let since = match self.since.get(&key) {
+                    Some(&(since, watermark)) if watermark == h.watermark_ms => since,
+                    _ => now_ms,
+                };
                 h.since_ms = Some(since);
-                next.insert(key, since);
+                next.insert(key, (since, h.watermark_ms));
             }
         }
         self.since = next;
@@ -331,12 +346,16 @@ mod tests {
         assert_eq!(g[0].held_by[0].since_ms, None);
         clock.observe(1_000, &mut g);
         assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(1_000))]);
-        // Still gating, its watermark moving: the run goes on.
+        // Still gating at the same watermark: the run goes on.
+        let mut g = gates(&s);
+        clock.observe(3_000, &mut g);
+        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(1_000))]);
+        // Still gating, but its watermark moved: held still only since now.
         let mut s2 = s.clone();
         s2.splits[1].watermark_ms = Some(200);
         let mut g = gates(&s2);
         clock.observe(4_000, &mut g);
-        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(1_000))]);
+        assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(4_000))]);
         // Partition 0 falls behind: it gates from now, partition 1's run ends.
         s2.splits[0].watermark_ms = Some(150);
         let mut g = gates(&s2);
@@ -346,5 +365,9 @@ mod tests {
         let mut g = gates(&s);
         clock.observe(6_000, &mut g);
         assert_eq!(since(&g), vec![("clicks/1".to_string(), Some(6_000))]);
+        // An operator whose input ended (final watermark) is held back by nothing.
+        let mut ended = s.clone();
+        ended.operators[1].watermark_ms = Some(i64::MAX);
+        assert!(gates(&ended)[0].held_by.is_empty());
     }
 }

@@ -209,6 +209,10 @@ impl Dashboard {
             return Vec::new();
         };
         let mut g = gates(status);
+        // An ended job's report is its last: nothing is held back any longer.
+        if job.summary.state.is_terminal() {
+            return g;
+        }
         self.clocks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -389,7 +393,7 @@ async fn topics_json(State(d): State<Arc<Dashboard>>) -> Response {
     d.lag_history
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .fill(&mut view);
+        .fill(&mut view, now_ms());
     Json(view).into_response()
 }
 
@@ -483,7 +487,8 @@ async fn jobs_json(State(d): State<Arc<Dashboard>>) -> Response {
 struct AfterQuery {
     /// Answer once the job's report is newer than this (its `updated_ms`), or after
     /// [`LONG_POLL_MS`]: the page gets each new report as it lands (the job writes
-    /// one every 500 ms), with one request waiting instead of many.
+    /// one every 500 ms), with one request waiting instead of many. A job that
+    /// ended (finished, failed, canceled) is answered at once.
     #[serde(default)]
     after: Option<i64>,
 }
@@ -502,9 +507,11 @@ async fn job_json(
             let d2 = Arc::clone(&d);
             let id2 = id.clone();
             // The supervisor reads the job's report file: not on the server's threads.
+            // A job that ended writes no more reports: answered at once.
             let newer = tokio::task::spawn_blocking(move || {
                 d2.source
                     .job(&id2)
+                    .filter(|j| !j.summary.state.is_terminal())
                     .and_then(|j| j.status.map(|s| s.updated_ms))
                     .is_none_or(|t| t > after)
             })

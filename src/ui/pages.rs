@@ -10,12 +10,14 @@ use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
 
 const APP_JS: &str = include_str!("assets/app.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
+const FAVICON_SVG: &str = include_str!("assets/favicon.svg");
 
 /// An asset by name: its content type and text.
 pub(super) fn asset(name: &str) -> Option<(&'static str, &'static str)> {
     match name {
         "app.js" => Some(("text/javascript; charset=utf-8", APP_JS)),
         "style.css" => Some(("text/css; charset=utf-8", STYLE_CSS)),
+        "favicon.svg" => Some(("image/svg+xml", FAVICON_SVG)),
         _ => None,
     }
 }
@@ -36,6 +38,7 @@ fn frame(title: &str, page: &str, job: &str, csrf: Option<&str>, main: &str) -> 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · brook</title>{csrf}
 <link rel="stylesheet" href="/ui/assets/style.css">
+<link rel="icon" href="/ui/assets/favicon.svg" type="image/svg+xml">
 </head>
 <body data-page="{page}" data-job="{job}">
 <header><a href="/" class="brand">brook</a><nav><a href="/">Jobs</a> <a href="/ui/topics">Topics and groups</a></nav><span class="crumb">{title}</span><span id="live" class="live">connecting…</span></header>
@@ -107,16 +110,19 @@ pub(super) fn job_page(id: &str, name: &str, csrf: Option<&str>) -> String {
 <h3>Who holds the watermark back</h3>
 <table id="gates"><thead><tr><th>operator</th><th>its watermark</th><th>held back by (split)</th><th>split watermark</th><th>for</th><th>why</th></tr></thead><tbody></tbody></table>
 <h3>Source splits</h3>
-<p class="note">Late records of a split: records read at or behind its watermark, late for every window it gates (a YAML job's Arrow batch counts once). An operator's late records are those it dropped or sent to its late output.</p>
+<p class="note">Late records of a split: records read at or behind its own watermark, so more out of order than its source allows; they are late for a window once its operator's watermark has passed them too (unless a slower split holds it back). An operator's late records are those it dropped or sent to its late output. A YAML job's Arrow batch counts once.</p>
 <table id="splits"><thead><tr><th>source</th><th>subtask</th><th>split</th><th>watermark</th><th>behind the newest split</th><th>idle</th><th>offset</th><th>lag (records)</th><th>late records</th></tr></thead><tbody></tbody></table>
 <h3>Operators</h3>
 <table id="watermarks"><thead><tr><th>operator</th><th>watermark</th><th>late records</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Checkpoints</h2>
 <p id="cp-summary" class="note"></p>
-<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>size</th><th>alignment (slowest task)</th><th>status</th></tr></thead><tbody></tbody></table>
+<table id="checkpoints"><thead><tr><th>id</th><th>triggered</th><th>duration</th><th>full size</th><th>incremental</th><th>alignment (slowest task)</th><th>status</th></tr></thead><tbody></tbody></table>
 <h3>Retained in the checkpoint directory (across restarts)</h3>
 <p id="cp-restored" class="note"></p>
-<table id="retained"><thead><tr><th>id</th><th>triggered</th><th>size</th><th>restored by attempt</th></tr></thead><tbody></tbody></table></section>
+<table id="retained"><thead><tr><th>id</th><th>triggered</th><th>full size</th><th>restored by attempt</th></tr></thead><tbody></tbody></table>
+<h3>Savepoints</h3>
+<table id="savepoints"><thead><tr><th>#</th><th>directory</th></tr></thead><tbody></tbody></table>
+<p id="savepoints-empty" class="note" hidden>None taken (Cancel with savepoint, or <code>brook cancel --savepoint</code>).</p></section>
 <section><h2>Attempts</h2>
 <table id="attempts"><thead><tr><th>#</th><th>started</th><th>ended</th><th>outcome</th><th>restored from</th><th>end of stderr</th></tr></thead><tbody></tbody></table></section>"#,
     )

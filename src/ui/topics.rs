@@ -94,26 +94,30 @@ pub struct LagHistory {
 }
 
 impl LagHistory {
-    /// Adds a sample taken at `now_ms`: each group's total lag, `None` for a group
-    /// without a committed offset (no point). Points older than [`LAG_HISTORY_MS`]
-    /// go, and with them a group that has none left.
+    /// Adds a sample taken at `now_ms`: every group there is, with its total lag
+    /// (`None` for a group without a committed offset: no point). A group absent from
+    /// the sample was deleted: its series goes (a group made again under its name
+    /// starts anew). Points older than [`LAG_HISTORY_MS`] go, and with them a group
+    /// that has none left.
     pub fn record(&mut self, now_ms: i64, lags: impl IntoIterator<Item = (String, Option<u64>)>) {
+        let mut present = std::collections::BTreeSet::new();
         for (group, lag) in lags {
             if let Some(lag) = lag {
                 self.series
-                    .entry(group)
+                    .entry(group.clone())
                     .or_default()
                     .push_back(LagPoint { t_ms: now_ms, lag });
             }
+            present.insert(group);
         }
-        self.series.retain(|_, points| {
+        self.series.retain(|group, points| {
             while points
                 .front()
                 .is_some_and(|p| now_ms - p.t_ms > LAG_HISTORY_MS)
             {
                 points.pop_front();
             }
-            !points.is_empty()
+            present.contains(group) && !points.is_empty()
         });
     }
 
@@ -125,10 +129,20 @@ impl LagHistory {
             .unwrap_or_default()
     }
 
-    /// Fills each group's [`GroupRow::lag_history`] of `view`.
-    pub fn fill(&self, view: &mut LogView) {
+    /// Fills each group's [`GroupRow::lag_history`] of `view`, made at `now_ms`,
+    /// ending with the view's own total lag at `now_ms`, so the chart ends where the
+    /// table's lag column stands (the last sample can be a second older).
+    pub fn fill(&self, view: &mut LogView, now_ms: i64) {
         for g in &mut view.groups {
-            g.lag_history = self.of(&g.group);
+            let mut points = self.of(&g.group);
+            let lags: Vec<u64> = g.partitions.iter().filter_map(|p| p.lag).collect();
+            if !lags.is_empty() && points.last().is_none_or(|p| p.t_ms < now_ms) {
+                points.push(LagPoint {
+                    t_ms: now_ms,
+                    lag: lags.iter().sum(),
+                });
+            }
+            g.lag_history = points;
         }
     }
 }
@@ -268,34 +282,34 @@ mod tests {
 
     #[test]
     fn the_lag_history_keeps_ten_minutes_of_each_groups_lag() {
+        let point = |t_ms, lag| LagPoint { t_ms, lag };
         let mut h = LagHistory::default();
         h.record(0, [("g".to_string(), Some(900)), ("new".to_string(), None)]);
-        h.record(1_000, [("g".to_string(), Some(400))]);
-        assert_eq!(
-            h.of("g"),
-            vec![
-                LagPoint { t_ms: 0, lag: 900 },
-                LagPoint {
-                    t_ms: 1_000,
-                    lag: 400
-                }
-            ]
+        h.record(
+            1_000,
+            [("g".to_string(), Some(400)), ("new".to_string(), None)],
         );
+        assert_eq!(h.of("g"), vec![point(0, 900), point(1_000, 400)]);
         // A group without a commit has no point.
         assert!(h.of("new").is_empty());
         // Ten minutes on, the first point is gone; the group whose points all went
         // is forgotten.
-        h.record(LAG_HISTORY_MS + 500, [("h".to_string(), Some(1))]);
-        assert_eq!(
-            h.of("g"),
-            vec![LagPoint {
-                t_ms: 1_000,
-                lag: 400
-            }]
+        let t = LAG_HISTORY_MS;
+        h.record(
+            t + 500,
+            [("h".to_string(), Some(1)), ("g".to_string(), None)],
         );
-        h.record(LAG_HISTORY_MS + 2_000, []);
+        assert_eq!(h.of("g"), vec![point(1_000, 400)]);
+        h.record(
+            t + 2_000,
+            [("g".to_string(), None), ("h".to_string(), None)],
+        );
         assert!(h.of("g").is_empty());
         assert_eq!(h.of("h").len(), 1);
+        // A deleted group (absent from a sample) loses its series at once.
+        let mut deleted = h.clone();
+        deleted.record(t + 3_000, []);
+        assert!(deleted.of("h").is_empty());
         let mut view = LogView {
             log: true,
             topics: Vec::new(),
@@ -304,17 +318,24 @@ mod tests {
                 state: "Empty".into(),
                 generation: None,
                 members: Vec::new(),
-                partitions: Vec::new(),
+                partitions: vec![LagRow {
+                    topic: "t".into(),
+                    partition: 0,
+                    committed: Some(3),
+                    end: 10,
+                    stable: 10,
+                    lag: Some(7),
+                    out_of_range: false,
+                    member: None,
+                }],
                 lag_history: Vec::new(),
             }],
         };
-        h.fill(&mut view);
+        // The chart ends at the view's own lag.
+        h.fill(&mut view, t + 2_500);
         assert_eq!(
             view.groups[0].lag_history,
-            vec![LagPoint {
-                t_ms: LAG_HISTORY_MS + 500,
-                lag: 1
-            }]
+            vec![point(t + 500, 1), point(t + 2_500, 7)]
         );
     }
 }

@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Where Debian's `chromium` package installs the browser.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// The longest one page load may take, virtual time budget included.
+pub const BROWSER_LIMIT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The browser, when it is installed (scripts/setup.sh installs it).
 pub fn chromium() -> Option<PathBuf> {
     let p = PathBuf::from(CHROMIUM);
@@ -58,18 +61,40 @@ pub fn dump_dom(url: &str, budget_ms: u64, screenshot: Option<&Path>) -> String 
         cmd.arg("--window-size=1280,900")
             .arg(format!("--screenshot={}", png.display()));
     }
-    let out = cmd
+    // What it writes goes to files: a pipe would fill while the process is only
+    // polled.
+    let (dom_path, err_path) = (profile.with_extension("dom"), profile.with_extension("err"));
+    let file = |path: &Path| {
+        std::fs::File::create(path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()))
+    };
+    let child = cmd
         .arg("--dump-dom")
         .arg(url)
-        .output()
+        .stdout(file(&dom_path))
+        .stderr(file(&err_path))
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot start {CHROMIUM}: {e}"));
+    // A headless browser that never finishes must not hold the suite: killed at the
+    // limit, the test fails saying so.
+    let finished = crate::process::wait_bounded(child, BROWSER_LIMIT);
     let _ = std::fs::remove_dir_all(&profile);
-    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    let dom = std::fs::read_to_string(&dom_path).unwrap_or_default();
+    let said = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = (
+        std::fs::remove_file(&dom_path),
+        std::fs::remove_file(&err_path),
+    );
+    let out = finished.unwrap_or_else(|_| {
+        panic!(
+            "chromium did not finish within {BROWSER_LIMIT:?} on {}: killed; it said: {said}",
+            url.split('?').next().unwrap_or(url),
+        )
+    });
     assert!(
         out.status.success() && !dom.is_empty(),
-        "chromium failed ({}): {}",
+        "chromium failed ({}): {said}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
     );
     dom
 }

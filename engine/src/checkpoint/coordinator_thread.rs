@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +16,12 @@ use tracing::{debug, info, warn};
 
 use super::control::{Ack, CheckpointControl};
 use super::coordinator::{Action, CheckpointCoordinator, CoordinatorConfig, Event};
+use super::snapshot::FileEntry;
 use super::snapshot::FORMAT_VERSION;
-use super::storage::{checkpoint_dirs, remove_unreferenced_shared_files, write_metadata, Metadata};
+use super::storage::{
+    checkpoint_dirs, checkpoint_sizes, remove_unreferenced_shared_files, shared_files,
+    shared_files_before, write_metadata, Metadata,
+};
 use crate::metrics::{CheckpointRecord, CheckpointStats, TaskAlignment};
 
 /// How often the shell looks at the clock and the control: a finished job is not kept
@@ -44,6 +48,18 @@ pub(crate) struct CoordinatorThread {
     /// Set when the job is ending.
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) stats: Arc<CheckpointStats>,
+    /// What the sizes of the checkpoint in progress need from the one before.
+    pub(crate) sizes: std::sync::Mutex<SizeTracker>,
+}
+
+/// The shared files of the last complete checkpoint (loaded from the checkpoints
+/// directory when first needed), and the sizes of the checkpoint whose metadata was
+/// just written, until it completes.
+#[derive(Debug, Default)]
+pub(crate) struct SizeTracker {
+    last_shared: Option<std::collections::HashSet<String>>,
+    /// (id, full bytes, incremental bytes)
+    pending: Option<(u64, u64, u64)>,
 }
 
 type Machine = CheckpointCoordinator<Waiter>;
@@ -79,6 +95,34 @@ impl CoordinatorThread {
                 // Every task and the job handle are gone.
                 Err(RecvTimeoutError::Disconnected) => return ControlFlow::Break(()),
             }
+        }
+    }
+
+    fn sizes(&self) -> std::sync::MutexGuard<'_, SizeTracker> {
+        self.sizes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Measures checkpoint `id`, whose metadata (listing `files`) was just written to
+    /// `dir`: its full and incremental sizes, against the last checkpoint of the
+    /// checkpoints directory. A savepoint elsewhere is measured against nothing and
+    /// leaves the comparison base alone.
+    fn measure(&self, id: u64, dir: &Path, files: &[FileEntry]) {
+        let root = dir.parent().unwrap_or(dir);
+        let shared = shared_files(files);
+        let in_checkpoints = root == self.config.dir.as_path();
+        let mut sizes = self.sizes();
+        let previous = if in_checkpoints {
+            sizes
+                .last_shared
+                .get_or_insert_with(|| shared_files_before(root, id))
+                .clone()
+        } else {
+            std::collections::HashSet::new()
+        };
+        let (full, incremental) = checkpoint_sizes(root, dir, &shared, &previous);
+        sizes.pending = Some((id, full, incremental));
+        if in_checkpoints {
+            sizes.last_shared = Some(shared);
         }
     }
 
@@ -135,6 +179,9 @@ impl CoordinatorThread {
                     files,
                 };
                 let result = write_metadata(&dir, &meta).map_err(|e| e.to_string());
+                if result.is_ok() {
+                    self.measure(id, &dir, &meta.files);
+                }
                 let now_ms = self.clock.now_ms();
                 return self.feed(machine, Event::MetadataWritten { result, now_ms });
             }
@@ -156,11 +203,20 @@ impl CoordinatorThread {
                 stats
                     .last_completed_ms
                     .store(completed_ms, Ordering::Relaxed);
+                let pending = self.sizes().pending.take();
+                let (full, incremental) = match pending {
+                    Some((measured, full, incremental)) if measured == id => {
+                        (Some(full), Some(incremental))
+                    }
+                    _ => (None, None),
+                };
                 stats.record(CheckpointRecord {
                     id,
                     trigger_ms: completed_ms - ms,
                     duration_ms: Some(u64::try_from(ms).unwrap_or(0)),
                     size_bytes: Some(size_bytes),
+                    full_size_bytes: full,
+                    incremental_bytes: incremental,
                     error: None,
                     alignment: alignments
                         .into_iter()
@@ -192,6 +248,8 @@ impl CoordinatorThread {
                     trigger_ms: self.clock.now_ms(),
                     duration_ms: None,
                     size_bytes: None,
+                    full_size_bytes: None,
+                    incremental_bytes: None,
                     error: Some(reason.to_string()),
                     alignment: Vec::new(),
                 });

@@ -241,23 +241,30 @@ pub struct StoredCheckpoint {
     pub timestamp_ms: Millis,
     /// Bytes of its task files (state shared with earlier checkpoints not counted).
     pub size_bytes: u64,
+    /// Bytes of everything it consists of: its directory and every shared file it
+    /// refers to (what a restore reads; Flink's full checkpoint data size).
+    pub full_size_bytes: u64,
     /// Its directory.
     pub path: PathBuf,
 }
 
 /// The checkpoints of `dir` with a readable `_metadata` (complete ones), newest
 /// first; an incomplete or damaged one is left out. Reads the metadata only, not the
-/// task files.
+/// task files (and the sizes of the files it lists).
 pub fn stored_checkpoints(dir: &Path) -> Vec<StoredCheckpoint> {
     checkpoint_dirs(dir)
         .into_iter()
         .filter_map(|(_, path)| {
             let text = fs::read_to_string(path.join(METADATA)).ok()?;
             let meta: Metadata = serde_json::from_str(&text).ok()?;
+            let shared = shared_files(&meta.files);
+            let (full_size_bytes, _) =
+                checkpoint_sizes(dir, &path, &shared, &std::collections::HashSet::new());
             Some(StoredCheckpoint {
                 id: meta.checkpoint_id,
                 timestamp_ms: meta.timestamp_ms,
                 size_bytes: meta.files.iter().map(|f| f.size).sum(),
+                full_size_bytes,
                 path,
             })
         })
@@ -306,4 +313,126 @@ pub(super) fn write_metadata(dir: &Path, meta: &Metadata) -> Result<(), Checkpoi
     let path = dir.join(METADATA);
     fs::rename(&tmp, &path).map_err(io(&path))?;
     fsync_dir(dir)
+}
+
+/// The shared files the task files of one checkpoint refer to.
+pub(super) fn shared_files(files: &[FileEntry]) -> std::collections::HashSet<String> {
+    files
+        .iter()
+        .flat_map(|f| f.shared.iter().cloned())
+        .collect()
+}
+
+/// The shared files of the newest complete checkpoint in `root` older than `id`
+/// (empty without one): what a new checkpoint's files are new against.
+pub(super) fn shared_files_before(
+    root: &Path,
+    id: CheckpointId,
+) -> std::collections::HashSet<String> {
+    checkpoint_dirs(root)
+        .into_iter()
+        .filter(|(older, _)| *older < id)
+        .find_map(|(_, path)| {
+            let text = fs::read_to_string(path.join(METADATA)).ok()?;
+            let meta: Metadata = serde_json::from_str(&text).ok()?;
+            Some(shared_files(&meta.files))
+        })
+        .unwrap_or_default()
+}
+
+/// Bytes of every file under `path` (0 where unreadable).
+fn tree_size(path: &Path) -> u64 {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| tree_size(&e.path()))
+            .sum(),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
+}
+
+/// The sizes of a checkpoint written to `dir` (under `root`) whose shared files are
+/// `shared`: `(full, incremental)` bytes, as Flink's "full checkpoint data size" and
+/// "checkpointed data size". Full: its directory (task files, metadata, private
+/// native files) and every shared file it refers to; incremental: its directory and
+/// the shared files that `previous` (the checkpoint before it) did not refer to.
+pub(super) fn checkpoint_sizes(
+    root: &Path,
+    dir: &Path,
+    shared: &std::collections::HashSet<String>,
+    previous: &std::collections::HashSet<String>,
+) -> (u64, u64) {
+    let own = tree_size(dir);
+    let (mut all, mut new) = (0, 0);
+    for name in shared {
+        let size = fs::metadata(root.join(name)).map_or(0, |m| m.len());
+        all += size;
+        if !previous.contains(name) {
+            new += size;
+        }
+    }
+    (own + all, own + new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, shared: &[&str]) -> FileEntry {
+        FileEntry {
+            name: name.into(),
+            size: 0,
+            crc32c: 0,
+            shared: shared.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_is_full_with_every_shared_file_and_incremental_with_the_new_ones() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let root = root.path();
+        fs::create_dir_all(root.join(SHARED)).expect("shared");
+        fs::write(root.join("shared/a.sst"), vec![0; 1000]).expect("a");
+        fs::write(root.join("shared/b.sst"), vec![0; 300]).expect("b");
+        let chk = |id: u64, files: Vec<FileEntry>| {
+            let dir = checkpoint_path(root, id);
+            fs::create_dir_all(dir.join("task-op1")).expect("dir");
+            fs::write(dir.join("task.state"), vec![0; 40]).expect("task file");
+            fs::write(dir.join("task-op1/MANIFEST"), vec![0; 10]).expect("private");
+            let meta = Metadata {
+                format_version: FORMAT_VERSION,
+                job: "j".into(),
+                checkpoint_id: id,
+                timestamp_ms: 0,
+                max_parallelism: 128,
+                vertices: Vec::new(),
+                files,
+            };
+            write_metadata(&dir, &meta).expect("metadata");
+            let own = tree_size(&dir);
+            (dir, own)
+        };
+        let (dir1, own1) = chk(1, vec![entry("task.state", &["shared/a.sst"])]);
+        assert!(own1 > 50, "task file, private file and metadata: {own1}");
+        let first = shared_files(&[entry("task.state", &["shared/a.sst"])]);
+        // The first checkpoint: everything is new.
+        let before = shared_files_before(root, 1);
+        assert!(before.is_empty());
+        assert_eq!(
+            checkpoint_sizes(root, &dir1, &first, &before),
+            (own1 + 1000, own1 + 1000)
+        );
+        // The second shares a.sst with the first and adds b.sst.
+        let files2 = vec![entry("task.state", &["shared/a.sst", "shared/b.sst"])];
+        let (dir2, own2) = chk(2, files2.clone());
+        let before = shared_files_before(root, 2);
+        assert_eq!(before, first);
+        assert_eq!(
+            checkpoint_sizes(root, &dir2, &shared_files(&files2), &before),
+            (own2 + 1300, own2 + 300)
+        );
+    }
 }

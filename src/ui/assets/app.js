@@ -6,8 +6,12 @@ const POLL_MS = 1000;
 const body = document.body;
 const page = body.dataset.page;
 const jobId = body.dataset.job;
-// Previous counters per key, for rates: key -> {t, values}.
+// Recent counters per key, for rates: key -> [{t, values}], oldest first.
 const previous = new Map();
+// Rates are taken over at least this span of report time (ms): the tasks publish
+// their counters about once a second, so two reports 500 ms apart often show the
+// same counts (a rate of 0 every other report, twice the truth in between).
+const RATE_SPAN_MS = 2000;
 
 function el(tag, attrs, ...children) {
   const e = tag.startsWith("svg:")
@@ -70,25 +74,36 @@ function time(ms) {
   return isNaN(d) ? String(ms) : d.toISOString().replace("T", " ").replace("Z", " UTC");
 }
 
-// Per-second rates of `values` (an object of counters) since the last call for `key`,
-// at report time `t` (ms); null on the first call or when time did not move.
+// Per-second rates of `values` (an object of counters) for `key` at report time `t`
+// (ms), over the last RATE_SPAN_MS of reports (or all there are, if fewer); null
+// until there are two reports.
 function rates(key, t, values) {
-  const p = previous.get(key);
-  // The same report again (the job writes one every 500 ms): the last rates stand.
-  if (p && t <= p.t) return p.rates;
-  let out = null;
-  if (p) {
-    const dt = (t - p.t) / 1000;
-    out = {};
-    for (const k of Object.keys(values)) out[k] = Math.max(0, values[k] - p.values[k]) / dt;
+  const samples = previous.get(key) || [];
+  const last = samples[samples.length - 1];
+  if (!last || t > last.t) {
+    samples.push({ t, values });
+    // Keep what the span needs: the newest sample at least RATE_SPAN_MS old, and later.
+    while (samples.length > 2 && samples[1].t <= t - RATE_SPAN_MS) samples.shift();
+    previous.set(key, samples);
   }
-  previous.set(key, { t, values, rates: out });
+  const newest = samples[samples.length - 1];
+  const base = samples[0];
+  if (newest === base) return null;
+  const dt = (newest.t - base.t) / 1000;
+  const out = {};
+  for (const k of Object.keys(newest.values)) out[k] = Math.max(0, newest.values[k] - base.values[k]) / dt;
   return out;
 }
 
+// Set when the session ended: the page stops polling (every request would be refused).
+let sessionEnded = false;
+
 async function getJson(url) {
   const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (r.status === 401) throw new Error("session ended: run `brook ui` for a new link");
+  if (r.status === 401) {
+    sessionEnded = true;
+    throw new Error("session ended (a restarted server forgets its sessions): run `brook ui` for a new link");
+  }
   if (!r.ok) throw new Error(url + ": " + r.status);
   return r.json();
 }
@@ -369,7 +384,8 @@ function renderCheckpoints(status) {
     (c.last_id ? `; last ${c.last_id} at ${time(c.last_completed_ms)}` : "");
   const history = (c.history || []).slice().reverse();
   fill("#checkpoints", history.map((h) => el("tr", { class: h.error ? "bad" : "" },
-    td(h.id, "num"), td(time(h.trigger_ms)), td(duration(h.duration_ms)), td(bytes(h.size_bytes), "num"),
+    td(h.id, "num"), td(time(h.trigger_ms)), td(duration(h.duration_ms)),
+    td(bytes(h.full_size_bytes ?? h.size_bytes), "num"), td(bytes(h.incremental_bytes ?? h.size_bytes), "num"),
     alignmentCell(h.alignment || []),
     td(h.error ? "failed: " + h.error : "completed"))));
 }
@@ -378,8 +394,14 @@ function renderRetained(job) {
   document.getElementById("cp-restored").textContent =
     "latest restored: " + (job.latest_restored || "none (the job started empty or from its savepoint only)");
   fill("#retained", (job.retained_checkpoints || []).map((c) => el("tr", { "data-checkpoint": c.id },
-    td(c.id, "num"), td(time(c.timestamp_ms)), td(bytes(c.size_bytes), "num"),
+    td(c.id, "num"), td(time(c.timestamp_ms)), td(bytes(c.full_size_bytes || c.size_bytes), "num"),
     td(c.restored_by.length ? c.restored_by.join(", ") : "-"))));
+}
+
+function renderSavepoints(job) {
+  const sps = job.savepoints || [];
+  fill("#savepoints", sps.map((p, i) => el("tr", { "data-savepoint": p }, td(i + 1, "num"), td(p))).reverse());
+  document.getElementById("savepoints-empty").hidden = sps.length > 0;
 }
 
 function renderAttempts(job) {
@@ -394,6 +416,7 @@ function renderJob(view) {
   renderActions(view.job);
   renderAttempts(view.job);
   renderRetained(view.job);
+  renderSavepoints(view.job);
   const status = view.job.status;
   if (!status) return;
   const opRate = status.operators.map((_, i) => opRates(status, i));
@@ -406,21 +429,25 @@ function renderJob(view) {
 
 // ---- Topics and groups page ----
 
+// The lag chart's time axis: the last 10 minutes, ending at the newest point (the
+// server keeps this much; fewer points after a restart leave the left part empty).
+const LAG_SPAN_MS = 10 * 60 * 1000;
+
 // A group's total lag over the last minutes as a small SVG line, its largest and
 // latest values in data attributes (and the tooltip).
 function lagChart(points) {
   const W = 160, H = 36;
   if (!points || !points.length) return td("-");
-  const t0 = points[0].t_ms, t1 = points[points.length - 1].t_ms;
+  const t1 = points[points.length - 1].t_ms, t0 = t1 - LAG_SPAN_MS;
   const max = Math.max(...points.map((p) => p.lag));
   const last = points[points.length - 1].lag;
-  const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * (W - 4) + 2 : W / 2);
+  const x = (t) => (Math.max(t, t0) - t0) / LAG_SPAN_MS * (W - 4) + 2;
   const y = (v) => H - 2 - (max > 0 ? (v / max) * (H - 4) : 0);
   const svg = el("svg:svg", {
     class: "lagchart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
     "data-lag-max": max, "data-lag-last": last, "data-points": points.length,
   },
-    el("svg:title", {}, `lag over ${duration(t1 - t0)}: max ${num(max)}, now ${num(last)}`),
+    el("svg:title", {}, `lag over the last ${duration(t1 - points[0].t_ms)} (of 10 min): max ${num(max)}, now ${num(last)}`),
     el("svg:polyline", { points: points.map((p) => x(p.t_ms).toFixed(1) + "," + y(p.lag).toFixed(1)).join(" ") }));
   return el("td", {}, svg, el("span", { class: "note" }, " max " + num(max) + ", now " + num(last)));
 }
@@ -460,14 +487,16 @@ async function tick() {
     else if (page === "job") {
       // Long poll: the server answers when a report newer than the last one lands.
       const view = await getJson("/ui/api/jobs/" + encodeURIComponent(jobId) + (lastReport === null ? "" : "?after=" + lastReport));
-      if (view.job.status) lastReport = view.job.status.updated_ms;
+      // Only a job with a process writes new reports: the others are polled.
+      const live = view.job.state === "RUNNING" || view.job.state === "RESTARTING";
+      lastReport = live && view.job.status ? view.job.status.updated_ms : null;
       renderJob(view);
     }
     live(true);
   } catch (e) {
     live(false, String(e.message || e));
   }
-  setTimeout(tick, POLL_MS);
+  if (!sessionEnded) setTimeout(tick, POLL_MS);
 }
 
 tick();
