@@ -297,6 +297,47 @@ fn the_topics_page_shows_partitions_offsets_and_group_lag_of_the_runners_log() {
         .collect();
     assert!(lags.contains(&(4, 6)), "committed 4, lag 6: {group}");
 
+    // A Kafka client's group (rdkafka, Kafka's classic protocol through the runner's
+    // broker) shows with its member and the partitions its assignor gave it: those
+    // members live in the broker, not in the log.
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let bootstrap = wait_for("broker.addr", Duration::from_secs(20), || {
+        brook_broker::read_address(&data)
+    });
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap.to_string())
+        .set("group.id", "kafka-readers")
+        .set("client.id", "ui-test-client")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&["clicks"]).expect("subscribe");
+    wait_for("the member's assignment", Duration::from_secs(60), || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        (consumer.assignment().ok()?.count() == 2).then_some(())
+    });
+    let group = wait_for(
+        "the Kafka group on the page",
+        Duration::from_secs(20),
+        || {
+            let (_, answer) = request(&r.url, "GET", "/ui/api/topics", None, &bearer);
+            let v: serde_json::Value = serde_json::from_str(body(&answer)).ok()?;
+            v["groups"]
+                .as_array()?
+                .iter()
+                .find(|g| g["group"] == "kafka-readers" && g["state"] == "Stable")
+                .cloned()
+        },
+    );
+    let member = &group["members"][0];
+    assert_eq!(member["client_id"], "ui-test-client", "{group}");
+    assert_eq!(
+        member["partitions"],
+        serde_json::json!(["clicks/0", "clicks/1"]),
+        "{group}"
+    );
+    drop(consumer);
+
     // Without a log: the page says so, the lists are empty.
     drop(r);
     let plain = runner(&dir.path().join("other"));
@@ -589,6 +630,32 @@ fn brook_run_serves_its_job_page_on_loopback_only_after_a_login() {
     );
     assert_eq!(holder["reason"], "no_data", "{gate}");
     assert!(holder["since_ms"].as_i64().is_some(), "how long: {gate}");
+    // The link is used: `brook ui` on the data directory asks the run for another
+    // (its address and token in an owner-only file), which logs in once too.
+    let file = dir.path().join("data/ui/ui-join.json");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&file)
+            .expect("the dashboard's file")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let out = run_brook_ok(&mut brook_command(
+        Path::new(BROOK),
+        &dir.path().join("data"),
+        &["ui", "ui-join"],
+    ));
+    let again = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (again_base, again_path) = again.split_at(again.find("/ui/").expect("a path"));
+    assert_eq!(again_base, base);
+    let (status, answer) = request(base, "GET", again_path, None, "");
+    assert_eq!(status, 303, "{answer}");
+    assert_eq!(
+        request(base, "GET", again_path, None, "").0,
+        401,
+        "once only"
+    );
+    // Without the token the links route is closed.
+    assert_eq!(post_json(base, "/ui/links", "", "{}").0, 401);
     // The long poll: with `after`, the answer waits for a newer report (the job
     // writes one every 500 ms; the wait is at most 2 s).
     let after = view["job"]["status"]["updated_ms"]

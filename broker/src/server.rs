@@ -203,6 +203,12 @@ impl Server {
         self.addr
     }
 
+    /// The consumer groups of Kafka's classic protocol this server coordinates: their
+    /// members live here, not in the log (the dashboard shows them).
+    pub fn groups(&self) -> Arc<Coordinator> {
+        Arc::clone(&self.groups)
+    }
+
     /// Serves until the task is dropped.
     ///
     /// # Errors

@@ -22,9 +22,6 @@ use brook::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use brook::kafka::rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use brook::kafka::rdkafka::{Offset, TopicPartitionList};
 use brook::log::{LogError, PartitionLag, TopicConfig};
-use bytes::{Buf, Bytes};
-use kafka_protocol::messages::ConsumerProtocolAssignment;
-use kafka_protocol::protocol::Decodable;
 
 use super::log_access::{MemberView, PartitionView, TopicView};
 
@@ -369,7 +366,10 @@ impl RemoteLog {
                     member_id: m.id().to_string(),
                     client_id: m.client_id().to_string(),
                     host: m.client_host().to_string(),
-                    partitions: m.assignment().map(assigned_partitions).unwrap_or_default(),
+                    partitions: m
+                        .assignment()
+                        .map(brook_broker::group::assigned_partitions)
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -437,53 +437,5 @@ impl RemoteLog {
             }
         }
         Ok((rows, members))
-    }
-}
-
-/// The partitions of a member's assignment (Kafka's consumer protocol: a version,
-/// then the ConsumerProtocolAssignment of that version); empty if it is not one.
-fn assigned_partitions(bytes: &[u8]) -> Vec<(String, u32)> {
-    let mut buf = Bytes::copy_from_slice(bytes);
-    if buf.remaining() < 2 {
-        return Vec::new();
-    }
-    let version = buf.get_i16();
-    let Ok(a) = ConsumerProtocolAssignment::decode(&mut buf, version) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(String, u32)> = a
-        .assigned_partitions
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (t.topic.to_string(), *p as u32))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
-    use kafka_protocol::protocol::{Encodable, StrBytes};
-
-    #[test]
-    fn a_members_assignment_decodes_to_its_partitions() {
-        let a = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
-            TopicPartition::default()
-                .with_topic(StrBytes::from_static_str("sales").into())
-                .with_partitions(vec![3, 1]),
-        ]);
-        let mut buf = bytes::BytesMut::new();
-        bytes::BufMut::put_i16(&mut buf, 1);
-        a.encode(&mut buf, 1).expect("encode");
-        assert_eq!(
-            assigned_partitions(&buf),
-            vec![("sales".to_string(), 1), ("sales".to_string(), 3)]
-        );
-        assert_eq!(assigned_partitions(&[0]), Vec::<(String, u32)>::new());
     }
 }

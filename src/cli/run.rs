@@ -443,11 +443,13 @@ pub(crate) fn run(
             job.parallelism = valid.spec.parallelism;
             job.checkpoint_dir = checkpoint_dir.unwrap_or_default();
             job.restored_from = restored_from;
-            let server = brook::ui::local::serve_local(addr, job).context("--ui")?;
-            // The one way in: a link that works once (its token is no API token).
+            let id = job.id.clone();
+            let server = brook::ui::local::serve_local(addr, job, data_dir).context("--ui")?;
+            // The way in: a link that works once; `brook ui` makes more.
             eprintln!(
-                "dashboard of job {name}: open {} (the link works once)",
-                server.link
+                "dashboard of job {name}: open {} (the link works once; `brook ui {}` prints another)",
+                server.link,
+                id
             );
             Some(server)
         }

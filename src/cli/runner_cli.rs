@@ -12,6 +12,7 @@ use brook::runner::api::{
 };
 use brook::runner::client::Client;
 use brook::runner::{RunnerConfig, ENV_TOKEN};
+use brook::ui::local::LocalDashboard;
 use brook_broker::BrokerConfig;
 use clap::Args;
 
@@ -487,17 +488,46 @@ pub(crate) fn job(args: JobArgs, data_dir: &Path) -> Result<()> {
 /// `brook ui`: prints a one-time link into the runner's dashboard (it works once,
 /// within 5 minutes; the browser then holds a session cookie).
 pub(crate) fn ui(args: UiArgs, data_dir: &Path) -> Result<()> {
-    let link = rt()?.block_on(
-        client(&args.client, data_dir).ui_link(&brook::ui::LinkRequest {
-            job: args.job.clone(),
-            topics: args.topics,
-        }),
-    )?;
+    let req = brook::ui::LinkRequest {
+        job: args.job.clone(),
+        topics: args.topics,
+    };
+    let link = match local_dashboard(&args, data_dir)? {
+        // A `brook run --ui` on this data directory (and no runner here).
+        Some(dashboard) => {
+            let client = Client::new(&dashboard.url, Some(dashboard.token));
+            rt()?.block_on(client.ui_link(&req))?
+        }
+        None => rt()?.block_on(client(&args.client, data_dir).ui_link(&req))?,
+    };
     if args.client.json {
         return print_json(&serde_json::json!({ "url": link }));
     }
     outln!("{link}");
     Ok(())
+}
+
+/// The `brook run --ui` dashboard `brook ui` asks for a link when no runner is named
+/// and none wrote its address in `data_dir`: the one of job `args.job`, or the only
+/// one there; `None` when there is none (the runner's default address is tried).
+fn local_dashboard(args: &UiArgs, data_dir: &Path) -> Result<Option<LocalDashboard>> {
+    if args.client.runner.is_some() || data_dir.join("runner").join("address").exists() {
+        return Ok(None);
+    }
+    let mut found = brook::ui::local::local_dashboards(data_dir);
+    Ok(match &args.job {
+        Some(id) => found.into_iter().find(|(job, _)| job == id).map(|(_, d)| d),
+        None if found.len() > 1 => anyhow::bail!(
+            "several `brook run --ui` dashboards in {}: name the job (one of {})",
+            data_dir.display(),
+            found
+                .iter()
+                .map(|(job, _)| job.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => found.pop().map(|(_, d)| d),
+    })
 }
 
 /// `brook cancel`.

@@ -495,7 +495,12 @@ pub async fn serve(config: RunnerConfig) -> Result<(), RunnerError> {
         supervisor.clone(),
         addr,
         Arc::clone(&token),
-        broker.as_ref().map(|(_, log)| log.clone()),
+        broker
+            .as_ref()
+            .map(|(server, log)| crate::ui::topics::ServedLog {
+                log: log.clone(),
+                groups: Some(server.groups()),
+            }),
         Some(Arc::new(Arc::clone(&supervisor)) as Arc<dyn crate::ui::JobControl>),
     );
     // Stops with the runner's runtime.

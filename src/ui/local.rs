@@ -1,9 +1,12 @@
 //! The dashboard of one `brook run` (`--ui ADDR`): its job from the process's live
 //! metrics, served from a thread of its own. The process prints a one-time login link
-//! at the start; the link is the only way in (no API token exists here).
+//! at the start. For more links (`brook ui JOB --data-dir DIR`, once that one is used
+//! or expired) it leaves its address and a random API token in
+//! `<data-dir>/ui/<job id>.json` (mode 0600, removed when the run ends): whoever can
+//! read the data directory can log in, as with the runner's token file.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use brook_engine::metrics::JobMetrics;
@@ -95,23 +98,92 @@ impl JobSource for LocalJob {
     }
 }
 
-/// A running dashboard; it stops when dropped.
+/// A running dashboard; it stops when dropped, and removes its file.
 #[derive(Debug)]
 pub struct LocalServer {
     /// Where it listens (with the port it got for port 0).
     pub addr: SocketAddr,
     /// The one-time login link to the job's page (`http://ADDR/ui/login?t=...`).
     pub link: String,
+    /// Its [`LocalDashboard`] file.
+    pub file: PathBuf,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
-/// Serves the dashboard of `job` on `addr` (loopback only) from a background thread.
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        // Best effort: a file left by a killed run names a dead address and a token
+        // nothing accepts; the next run of the job replaces it.
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// What `<data-dir>/ui/<job id>.json` holds: where a `brook run --ui` dashboard
+/// listens and the API token that asks it for login links (`POST /ui/links`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LocalDashboard {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The token for `Authorization: Bearer`.
+    pub token: String,
+}
+
+/// The file of job `id`'s `brook run --ui` dashboard in `data_dir`.
+pub fn local_dashboard_file(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("ui").join(format!("{id}.json"))
+}
+
+/// The dashboards of `brook run --ui` that left their file in `data_dir`, as (job id,
+/// file contents), by id.
+pub fn local_dashboards(data_dir: &Path) -> Vec<(String, LocalDashboard)> {
+    let mut found: Vec<(String, LocalDashboard)> = std::fs::read_dir(data_dir.join("ui"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_suffix(".json")?.to_string();
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            Some((id, serde_json::from_str(&text).ok()?))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// Writes `dashboard` to `path` (its folder made), readable by its owner only from
+/// the start: written whole under another name, then renamed.
+fn write_private(path: &Path, dashboard: &LocalDashboard) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec(dashboard).map_err(std::io::Error::other)?)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Serves the dashboard of `job` on `addr` (loopback only) from a background thread,
+/// and leaves its address and token for `brook ui` in `data_dir`
+/// ([`local_dashboard_file`]).
 ///
 /// # Errors
 /// [`RunnerError::Invalid`] for an address other than loopback (the dashboard has
 /// no TLS: reach it from elsewhere through an SSH tunnel); [`RunnerError::Io`] when
-/// the address cannot be bound or the thread not started.
-pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, RunnerError> {
+/// the address cannot be bound, the file not written or the thread not started.
+pub fn serve_local(
+    addr: SocketAddr,
+    job: LocalJob,
+    data_dir: &Path,
+) -> Result<LocalServer, RunnerError> {
     if !addr.ip().is_loopback() {
         return Err(RunnerError::Invalid(format!(
             "--ui {addr}: the dashboard of brook run listens on loopback only (127.0.0.1:PORT); reach it from another machine through an SSH tunnel, or run the job under `brook runner`"
@@ -130,9 +202,22 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
         .map_err(io)?;
     let addr = listener.local_addr().map_err(io)?;
     let id = job.id.clone();
-    // No API token here: a random one no one is told, so only a session gets in.
-    let token: Arc<str> = Arc::from(crate::runner::token::generate()?);
-    let dashboard = Dashboard::new(Arc::new(job), addr, token, None, None);
+    // A random API token, told only through the owner-only file: it asks for login
+    // links (`brook ui`), and opens the pages as a session does.
+    let token = crate::runner::token::generate()?;
+    let file = local_dashboard_file(data_dir, &id);
+    write_private(
+        &file,
+        &LocalDashboard {
+            url: format!("http://{addr}"),
+            token: token.clone(),
+        },
+    )
+    .map_err(|source| RunnerError::Io {
+        path: file.clone(),
+        source,
+    })?;
+    let dashboard = Dashboard::new(Arc::new(job), addr, Arc::from(token), None, None);
     let link = format!(
         "http://{addr}{}",
         dashboard
@@ -142,7 +227,7 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
             })?
             .path
     );
-    let router = dashboard.router();
+    let router = dashboard.router().merge(dashboard.links_router());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("brook-ui".into())
@@ -162,6 +247,7 @@ pub fn serve_local(addr: SocketAddr, job: LocalJob) -> Result<LocalServer, Runne
     Ok(LocalServer {
         addr,
         link,
+        file,
         _shutdown: tx,
     })
 }

@@ -124,7 +124,7 @@ pub struct Dashboard {
     token: Arc<str>,
     sessions: Mutex<Sessions>,
     /// The log the server holds, if any (the runner with `--broker-listen`).
-    log: Option<brook_log::Log>,
+    log: Option<topics::ServedLog>,
     /// Cancel and resume, where the server has them (the runner).
     control: Option<Arc<dyn JobControl>>,
     /// Per job: since when each split has held each operator back.
@@ -150,7 +150,7 @@ impl Dashboard {
         source: Arc<dyn JobSource>,
         listen: SocketAddr,
         token: Arc<str>,
-        log: Option<brook_log::Log>,
+        log: Option<topics::ServedLog>,
         control: Option<Arc<dyn JobControl>>,
     ) -> Arc<Self> {
         Arc::new(Dashboard {
@@ -187,8 +187,8 @@ impl Dashboard {
                 let mut clocks = d.clocks.lock().unwrap_or_else(|e| e.into_inner());
                 clocks.retain(|id, _| jobs.iter().any(|j| &j.summary.id == id));
                 drop(clocks);
-                if let Some(log) = &d.log {
-                    let lags = topics::group_lags(log);
+                if let Some(served) = &d.log {
+                    let lags = topics::group_lags(&served.log);
                     d.lag_history
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -252,8 +252,19 @@ impl Dashboard {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `POST /ui/links` behind the API's guard (`Host`, `Origin`, the API token, a
+    /// JSON body): new one-time links for `brook ui`. The runner routes it with its
+    /// API; `brook run --ui` with this.
+    pub fn links_router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/ui/links", post(links))
+            .route_layer(middleware::from_fn_with_state(Arc::clone(self), api_guard))
+            .with_state(Arc::clone(self))
+    }
+
     /// The routes of the dashboard (see the [module docs](self)), with their guards;
-    /// `POST /ui/links` is the caller's to route behind its API guard.
+    /// `POST /ui/links` is the caller's to route behind its API guard
+    /// ([`Dashboard::links_router`] where it has none).
     pub fn router(self: &Arc<Self>) -> Router {
         let guarded = Router::new()
             .route("/", get(jobs_page))
@@ -306,6 +317,36 @@ async fn session_guard(State(d): State<Arc<Dashboard>>, req: Request, next: Next
         );
     }
     with_page_headers(next.run(req).await)
+}
+
+/// The API's guard, for [`Dashboard::links_router`].
+async fn api_guard(State(d): State<Arc<Dashboard>>, req: Request, next: Next) -> Response {
+    if let Err(r) = guard::admit(req.method(), req.uri(), req.headers(), d.listen, &d.token) {
+        tracing::warn!(path = %req.uri().path(), status = r.status.as_u16(), reason = %r.message, "link request refused");
+        return refused(r.status, r.message);
+    }
+    next.run(req).await
+}
+
+/// `POST /ui/links` of [`Dashboard::links_router`].
+async fn links(State(d): State<Arc<Dashboard>>, bytes: axum::body::Bytes) -> Response {
+    let req: LinkRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+        LinkRequest::default()
+    } else {
+        match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(e) => return refused(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+        }
+    };
+    if let Some(id) = &req.job {
+        if d.source.job(id).is_none() {
+            return refused(StatusCode::NOT_FOUND, format!("no job {id}"));
+        }
+    }
+    match d.new_link(&req) {
+        Ok(link) => Json(link).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `Host` and `Origin` only: the login's link token is its credential.

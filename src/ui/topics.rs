@@ -193,9 +193,22 @@ pub struct LagRow {
     pub member: Option<String>,
 }
 
-/// The topics and groups of `log` now. A topic or group deleted while this runs is
-/// left out.
-pub fn log_view(log: &Log) -> LogView {
+/// The log a server holds, with the coordinator of the consumer groups it serves
+/// over Kafka's protocol, if it serves the log (their members live there, not in the
+/// log: the log knows its own consumers' groups and everyone's committed offsets).
+#[derive(Debug, Clone)]
+pub struct ServedLog {
+    /// The log.
+    pub log: Log,
+    /// The Kafka-protocol groups' coordinator (`brook_broker::Server::groups`).
+    pub groups: Option<std::sync::Arc<brook_broker::group::Coordinator>>,
+}
+
+/// The topics and groups of `served` now: the groups of the log and of the broker's
+/// coordinator, each with the members of whichever has them. A topic deleted while
+/// this runs is left out; a group whose lag cannot be read is shown without it.
+pub fn log_view(served: &ServedLog) -> LogView {
+    let log = &served.log;
     let topics = log
         .topics()
         .into_iter()
@@ -219,11 +232,48 @@ pub fn log_view(log: &Log) -> LogView {
                 .collect(),
         })
         .collect();
-    let groups = log
-        .groups()
+    let mut names: std::collections::BTreeSet<String> = log.groups().into_iter().collect();
+    if let Some(c) = &served.groups {
+        names.extend(c.list().into_iter().map(|(group, _, _)| group));
+    }
+    let groups = names
         .into_iter()
-        .filter_map(|group| {
-            let lag = log.group_lag(&group).ok()?;
+        .map(|group| group_row(served, group))
+        .collect();
+    LogView {
+        log: true,
+        topics,
+        groups,
+    }
+}
+
+/// One group as the Topics page shows it: its members from the broker's coordinator
+/// when it has any there (a Kafka client's group), else from the log's own.
+fn group_row(served: &ServedLog, group: String) -> GroupRow {
+    let log = &served.log;
+    let lag = log.group_lag(&group).unwrap_or_default();
+    let broker = served
+        .groups
+        .as_ref()
+        .and_then(|c| c.describe(&group))
+        .filter(|g| !g.members.is_empty());
+    let (state, generation, members) = match &broker {
+        Some(g) => (
+            g.state.as_str().to_string(),
+            u32::try_from(g.generation).ok(),
+            g.members
+                .iter()
+                .map(|m| MemberRow {
+                    member_id: m.member_id.clone(),
+                    client_id: m.client_id.clone(),
+                    partitions: brook_broker::group::assigned_partitions(&m.assignment)
+                        .into_iter()
+                        .map(|(t, p)| format!("{t}/{p}"))
+                        .collect(),
+                })
+                .collect::<Vec<_>>(),
+        ),
+        None => {
             let described = log.describe_group(&group);
             let members: Vec<MemberRow> = described
                 .as_ref()
@@ -242,37 +292,41 @@ pub fn log_view(log: &Log) -> LogView {
                         .collect()
                 })
                 .unwrap_or_default();
-            Some(GroupRow {
-                state: if members.is_empty() {
-                    "Empty"
-                } else {
-                    "Stable"
-                }
-                .to_string(),
-                generation: described.map(|d| d.generation),
-                members,
-                partitions: lag
-                    .into_iter()
-                    .map(|r| LagRow {
-                        topic: r.topic,
-                        partition: r.partition,
-                        committed: r.committed,
-                        end: r.log_end_offset,
-                        stable: r.last_stable_offset,
-                        lag: r.lag,
-                        out_of_range: r.out_of_range,
-                        member: r.member,
-                    })
-                    .collect(),
-                lag_history: Vec::new(),
-                group,
-            })
+            let state = if members.is_empty() {
+                "Empty"
+            } else {
+                "Stable"
+            };
+            (state.to_string(), described.map(|d| d.generation), members)
+        }
+    };
+    // Who owns each partition, for a broker group (the log's rows name its own).
+    let owner = |topic: &str, partition: u32| {
+        members
+            .iter()
+            .find(|m| m.partitions.contains(&format!("{topic}/{partition}")))
+            .map(|m| m.member_id.clone())
+    };
+    let partitions = lag
+        .into_iter()
+        .map(|r| LagRow {
+            member: r.member.or_else(|| owner(&r.topic, r.partition)),
+            topic: r.topic,
+            partition: r.partition,
+            committed: r.committed,
+            end: r.log_end_offset,
+            stable: r.last_stable_offset,
+            lag: r.lag,
+            out_of_range: r.out_of_range,
         })
         .collect();
-    LogView {
-        log: true,
-        topics,
-        groups,
+    GroupRow {
+        state,
+        generation,
+        members,
+        partitions,
+        lag_history: Vec::new(),
+        group,
     }
 }
 

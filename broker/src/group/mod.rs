@@ -1,6 +1,7 @@
 //! Consumer groups over Kafka's classic protocol (issue 17, step 2): separate
 //! processes form a group through this broker, with client-side assignors.
 //!
+//! - [`assignment`]: a member's assignment decoded (for describing groups);
 //! - [`machine`]: the membership protocol as a pure state machine (joins, syncs,
 //!   heartbeats, leaves and time in; answers out);
 //! - [`coordinator`]: the machine behind a lock, with the clock and the connections
@@ -16,6 +17,7 @@
 //! classic protocol leaves the assignment to the clients. Both share the committed
 //! offsets.
 
+pub mod assignment;
 pub mod coordinator;
 pub mod delete_groups;
 pub mod machine;
@@ -23,5 +25,6 @@ pub mod membership;
 pub mod offset_delete;
 pub mod offsets;
 
+pub use assignment::assigned_partitions;
 pub use coordinator::Coordinator;
 pub use machine::Limits;
