@@ -51,6 +51,27 @@ pub(crate) fn generate() -> Result<String, RunnerError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Writes `bytes` to `path` readable and writable by its owner only, from the
+/// start: created with mode 0600 under another name, synced, then renamed, so no one
+/// reads half of it and no one else reads it at all, not even for a moment.
+///
+/// # Errors
+/// [`RunnerError::Io`] naming the file that could not be written.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), RunnerError> {
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    f.write_all(bytes).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
 /// The token in `path`, made there first if there is none. Called by the runner
 /// holding the data directory's lock, so no other runner writes it meanwhile.
 ///
@@ -80,22 +101,7 @@ pub(crate) fn load_or_create(path: &Path) -> Result<String, RunnerError> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let token = generate()?;
-            // Written whole under another name, then renamed: a client never reads
-            // half a token. Created with mode 0600, so it is never readable by others,
-            // not even for a moment.
-            let tmp = path.with_extension("tmp");
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io(&tmp))?;
-            f.write_all(token.as_bytes()).map_err(io(&tmp))?;
-            f.write_all(b"\n").map_err(io(&tmp))?;
-            f.sync_all().map_err(io(&tmp))?;
-            drop(f);
-            std::fs::rename(&tmp, path).map_err(io(path))?;
+            write_private(path, format!("{token}\n").as_bytes())?;
             Ok(token)
         }
         Err(e) => Err(io(path)(e)),

@@ -151,26 +151,6 @@ pub fn local_dashboards(data_dir: &Path) -> Vec<(String, LocalDashboard)> {
     found
 }
 
-/// Writes `dashboard` to `path` (its folder made), readable by its owner only from
-/// the start: written whole under another name, then renamed.
-fn write_private(path: &Path, dashboard: &LocalDashboard) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&serde_json::to_vec(dashboard).map_err(std::io::Error::other)?)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
 /// Serves the dashboard of `job` on `addr` (loopback only) from a background thread,
 /// and leaves its address and token for `brook ui` in `data_dir`
 /// ([`local_dashboard_file`]).
@@ -206,17 +186,18 @@ pub fn serve_local(
     // links (`brook ui`), and opens the pages as a session does.
     let token = crate::runner::token::generate()?;
     let file = local_dashboard_file(data_dir, &id);
-    write_private(
-        &file,
-        &LocalDashboard {
-            url: format!("http://{addr}"),
-            token: token.clone(),
-        },
-    )
-    .map_err(|source| RunnerError::Io {
-        path: file.clone(),
-        source,
-    })?;
+    let told = serde_json::to_vec(&LocalDashboard {
+        url: format!("http://{addr}"),
+        token: token.clone(),
+    })
+    .map_err(|e| RunnerError::Invalid(format!("the dashboard's file: {e}")))?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| RunnerError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    crate::runner::token::write_private(&file, &told)?;
     let dashboard = Dashboard::new(Arc::new(job), addr, Arc::from(token), None, None);
     let link = format!(
         "http://{addr}{}",
