@@ -670,7 +670,7 @@ fn without_a_token_the_runner_makes_one_and_refuses_what_a_web_page_could_send()
     };
     let (status, answer) = get(&format!("evil.example:{port}"));
     assert_eq!(status, 403, "{answer}");
-    assert!(answer.contains("not this runner's address"), "{answer}");
+    assert!(answer.contains("not this server's address"), "{answer}");
     assert!(
         !answer.to_ascii_lowercase().contains("access-control-"),
         "{answer}"

@@ -104,7 +104,7 @@ pub(crate) fn admit_origin(
         return refuse(
             StatusCode::FORBIDDEN,
             format!(
-                "Host {:?} is not this runner's address: use http://{listen} (or localhost)",
+                "Host {:?} is not this server's address: use http://{listen} (or localhost)",
                 text(header::HOST).unwrap_or("")
             ),
         );
