@@ -15,7 +15,7 @@
 //! | `GET /ui/api/topics` | session or token | [`topics::LogView`] (empty lists without a log) |
 //! | `POST /ui/api/jobs/{id}/cancel` | session + CSRF token | `{"savepoint": bool}` → [`JobDetail`]; the runner's `POST /jobs/{id}/cancel` |
 //! | `POST /ui/api/jobs/{id}/resume` | session + CSRF token | `{}` → [`JobDetail`]; the runner's `POST /jobs/{id}/resume` |
-//! | `POST /ui/links` | the runner's API token only | [`LinkBody`] (`brook ui`) |
+//! | `POST /ui/links` | the server's API token only (the runner's; `brook run --ui`'s in `<data-dir>/ui/<job>.json`) | [`LinkBody`] (`brook ui`) |
 //!
 //! Security, as the runner's API (crate::runner::guard) plus a browser's login: every
 //! request's `Host` must name the server and an `Origin` must be its own (403
