@@ -459,6 +459,9 @@ impl Segment {
     /// segments). `truncate`: a torn or corrupt tail is cut away (returns `true` then)
     /// rather than [`LogError::Corrupt`].
     fn scan(&mut self, gaps: bool, truncate: bool) -> Result<bool> {
+        /// The largest next offset a segment's last record may leave: its relative
+        /// offset (last - base) fits in a u32.
+        const MAX_RELATIVE_END: u64 = u32::MAX as u64 + 1;
         self.index.clear();
         self.time_index.clear();
         self.next_offset = self.base_offset;
@@ -471,6 +474,19 @@ impl Segment {
         while pos < file_len {
             let remaining = file_len - pos;
             let bad = match self.check_batch_at(pos, remaining, &mut buf) {
+                // The indexes hold offsets relative to the segment's base in 32 bits (as
+                // Kafka's), and appends roll before passing that: a batch beyond is
+                // damage, whatever gap compaction may have left before it. (Found by
+                // the log_segment fuzz target: accepted here, such a segment reopened
+                // from its index at another end offset after a clean close.)
+                Ok(h) if h.next_offset().saturating_sub(self.base_offset) > MAX_RELATIVE_END => {
+                    let reason = format!(
+                        "batch offsets up to {} lie past what segment {} can index (32-bit relative offsets)",
+                        h.next_offset() - 1,
+                        self.base_offset
+                    );
+                    (reason, pos + h.total_len() as u64 == file_len)
+                }
                 // Compaction leaves gaps in closed segments, never in the active one.
                 Ok(h)
                     if h.base_offset == self.next_offset

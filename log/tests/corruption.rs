@@ -528,3 +528,32 @@ fn bad_index_files_of_a_closed_segment_are_rebuilt() {
         log.close().unwrap();
     }
 }
+
+/// A closed segment holding a batch whose offsets lie more than 2^32 past the segment's
+/// base cannot be indexed (32-bit relative offsets, as Kafka's): the open fails naming
+/// it, instead of accepting it and reopening at another end offset after a clean close
+/// (found by the `log_segment` fuzz target).
+#[test]
+fn a_batch_past_its_segments_relative_offset_range_fails_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let log = Log::open(dir.path(), options(&clock)).unwrap();
+    log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    log.close().unwrap();
+    drop(log);
+    let part = partition_dir(dir.path());
+    for f in segment_files(&part) {
+        fs::remove_file(f).unwrap();
+    }
+    let far = (1u64 << 32) + 5;
+    let mut buf = Vec::new();
+    brook_log::format::encode_batch(&mut buf, far, &[record(far)], T0);
+    fs::write(part.join(format!("{:020}.log", 0)), &buf).unwrap();
+    fs::write(part.join(format!("{:020}.log", far + 1)), b"").unwrap();
+    match Log::open(dir.path(), options(&clock)) {
+        Err(LogError::Corrupt { reason, .. }) => {
+            assert!(reason.contains("32-bit relative offsets"), "{reason}")
+        }
+        other => panic!("expected Corrupt, got {:?}", other.map(|_| "an open log")),
+    }
+}
