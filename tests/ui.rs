@@ -56,6 +56,15 @@ fn post_json(url: &str, path: &str, extra: &str, body: &str) -> (u16, String) {
     )
 }
 
+/// Creates topic `clicks` of 2 partitions in the log in `data`.
+fn create_clicks(data: &Path) {
+    run_brook_ok(&mut brook_command(
+        Path::new(BROOK),
+        data,
+        &["topic", "create", "clicks", "--partitions", "2"],
+    ));
+}
+
 /// Appends `lines` to topic `clicks` of the log in `data` (`brook produce clicks` with
 /// `args`; through the runner's broker while one holds the log).
 fn produce_clicks(data: &Path, args: &[&str], lines: &str) {
@@ -233,13 +242,7 @@ fn the_topics_page_shows_partitions_offsets_and_group_lag_of_the_runners_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let brook = |args: &[&str]| brook_command(Path::new(BROOK), &data, args);
-    run_brook_ok(&mut brook(&[
-        "topic",
-        "create",
-        "clicks",
-        "--partitions",
-        "2",
-    ]));
+    create_clicks(&data);
     let lines: String = (0..10).map(|i| format!("{i}\n")).collect();
     produce_clicks(&data, &["--key", "k"], &lines);
     // The group reads 4 of the 10 records and commits.
@@ -971,13 +974,7 @@ fn chromium_shows_the_runners_pages_a_stalled_partition_and_the_lag_falling() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let brook = |args: &[&str]| brook_command(Path::new(BROOK), &data, args);
-    run_brook_ok(&mut brook(&[
-        "topic",
-        "create",
-        "clicks",
-        "--partitions",
-        "2",
-    ]));
+    create_clicks(&data);
     let clicks: String = (0..20_000)
         .map(|i| format!("{{\"user\":\"u{}\",\"ts\":{i}}}\n", i % 500))
         .collect();
