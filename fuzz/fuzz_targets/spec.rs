@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let resolved = brook::spec::resolve_paths(spec.clone(), std::path::Path::new("/jobs"));
     if let Ok(valid) = brook::spec::validate(spec) {
-        let _ = valid.checkpoint_interval_ms();
+        let _ = valid.spec.checkpoint_interval_ms();
         assert!(
             brook::spec::validate(resolved).is_ok(),
             "a valid spec stays valid with its paths resolved"

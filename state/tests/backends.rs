@@ -576,6 +576,60 @@ fn ssts(dir: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Blocks of SST files that compaction made obsolete leave the block cache (RocksDB's
+/// `uncache_aggressiveness`): with RocksDB's default the cache of a job that overwrote
+/// the same keys and flushed at every checkpoint grew by each flush's blocks until it
+/// was full, 256 MiB for 1000 keys (benches/README.md, "Soak").
+#[test]
+fn rocksdb_blocks_of_compacted_files_leave_the_block_cache() {
+    let options = RocksDbOptions::new()
+        .memory_bytes(64 << 20)
+        .write_buffer_bytes(1 << 20);
+    let mut b = RocksDbStateBackend::open(&fresh_dir(), options.clone()).unwrap();
+    // 2000 keys of 256 bytes that LZ4 cannot shrink: about 0.5 MB live, rewritten by
+    // every round, as a window's accumulators are.
+    let value = |i: u32, round: u32| -> Vec<u8> {
+        let mut x = u64::from(i) << 32 | u64::from(round) | 1;
+        (0..256)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let k = |i: u32| key(i % 128, &i.to_be_bytes(), b"");
+    let live = 2000 * 256;
+    let rounds = 40;
+    for round in 0..rounds {
+        for i in 0..2000 {
+            b.put("acc", &k(i), value(i, round));
+        }
+        b.flush().unwrap();
+        // Reads load the new file's blocks into the cache.
+        for i in (0..2000).step_by(7) {
+            assert_eq!(b.get("acc", &k(i)).unwrap().as_ref(), value(i, round));
+        }
+    }
+    // Compaction runs in the background: the obsolete files' blocks leave when it has
+    // deleted them. Without uncaching the usage stays at about `rounds * live` (20 MB).
+    let bound = 8 * live;
+    let mut usage = options.block_cache_usage();
+    // At most 20 s (400 looks 50 ms apart).
+    for _ in 0..400 {
+        if usage <= bound {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        usage = options.block_cache_usage();
+    }
+    assert!(
+        usage <= bound,
+        "block cache holds {usage} bytes after {rounds} rewrites of {live} live bytes"
+    );
+}
+
 #[test]
 fn rocksdb_directory_is_removed_on_drop_unless_kept() {
     let dir = fresh_dir();
