@@ -43,10 +43,19 @@ csv=$OUT/soak.csv
 summary=$OUT/summary.txt
 pids=()
 
-stop() {
-  for p in "${pids[@]}"; do
-    kill "$p" 2>/dev/null || true
+# Every process this script started, however deep: the broker and the feeder run
+# inside subshells (the `brook` function, the pipeline), so killing the pids `$!` names
+# left the binaries and python running after the script ended.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do
+    kill_tree "$child"
   done
+  [ "$1" = "$$" ] || kill "$1" 2>/dev/null || true
+}
+
+stop() {
+  kill_tree $$
   for p in "${pids[@]}"; do
     wait "$p" 2>/dev/null || true
   done
