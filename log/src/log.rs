@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use brook_core::names::validate_name;
+use brook_core::names::{validate_group_id, validate_name};
 use tracing::{info, warn};
 
 use crate::error::{IoContext, LogError, Result};
@@ -458,7 +458,7 @@ impl Log {
         strategy: AssignmentStrategy,
     ) -> Result<Membership> {
         self.check_open()?;
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         let counts = self.partition_counts();
         let now = self.inner.options.clock.now_ms();
         let m = lock_or_recover(&self.inner.groups).join(
@@ -505,7 +505,7 @@ impl Log {
         offsets: &[(TopicPartition, u64)],
     ) -> Result<()> {
         self.check_open()?;
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         let now = self.inner.options.clock.now_ms();
         // Hold the group lock across validation and the write, so a rebalance cannot
         // slip in between.
@@ -527,7 +527,7 @@ impl Log {
         partitions: &[TopicPartition],
     ) -> Result<()> {
         self.check_open()?;
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         lock_or_recover(&self.inner.offsets).delete_offsets(group, partitions)?;
         Ok(())
     }
@@ -552,7 +552,7 @@ impl Log {
     /// [`LogError::InvalidName`], `GroupError::NonEmptyGroup`, I/O errors.
     pub fn delete_group(&self, group: &str) -> Result<bool> {
         self.check_open()?;
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         // Under the group lock, so no member joins between the check and the delete.
         let mut groups = lock_or_recover(&self.inner.groups);
         let had_state = groups.delete_group(group)?;
@@ -593,7 +593,7 @@ impl Log {
         dry_run: bool,
     ) -> Result<Vec<OffsetResetRow>> {
         self.check_open()?;
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         let t = self.topic(topic)?;
         if let Some(d) = self.describe_group(group).filter(|d| !d.members.is_empty()) {
             return Err(GroupError::GroupHasMembers {
@@ -648,7 +648,7 @@ impl Log {
     /// # Errors
     /// [`LogError::InvalidName`].
     pub fn group_lag(&self, group: &str) -> Result<Vec<PartitionLag>> {
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         let committed = lock_or_recover(&self.inner.offsets).group_offsets(group);
         let owners: BTreeMap<TopicPartition, String> = match self.describe_group(group) {
             Some(d) => d

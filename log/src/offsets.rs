@@ -1,21 +1,23 @@
 //! Durable committed offsets of consumer groups.
 //!
 //! An [`OffsetStore`] keeps one JSON file per group in its directory (`<data-dir>/groups`),
-//! named `<group>.json`:
+//! named `<stem>.json`, where the stem is the group id with each byte outside
+//! `[a-zA-Z0-9._-]` written as `%XX` (`brook_core::names::group_file_stem`: group ids
+//! take any characters, as Kafka's; `orders:v2` is `orders%3Av2.json`):
 //!
 //! ```json
 //! {"version":1,"offsets":{"orders":{"0":12,"1":7}}}
 //! ```
 //!
 //! Every [`OffsetStore::commit`] rewrites the group's whole file atomically — write
-//! `<group>.json.tmp`, fsync it, rename it over `<group>.json`, fsync the directory — before
+//! `<stem>.json.tmp`, fsync it, rename it over `<stem>.json`, fsync the directory — before
 //! returning, so an acknowledged commit survives a crash and a crash never leaves a half-written
 //! file in place. Stray `.json.tmp` files from an interrupted commit are removed by
 //! [`OffsetStore::open`]. A file that cannot be parsed is reported as an error naming it; it is
 //! never skipped.
 //!
-//! Group names must already be validated by the caller (safe file names: `[a-zA-Z0-9._-]`,
-//! not `.` or `..`); debug builds assert that they contain no path separator.
+//! Group ids must already be validated by the caller
+//! (`brook_core::names::validate_group_id`); debug builds assert it.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -24,6 +26,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use brook_core::names::{group_file_stem, group_from_file_stem, validate_group_id};
 
 use crate::group::TopicPartition;
 
@@ -112,10 +116,10 @@ impl OffsetStore {
                 removed_tmp = true;
                 continue;
             }
-            // Names that are not group names were not written by this store either.
+            // Names that are not group files were not written by this store either.
             let Some(group) = name
                 .strip_suffix(FILE_SUFFIX)
-                .filter(|g| is_safe_group_name(g))
+                .and_then(group_from_file_stem)
             else {
                 continue;
             };
@@ -251,7 +255,8 @@ impl OffsetStore {
     }
 
     fn group_path(&self, group: &str) -> PathBuf {
-        self.dir.join(format!("{group}{FILE_SUFFIX}"))
+        self.dir
+            .join(format!("{}{FILE_SUFFIX}", group_file_stem(group)))
     }
 
     /// Atomically replaces `group`'s file with `offsets`.
@@ -271,7 +276,9 @@ impl OffsetStore {
                 .insert(tp.partition, *offset);
         }
         let path = self.group_path(group);
-        let tmp = self.dir.join(format!("{group}{TMP_SUFFIX}"));
+        let tmp = self
+            .dir
+            .join(format!("{}{TMP_SUFFIX}", group_file_stem(group)));
         let mut bytes = serde_json::to_vec(&file).map_err(|e| OffsetStoreError::Io {
             op: "encode",
             path: path.clone(),
@@ -354,20 +361,10 @@ fn io_error<'a>(
     }
 }
 
-/// Whether `group` can be used as a file-name stem: not empty, not `.` or `..`, no path
-/// separator. (Callers validate more strictly.)
-fn is_safe_group_name(group: &str) -> bool {
-    !group.is_empty()
-        && group != "."
-        && group != ".."
-        && !group.contains('/')
-        && !group.contains('\\')
-}
-
 fn debug_assert_group_name(group: &str) {
     debug_assert!(
-        is_safe_group_name(group),
-        "group name {group:?} is not a safe file name; callers must validate it"
+        validate_group_id(group).is_ok(),
+        "group id {group:?} is not valid; callers must validate it"
     );
 }
 
@@ -416,6 +413,42 @@ mod tests {
             ])
         );
         assert!(store.group_offsets("nobody").is_empty());
+    }
+
+    /// Group ids take any characters, as Kafka's: the file name escapes the bytes a
+    /// file name or a path could not hold, and reopening gives the id back.
+    #[test]
+    fn group_ids_with_any_characters_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("groups");
+        let mut store = OffsetStore::open(&dir).unwrap();
+        let ids = ["orders:v2", "team a/../..", "ä%41", "plain"];
+        for (n, id) in ids.iter().enumerate() {
+            store.commit(id, &[(tp("orders", 0), n as u64)]).unwrap();
+        }
+        assert!(dir.join("orders%3Av2.json").is_file());
+        assert!(dir.join("team%20a%2F..%2F...json").is_file());
+        assert!(dir.join("%C3%A4%2541.json").is_file());
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            ids.len(),
+            "nothing outside the directory"
+        );
+        // Not written by the store (a plain byte escaped): left alone, not a group.
+        fs::write(dir.join("%70lain.json"), "{}").unwrap();
+        drop(store);
+
+        let store = OffsetStore::open(&dir).unwrap();
+        let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(store.groups(), want);
+        for (n, id) in ids.iter().enumerate() {
+            assert_eq!(
+                store.committed(id, &tp("orders", 0)),
+                Some(n as u64),
+                "{id}"
+            );
+        }
     }
 
     #[test]

@@ -80,7 +80,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use brook_core::names::validate_name;
+use brook_core::names::{validate_group_id, validate_name};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -948,7 +948,7 @@ impl TransactionalProducer {
     /// [`LogError::InvalidName`] for a bad group name; [`LogError::ProducerFenced`];
     /// [`LogError::InvalidTransactionState`] without an open transaction; I/O errors.
     pub fn send_offsets(&mut self, group: &str, offsets: &[(TopicPartition, u64)]) -> Result<()> {
-        validate_name("group", group)?;
+        validate_group_id(group)?;
         let mut coord = self.log.txn_coordinator()?;
         coord.check_session(&self.id, self.producer_id, self.epoch)?;
         let Some(seq) = self.current else {

@@ -354,7 +354,7 @@ impl RemoteLog {
     /// as [`brook::log::Log::group_lag`], from OffsetFetch, ListOffsets and
     /// DescribeGroups; and the live members.
     pub(crate) fn group_lag(&self, group: &str) -> Result<(Vec<PartitionLag>, Vec<MemberView>)> {
-        brook::core::names::validate_name("group", group).map_err(LogError::from)?;
+        brook::core::names::validate_group_id(group).map_err(LogError::from)?;
         let list = self
             .uncommitted
             .fetch_group_list(Some(group), TIMEOUT)

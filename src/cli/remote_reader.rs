@@ -35,7 +35,7 @@ impl RemoteLog {
     /// A reader of `topic` (see [`RemoteReader`]).
     pub(crate) fn reader(&self, topic: &str, spec: &ReadSpec) -> Result<RemoteReader> {
         if let Some(g) = &spec.group {
-            brook::core::names::validate_name("group", g).map_err(LogError::from)?;
+            brook::core::names::validate_group_id(g).map_err(LogError::from)?;
         }
         let n = self.partition_count(topic)?;
         let mut c: ClientConfig = config(self.addr);

@@ -25,7 +25,7 @@ impl RemoteLog {
         to: ResetTo,
         dry_run: bool,
     ) -> Result<Vec<OffsetResetRow>> {
-        brook::core::names::validate_name("group", group).map_err(LogError::from)?;
+        brook::core::names::validate_group_id(group).map_err(LogError::from)?;
         let n = self.partition_count(topic)?;
         // A client of the group that never joins it: its commits carry no member id
         // and generation -1.
@@ -105,7 +105,7 @@ impl RemoteLog {
     /// DeleteGroups of one group (Kafka's `kafka-consumer-groups --delete`): whether
     /// it existed; refused while it has members, with the in-process error.
     pub(crate) fn delete_group(&self, group: &str) -> Result<bool> {
-        brook::core::names::validate_name("group", group).map_err(LogError::from)?;
+        brook::core::names::validate_group_id(group).map_err(LogError::from)?;
         let results = futures::executor::block_on(
             self.admin().delete_groups(&[group], &Self::admin_options()),
         )
