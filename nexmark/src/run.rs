@@ -33,11 +33,15 @@ pub enum Query {
     Q7,
     /// New users.
     Q8,
+    /// User sessions.
+    Q11,
+    /// Processing-time windows.
+    Q12,
 }
 
 impl Query {
     /// Every query, in order.
-    pub const ALL: [Query; 7] = [
+    pub const ALL: [Query; 9] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -45,9 +49,11 @@ impl Query {
         Query::Q5,
         Query::Q7,
         Query::Q8,
+        Query::Q11,
+        Query::Q12,
     ];
 
-    /// The reference's name, `q0` to `q8`.
+    /// The reference's name, `q0` to `q12`.
     pub fn name(self) -> &'static str {
         match self {
             Query::Q0 => "q0",
@@ -57,6 +63,8 @@ impl Query {
             Query::Q5 => "q5",
             Query::Q7 => "q7",
             Query::Q8 => "q8",
+            Query::Q11 => "q11",
+            Query::Q12 => "q12",
         }
     }
 
@@ -70,13 +78,15 @@ impl Query {
             Query::Q5 => count_into(queries::q5(events), rows),
             Query::Q7 => count_into(queries::q7(events), rows),
             Query::Q8 => count_into(queries::q8(events), rows),
+            Query::Q11 => count_into(queries::q11(events), rows),
+            Query::Q12 => count_into(queries::q12(events), rows),
         }
     }
 }
 
 /// A query name that is not one of [`Query::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown query {0:?}: expected one of q0, q1, q2, q3, q5, q7, q8")]
+#[error("unknown query {0:?}: expected one of q0, q1, q2, q3, q5, q7, q8, q11, q12")]
 pub struct UnknownQuery(pub String);
 
 impl FromStr for Query {

@@ -4,13 +4,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use brook_core::time::Millis;
-use brook_engine::testing::CollectSink;
+use brook_engine::testing::{CollectSink, VecSource};
 use brook_engine::{DataStream, JobConfig, StreamEnvironment};
 use brook_nexmark::queries::{
-    self, AuctionPrice, EuroBid, HotItem, LocalItem, NewUser, Q2_AUCTION_MODULUS, Q5_SIZE_MS,
-    Q5_SLIDE_MS, Q7_SIZE_MS, Q8_SIZE_MS,
+    self, AuctionPrice, BidderSession, EuroBid, HotItem, LocalItem, NewUser, Q11_GAP_MS,
+    Q2_AUCTION_MODULUS, Q5_SIZE_MS, Q5_SLIDE_MS, Q7_SIZE_MS, Q8_SIZE_MS,
 };
 use brook_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource, Person};
 
@@ -289,5 +291,124 @@ fn q3_joins_the_local_sellers_to_their_auctions() {
         for p in [1, 2] {
             assert_eq!(sorted(run(cfg.clone(), p, queries::q3)), want, "p {p}");
         }
+    }
+}
+
+/// q11 offline: each bidder's bids in time order, a new session after more than the
+/// gap without a bid (windows `[t, t + gap)` that touch merge: docs/semantics.md §3).
+fn q11_offline(bids: &[Bid]) -> Vec<BidderSession> {
+    let mut times: BTreeMap<u64, Vec<Millis>> = BTreeMap::new();
+    for b in bids {
+        times.entry(b.bidder).or_default().push(b.date_time);
+    }
+    let mut out = Vec::new();
+    for (bidder, mut ts) in times {
+        ts.sort_unstable();
+        let mut start = ts[0];
+        let mut last = ts[0];
+        let mut count = 0;
+        for t in ts {
+            if t > last + Q11_GAP_MS {
+                out.push(BidderSession {
+                    bidder,
+                    bid_count: count,
+                    start,
+                    end: last + Q11_GAP_MS,
+                });
+                start = t;
+                count = 0;
+            }
+            last = t;
+            count += 1;
+        }
+        out.push(BidderSession {
+            bidder,
+            bid_count: count,
+            start,
+            end: last + Q11_GAP_MS,
+        });
+    }
+    sorted(out)
+}
+
+#[test]
+fn q11_counts_each_bidders_bids_per_session() {
+    for group in GROUPS {
+        let cfg = config(group);
+        let want = q11_offline(&bids(&cfg));
+        let bidders: BTreeSet<u64> = want.iter().map(|s| s.bidder).collect();
+        // Some bidders pause for longer than the gap, so they have several sessions.
+        assert!(
+            want.len() > bidders.len() + 10,
+            "{} sessions of {} bidders",
+            want.len(),
+            bidders.len()
+        );
+        for p in [1, 2] {
+            assert_eq!(sorted(run(cfg.clone(), p, queries::q11)), want, "p {p}");
+        }
+    }
+}
+
+/// q12: which processing-time window a bid lands in depends on when it is processed,
+/// so the check is that every bid is counted once, for its bidder, in aligned windows
+/// of processing time. Windows of 100 ms, and a second input that ends 300 ms after
+/// the last event went into the query (a Person, which q12 ignores), so that the last
+/// window fires before the input ends (a window open at the end is not fired, as
+/// Flink's).
+#[test]
+fn q12_counts_every_bid_once_in_processing_time_windows() {
+    const SIZE_MS: Millis = 100;
+    let cfg = config(64);
+    let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+    let events: Vec<Event> = NexmarkSource::new(cfg.clone()).unwrap().events().collect();
+    for b in events.iter().cloned().filter_map(Event::into_bid) {
+        *want.entry(b.bidder).or_default() += 1;
+    }
+    let sentinel = events
+        .iter()
+        .find(|e| matches!(e, Event::Person(_)))
+        .unwrap()
+        .clone();
+    for p in [1, 2] {
+        let source = NexmarkSource::new(cfg.clone()).unwrap();
+        let env = StreamEnvironment::new(JobConfig::with_parallelism(p));
+        let out = CollectSink::new();
+        let strategy = source.watermark_strategy();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&seen);
+        let main = env.from_source(source, strategy).map(move |e: Event| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            e
+        });
+        let total = events.len();
+        let tail = env
+            .source(VecSource::new(vec![sentinel.clone()]))
+            .map(move |e: Event| {
+                // At most a minute for the events to go in.
+                for _ in 0..12_000 {
+                    if seen.load(Ordering::Relaxed) >= total {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                e
+            });
+        queries::q12_windows(main.union(tail), SIZE_MS).sink(out.clone());
+        env.execute("nexmark-q12").unwrap();
+        let rows = out.values();
+        let mut got: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut windows = BTreeSet::new();
+        for r in &rows {
+            assert_eq!(r.window_end - r.window_start, SIZE_MS, "{r:?}");
+            assert_eq!(r.window_start.rem_euclid(SIZE_MS), 0, "{r:?}");
+            assert!(
+                windows.insert((r.bidder, r.window_start)),
+                "one row per bidder and window: {r:?}"
+            );
+            *got.entry(r.bidder).or_default() += r.bid_count;
+        }
+        assert_eq!(got, want, "p {p}");
     }
 }

@@ -11,7 +11,7 @@ use clap::Args;
 /// Arguments of `brook nexmark`.
 #[derive(Debug, Args)]
 pub(crate) struct NexmarkArgs {
-    /// The query: q0, q1, q2, q3, q5, q7 or q8.
+    /// The query: q0, q1, q2, q3, q5, q7, q8, q11 or q12.
     #[arg(long)]
     query: Query,
     /// How many events to generate.
