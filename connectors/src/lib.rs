@@ -39,7 +39,7 @@ pub use file::{
 };
 pub use generator::{GeneratorBuilder, GeneratorEvent, GeneratorSource};
 pub use log::{LogReader, LogSink, LogSource, StartingOffsets, LOG_SINK_TRANSACTION_TIMEOUT_MS};
-pub use numbered::{NumberedEvents, NumberedSource, NumberedSplit};
+pub use numbered::{NumberedEvents, NumberedSource, NumberedSplit, ScheduleStart};
 pub use stdout::StdoutSink;
 
 /// Records per batch a source emits (the engine's default batch size).

@@ -29,6 +29,7 @@
 //! since its first poll (a reader that falls behind catches up).
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use brook_core::operator::{OpResult, Output, SubtaskInfo};
@@ -61,8 +62,13 @@ pub struct NumberedSource<G> {
     n: u64,
     splits: u32,
     rate: Option<f64>,
+    schedule: Option<ScheduleStart>,
     name: &'static str,
 }
+
+/// The moment a rate's schedule starts, shared by every reader of a source (and by
+/// whoever times results against it): set by the first poll of any subtask.
+pub type ScheduleStart = Arc<OnceLock<Stopwatch>>;
 
 impl<G: NumberedEvents> NumberedSource<G> {
     /// The events `0..n` of `events`, as fast as possible, in 16 splits whose ids are
@@ -73,6 +79,7 @@ impl<G: NumberedEvents> NumberedSource<G> {
             n,
             splits: 16,
             rate: None,
+            schedule: None,
             name,
         }
     }
@@ -106,6 +113,15 @@ impl<G: NumberedEvents> NumberedSource<G> {
         }
         self.rate = events_per_second;
         Ok(self)
+    }
+
+    /// Starts every subtask's schedule of the [rate](Self::rate) at one moment, kept in
+    /// `start` (set by the first poll of any subtask), instead of each at its own first
+    /// poll: event at output position `p` is then due `p / rate` seconds after it, in
+    /// every subtask, and a sink can measure how late a result is against the schedule.
+    pub fn shared_schedule(mut self, start: ScheduleStart) -> Self {
+        self.schedule = Some(start);
+        self
     }
 
     /// The total number of events.
@@ -203,6 +219,7 @@ impl<G: NumberedEvents + Clone> NumberedSource<G> {
             total,
             rate: self.rate.map(|r| (r * share).max(f64::MIN_POSITIVE)),
             started: None,
+            schedule: self.schedule.clone(),
         })
     }
 }
@@ -282,6 +299,8 @@ struct NumberedReader<G> {
     rate: Option<f64>,
     /// Since the first poll, for the rate's schedule.
     started: Option<Stopwatch>,
+    /// The source's shared start of the schedule, if it has one.
+    schedule: Option<ScheduleStart>,
 }
 
 impl<G> NumberedReader<G> {
@@ -290,9 +309,13 @@ impl<G> NumberedReader<G> {
         let Some(rate) = self.rate else {
             return self.total;
         };
+        let schedule = &self.schedule;
         let elapsed_s = self
             .started
-            .get_or_insert_with(Stopwatch::start)
+            .get_or_insert_with(|| match schedule {
+                Some(start) => *start.get_or_init(Stopwatch::start),
+                None => Stopwatch::start(),
+            })
             .elapsed_nanos() as f64
             / 1e9;
         // Event k is due at k / rate seconds: event 0 right away.

@@ -11,6 +11,7 @@
 //!   source.
 //! - [`queries`]: the queries with the builder API.
 //! - [`run`]: a query into a counting sink, timed ([`run::run`], for `brook nexmark`).
+//! - [`latency`]: end-to-end latency percentiles of a run at a rate.
 //!
 //! Must not know about: the `brook` binary, YAML jobs.
 //!
@@ -32,6 +33,7 @@
 
 pub mod config;
 pub mod generator;
+pub mod latency;
 pub mod model;
 pub mod queries;
 pub mod run;

@@ -1,10 +1,13 @@
 //! Running a query on the generator's events into a sink that only counts, timed: what
-//! `brook nexmark` prints (events/s, events per CPU-second, rows out).
+//! `brook nexmark` prints (events/s, events per CPU-second, rows out, and at a rate
+//! the end-to-end latency percentiles of [`crate::latency`]).
 
 use brook_core::time::process_cpu_secs;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use hdrhistogram::Histogram;
 
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, SubtaskInfo};
@@ -12,6 +15,7 @@ use brook_core::sink::{Sink, SinkWriter};
 use brook_core::time::Stopwatch;
 use brook_engine::{DataStream, EngineError, JobConfig, StreamEnvironment};
 
+use crate::latency::{self, Latencies, LatencyClock, LatencyReport};
 use crate::model::Event;
 use crate::queries;
 use crate::source::NexmarkSource;
@@ -69,17 +73,17 @@ impl Query {
     }
 
     /// Adds the query over `events` and a counting sink to the job.
-    fn add(self, events: DataStream<Event>, rows: &Arc<AtomicU64>) {
+    fn add(self, events: DataStream<Event>, sink: &Counted) {
         match self {
-            Query::Q0 => count_into(queries::q0(events), rows),
-            Query::Q1 => count_into(queries::q1(events), rows),
-            Query::Q2 => count_into(queries::q2(events), rows),
-            Query::Q3 => count_into(queries::q3(events), rows),
-            Query::Q5 => count_into(queries::q5(events), rows),
-            Query::Q7 => count_into(queries::q7(events), rows),
-            Query::Q8 => count_into(queries::q8(events), rows),
-            Query::Q11 => count_into(queries::q11(events), rows),
-            Query::Q12 => count_into(queries::q12(events), rows),
+            Query::Q0 => sink.add(queries::q0(events)),
+            Query::Q1 => sink.add(queries::q1(events)),
+            Query::Q2 => sink.add(queries::q2(events)),
+            Query::Q3 => sink.add(queries::q3(events)),
+            Query::Q5 => sink.add(queries::q5(events)),
+            Query::Q7 => sink.add(queries::q7(events)),
+            Query::Q8 => sink.add(queries::q8(events)),
+            Query::Q11 => sink.add(queries::q11(events)),
+            Query::Q12 => sink.add(queries::q12(events)),
         }
     }
 }
@@ -100,24 +104,29 @@ impl FromStr for Query {
     }
 }
 
-fn count_into<T: Clone + Send + 'static>(stream: DataStream<T>, rows: &Arc<AtomicU64>) {
-    stream.sink(CountSink::new(Arc::clone(rows)));
+/// Where a run's results go: their count, and their latencies at a rate.
+struct Counted {
+    rows: Arc<AtomicU64>,
+    latencies: Option<Arc<Latencies>>,
+}
+
+impl Counted {
+    fn add<T: Clone + Send + 'static>(&self, stream: DataStream<T>) {
+        stream.sink(CountSink {
+            rows: Arc::clone(&self.rows),
+            latencies: self.latencies.clone(),
+            _t: std::marker::PhantomData,
+        });
+    }
 }
 
 /// Counts the records each subtask writes, adding them to a shared total at the end
-/// (no shared write per record or batch).
+/// (no shared write per record or batch), and with a rate times each against the
+/// schedule (one clock read per batch).
 struct CountSink<T> {
     rows: Arc<AtomicU64>,
+    latencies: Option<Arc<Latencies>>,
     _t: std::marker::PhantomData<fn(T)>,
-}
-
-impl<T> CountSink<T> {
-    fn new(rows: Arc<AtomicU64>) -> Self {
-        CountSink {
-            rows,
-            _t: std::marker::PhantomData,
-        }
-    }
 }
 
 impl<T: Send + 'static> Sink for CountSink<T> {
@@ -127,6 +136,10 @@ impl<T: Send + 'static> Sink for CountSink<T> {
         Ok(Box::new(CountWriter {
             rows: Arc::clone(&self.rows),
             count: 0,
+            latencies: self
+                .latencies
+                .as_ref()
+                .map(|l| (Arc::clone(l), latency::histogram())),
             _t: std::marker::PhantomData,
         }))
     }
@@ -135,6 +148,7 @@ impl<T: Send + 'static> Sink for CountSink<T> {
 struct CountWriter<T> {
     rows: Arc<AtomicU64>,
     count: u64,
+    latencies: Option<(Arc<Latencies>, Histogram<u64>)>,
     _t: std::marker::PhantomData<fn(T)>,
 }
 
@@ -143,12 +157,26 @@ impl<T: Send + 'static> SinkWriter for CountWriter<T> {
 
     fn write_batch(&mut self, batch: Batch<T>) -> OpResult {
         self.count += batch.len() as u64;
+        if let Some((shared, hist)) = &mut self.latencies {
+            let clock = shared.clock();
+            if let Some(now) = clock.now_nanos() {
+                for r in &batch {
+                    if let Some(t) = r.timestamp {
+                        hist.saturating_record(clock.latency_us(t, now));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
     fn close(&mut self) {
         self.rows
             .fetch_add(std::mem::take(&mut self.count), Ordering::Relaxed);
+        if let Some((shared, hist)) = &mut self.latencies {
+            shared.merge(hist);
+            hist.reset();
+        }
     }
 }
 
@@ -164,6 +192,8 @@ pub struct RunReport {
     /// CPU time of the process meanwhile, every thread (s); `None` where the system
     /// does not tell.
     pub cpu_secs: Option<f64>,
+    /// End-to-end latencies, for a run at a rate that wrote results.
+    pub latency: Option<LatencyReport>,
 }
 
 impl RunReport {
@@ -191,9 +221,16 @@ pub fn run(
 ) -> Result<RunReport, EngineError> {
     let events = source.generator().config().events;
     let env = StreamEnvironment::new(config);
-    let rows = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(OnceLock::new());
+    let latencies = LatencyClock::new(source.generator().config(), Arc::clone(&start))
+        .map(|clock| Arc::new(Latencies::new(clock)));
+    let source = source.with_shared_schedule(start);
+    let sink = Counted {
+        rows: Arc::new(AtomicU64::new(0)),
+        latencies: latencies.clone(),
+    };
     let strategy = source.watermark_strategy();
-    query.add(env.from_source(source, strategy), &rows);
+    query.add(env.from_source(source, strategy), &sink);
     let cpu0 = process_cpu_secs();
     let watch = Stopwatch::start();
     env.execute(query.name())?;
@@ -201,8 +238,9 @@ pub fn run(
     let cpu_secs = cpu0.zip(process_cpu_secs()).map(|(a, b)| b - a);
     Ok(RunReport {
         events,
-        rows: rows.load(Ordering::Relaxed),
+        rows: sink.rows.load(Ordering::Relaxed),
         secs,
         cpu_secs,
+        latency: latencies.and_then(|l| l.report()),
     })
 }

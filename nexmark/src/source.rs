@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use brook_connectors::{ConnectorError, NumberedSource, NumberedSplit};
+use brook_connectors::{ConnectorError, NumberedSource, NumberedSplit, ScheduleStart};
 use brook_core::operator::{OpResult, SubtaskInfo};
 use brook_core::source::{Source, SourceReader};
 use brook_core::watermark::WatermarkStrategy;
@@ -33,6 +33,15 @@ impl NexmarkSource {
             .splits(splits)?
             .rate(rate)?;
         Ok(NexmarkSource { inner })
+    }
+
+    /// Starts every subtask's rate schedule at one moment, kept in `start` (see
+    /// [`NumberedSource::shared_schedule`]): results can be timed against it
+    /// ([`crate::latency`]).
+    pub fn with_shared_schedule(self, start: ScheduleStart) -> Self {
+        NexmarkSource {
+            inner: self.inner.shared_schedule(start),
+        }
     }
 
     /// The generator: any event from its number or output position.
