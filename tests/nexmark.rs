@@ -89,6 +89,56 @@ fn nexmark_at_a_rate_prints_the_latency_of_every_result() {
     assert!(p99 < 1000.0, "{out}");
 }
 
+/// `--all` runs every query and prints one table line each beside Flink's published
+/// figure, and names the figures' source.
+#[test]
+fn nexmark_all_prints_every_query_beside_flinks_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let out = run_brook_ok(&mut brook_command(
+        bin,
+        dir.path(),
+        &["nexmark", "--all", "--events", "20000"],
+    ));
+    let out = String::from_utf8(out.stdout).unwrap();
+    for q in ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q12"] {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(q))
+            .unwrap_or_else(|| panic!("no line for {q}:\n{out}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 7, "{line}");
+        // Flink's figure and brook's ratio to it.
+        assert!(cols[5].parse::<f64>().unwrap() > 0.0, "{line}");
+        assert!(cols[6].ends_with('x'), "{line}");
+    }
+    // q2's rows are those of the single run.
+    let q2 = out.lines().find(|l| l.starts_with("q2 ")).unwrap();
+    let want = NexmarkSource::new(NexmarkConfig {
+        events: 20_000,
+        ..NexmarkConfig::default()
+    })
+    .unwrap()
+    .events()
+    .filter_map(Event::into_bid)
+    .filter(|b| b.auction % 123 == 0)
+    .count();
+    assert_eq!(
+        q2.split_whitespace().nth(1),
+        Some(want.to_string().as_str())
+    );
+    assert!(
+        out.contains("flink/core: nexmark/nexmark README, Flink 1.13"),
+        "{out}"
+    );
+    let err = run_brook_err(&mut brook_command(
+        bin,
+        dir.path(),
+        &["nexmark", "--all", "--query", "q0"],
+    ));
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
 #[test]
 fn an_unknown_query_is_refused_with_the_names() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@
 //! - [`queries`]: the queries with the builder API.
 //! - [`run`]: a query into a counting sink, timed ([`run::run`], for `brook nexmark`).
 //! - [`latency`]: end-to-end latency percentiles of a run at a rate.
+//! - [`published`]: Flink's published figures, for comparison.
 //!
 //! Must not know about: the `brook` binary, YAML jobs.
 //!
@@ -35,6 +36,7 @@ pub mod config;
 pub mod generator;
 pub mod latency;
 pub mod model;
+pub mod published;
 pub mod queries;
 pub mod run;
 pub mod source;

@@ -1,11 +1,13 @@
-//! `brook nexmark --query qN --events N [--parallelism P] [--rate R]`: runs a Nexmark
-//! query (brook-nexmark) on the generator's events into a counting sink and prints
-//! events/s, events per CPU-second and rows out, and at a rate the end-to-end latency
-//! percentiles (issue 22).
+//! `brook nexmark --query qN|--all --events N [--parallelism P] [--rate R]`: runs a
+//! Nexmark query, or each in turn (brook-nexmark), on the generator's events into a
+//! counting sink and prints events/s, events per CPU-second and rows out, at a rate
+//! the end-to-end latency percentiles, and for `--all` a table beside Flink's
+//! published figures (issue 22).
 
 use anyhow::{Context, Result};
 use brook::engine::JobConfig;
-use brook::nexmark::run::{run, Query};
+use brook::nexmark::published::{flink_events_per_core_sec, FLINK_SOURCE};
+use brook::nexmark::run::{run, Query, RunReport};
 use brook::nexmark::{NexmarkConfig, NexmarkSource};
 use clap::Args;
 
@@ -13,9 +15,13 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub(crate) struct NexmarkArgs {
     /// The query: q0, q1, q2, q3, q5, q7, q8, q11 or q12.
+    #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+    query: Option<Query>,
+    /// Every query in turn, with the same settings, printed as one table beside
+    /// Flink's published events per second per core (its source is printed too).
     #[arg(long)]
-    query: Query,
-    /// How many events to generate.
+    all: bool,
+    /// How many events to generate (for each query).
     #[arg(long, default_value_t = 10_000_000)]
     events: u64,
     /// The job's parallelism.
@@ -29,25 +35,41 @@ pub(crate) struct NexmarkArgs {
     rate: Option<f64>,
 }
 
-/// Runs the query and prints what it measured.
+/// Runs the query (or all) and prints what it measured.
 pub(crate) fn nexmark(args: NexmarkArgs) -> Result<()> {
+    match args.query {
+        Some(query) => {
+            let report = run_one(&args, query)?;
+            print_one(&args, query, &report);
+        }
+        None => {
+            let mut rows = Vec::new();
+            for query in Query::ALL {
+                eprintln!("running {}", query.name());
+                rows.push((query, run_one(&args, query)?));
+            }
+            print_table(&args, &rows);
+        }
+    }
+    Ok(())
+}
+
+fn run_one(args: &NexmarkArgs, query: Query) -> Result<RunReport> {
     let config = NexmarkConfig {
         events: args.events,
         rate: args.rate,
         ..NexmarkConfig::default()
     };
     let source = NexmarkSource::new(config).context("--events or --rate")?;
-    let name = args.query.name();
-    let report = run(
-        args.query,
-        source,
-        JobConfig::with_parallelism(args.parallelism),
-    )
-    .with_context(|| format!("running {name}"))?;
+    run(query, source, JobConfig::with_parallelism(args.parallelism))
+        .with_context(|| format!("running {}", query.name()))
+}
+
+fn print_one(args: &NexmarkArgs, query: Query, report: &RunReport) {
     let per_cpu = report
         .events_per_cpu_sec()
         .map_or_else(|| "n/a".to_string(), |r| format!("{r:.0}"));
-    println!("query            {name}");
+    println!("query            {}", query.name());
     println!("parallelism      {}", args.parallelism);
     println!("events           {}", report.events);
     println!("rows out         {}", report.rows);
@@ -67,5 +89,50 @@ pub(crate) fn nexmark(args: NexmarkArgs) -> Result<()> {
             None => println!("latency          no results to time"),
         }
     }
-    Ok(())
+}
+
+/// One line per query: brook's figures, Flink's per core and the ratio of brook's
+/// events per CPU-second to it.
+fn print_table(args: &NexmarkArgs, rows: &[(Query, RunReport)]) {
+    println!(
+        "{} events per query, parallelism {}{}",
+        args.events,
+        args.parallelism,
+        args.rate
+            .map_or_else(String::new, |r| format!(", {r:.0} events/s"))
+    );
+    let latency = args.rate.is_some();
+    print!(
+        "{:<6} {:>12} {:>9} {:>14} {:>14} {:>14} {:>9}",
+        "query", "rows out", "seconds", "events/s", "events/cpu-s", "flink/core", "x flink"
+    );
+    if latency {
+        print!(" {:>9} {:>9} {:>9}", "p50 ms", "p99 ms", "p99.9 ms");
+    }
+    println!();
+    for (query, r) in rows {
+        let per_cpu = r.events_per_cpu_sec();
+        let flink = flink_events_per_core_sec(*query);
+        let ratio = per_cpu
+            .zip(flink)
+            .map_or_else(|| "-".to_string(), |(b, f)| format!("{:.0}x", b / f));
+        print!(
+            "{:<6} {:>12} {:>9.3} {:>14.0} {:>14} {:>14} {:>9}",
+            query.name(),
+            r.rows,
+            r.secs,
+            r.events_per_sec(),
+            per_cpu.map_or_else(|| "n/a".to_string(), |c| format!("{c:.0}")),
+            flink.map_or_else(|| "-".to_string(), |f| format!("{f:.0}")),
+            ratio
+        );
+        if latency {
+            match r.latency {
+                Some(l) => print!(" {:>9.3} {:>9.3} {:>9.3}", l.p50_ms, l.p99_ms, l.p999_ms),
+                None => print!(" {:>9} {:>9} {:>9}", "-", "-", "-"),
+            }
+        }
+        println!();
+    }
+    println!("flink/core: {FLINK_SOURCE}");
 }
