@@ -139,6 +139,48 @@ fn nexmark_all_prints_every_query_beside_flinks_figures() {
     assert!(err.contains("cannot be used with"), "{err}");
 }
 
+/// With RocksDB state and checkpoints the query's rows are the same, and checkpoints
+/// complete while it runs (a rate keeps it running for a second).
+#[test]
+fn nexmark_with_rocksdb_state_and_checkpoints_has_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let rows = |extra: &[&str]| -> String {
+        let mut args = vec!["nexmark", "--query", "q7", "--events", "20000"];
+        args.extend_from_slice(extra);
+        let out = run_brook_ok(&mut brook_command(bin, dir.path(), &args));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = rows(&[]);
+    let durable = rows(&[
+        "--state",
+        "rocksdb",
+        "--checkpoint-interval",
+        "50ms",
+        "--rate",
+        "20000",
+        "--parallelism",
+        "2",
+    ]);
+    assert_eq!(
+        field(&durable, "rows out"),
+        field(&plain, "rows out"),
+        "{durable}"
+    );
+    assert_eq!(field(&durable, "state"), "rocksdb");
+    let checkpoints = field(&durable, "checkpoints");
+    let id: u64 = checkpoints
+        .rsplit(' ')
+        .next()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint completed: {durable}"));
+    assert!(id >= 1, "{durable}");
+    assert!(
+        !dir.path().join("state").exists(),
+        "nothing in the data directory"
+    );
+}
+
 #[test]
 fn an_unknown_query_is_refused_with_the_names() {
     let dir = tempfile::tempdir().unwrap();

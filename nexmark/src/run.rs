@@ -194,6 +194,9 @@ pub struct RunReport {
     pub cpu_secs: Option<f64>,
     /// End-to-end latencies, for a run at a rate that wrote results.
     pub latency: Option<LatencyReport>,
+    /// The id of the last completed checkpoint, for a run with checkpoints that
+    /// completed one (filled in by the caller, who knows the directory).
+    pub checkpoints: Option<u64>,
 }
 
 impl RunReport {
@@ -242,5 +245,6 @@ pub fn run(
         secs,
         cpu_secs,
         latency: latencies.and_then(|l| l.report()),
+        checkpoints: None,
     })
 }

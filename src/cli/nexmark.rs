@@ -5,10 +5,13 @@
 //! published figures (issue 22).
 
 use anyhow::{Context, Result};
-use brook::engine::JobConfig;
+use brook::core::config::parse_duration_ms;
+use brook::engine::{latest_complete, CheckpointConfig, JobConfig, StateBackendFactory};
 use brook::nexmark::published::{flink_events_per_core_sec, FLINK_SOURCE};
 use brook::nexmark::run::{run, Query, RunReport};
 use brook::nexmark::{NexmarkConfig, NexmarkSource};
+use brook::spec::StateBackendKind;
+use brook::state::RocksDbOptions;
 use clap::Args;
 
 /// Arguments of `brook nexmark`.
@@ -33,6 +36,19 @@ pub(crate) struct NexmarkArgs {
     /// the sink got it.
     #[arg(long)]
     rate: Option<f64>,
+    /// Where keyed state lives: `memory` (the default) or `rocksdb` (in a temporary
+    /// directory, removed at the end).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "memory|rocksdb",
+        default_value = "memory"
+    )]
+    state: StateBackendKind,
+    /// Take an aligned checkpoint this often (`1s`, `500ms`; into a temporary
+    /// directory, removed at the end). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    checkpoint_interval: Option<String>,
 }
 
 /// Runs the query (or all) and prints what it measured.
@@ -61,8 +77,36 @@ fn run_one(args: &NexmarkArgs, query: Query) -> Result<RunReport> {
         ..NexmarkConfig::default()
     };
     let source = NexmarkSource::new(config).context("--events or --rate")?;
-    run(query, source, JobConfig::with_parallelism(args.parallelism))
-        .with_context(|| format!("running {}", query.name()))
+    // State and checkpoints of the run, removed when it ends (the figures are the
+    // point, not the files).
+    let scratch = tempfile::Builder::new()
+        .prefix("brook-nexmark-")
+        .tempdir()
+        .context("creating a temporary directory for state and checkpoints")?;
+    let mut job = JobConfig::with_parallelism(args.parallelism);
+    if args.state == StateBackendKind::Rocksdb {
+        job.state_backend =
+            StateBackendFactory::rocksdb(scratch.path().join("state"), RocksDbOptions::default());
+    }
+    if let Some(t) = &args.checkpoint_interval {
+        let ms = parse_duration_ms(t)
+            .map_err(|e| anyhow::anyhow!("--checkpoint-interval {t:?}: {e}"))?;
+        if ms <= 0 {
+            anyhow::bail!("--checkpoint-interval {t:?}: must be positive");
+        }
+        job.checkpoint = Some(CheckpointConfig::new(
+            scratch.path().join("checkpoints"),
+            ms,
+        ));
+    }
+    let mut report =
+        run(query, source, job).with_context(|| format!("running {}", query.name()))?;
+    if args.checkpoint_interval.is_some() {
+        report.checkpoints = latest_complete(&scratch.path().join("checkpoints"))
+            .map(|c| c.id)
+            .ok();
+    }
+    Ok(report)
 }
 
 fn print_one(args: &NexmarkArgs, query: Query, report: &RunReport) {
@@ -76,6 +120,15 @@ fn print_one(args: &NexmarkArgs, query: Query, report: &RunReport) {
     println!("seconds          {:.3}", report.secs);
     println!("events/s         {:.0}", report.events_per_sec());
     println!("events/cpu-s     {per_cpu}");
+    println!("state            {}", state_name(args.state));
+    if let Some(t) = &args.checkpoint_interval {
+        println!(
+            "checkpoints      every {t}, last completed id {}",
+            report
+                .checkpoints
+                .map_or_else(|| "none".to_string(), |id| id.to_string())
+        );
+    }
     if let Some(rate) = args.rate {
         println!("rate             {rate:.0}");
         match report.latency {
@@ -95,9 +148,13 @@ fn print_one(args: &NexmarkArgs, query: Query, report: &RunReport) {
 /// events per CPU-second to it.
 fn print_table(args: &NexmarkArgs, rows: &[(Query, RunReport)]) {
     println!(
-        "{} events per query, parallelism {}{}",
+        "{} events per query, parallelism {}, {} state{}{}",
         args.events,
         args.parallelism,
+        state_name(args.state),
+        args.checkpoint_interval
+            .as_ref()
+            .map_or_else(String::new, |t| format!(", checkpoints every {t}")),
         args.rate
             .map_or_else(String::new, |r| format!(", {r:.0} events/s"))
     );
@@ -135,4 +192,11 @@ fn print_table(args: &NexmarkArgs, rows: &[(Query, RunReport)]) {
         println!();
     }
     println!("flink/core: {FLINK_SOURCE}");
+}
+
+fn state_name(kind: StateBackendKind) -> &'static str {
+    match kind {
+        StateBackendKind::Memory => "memory",
+        StateBackendKind::Rocksdb => "rocksdb",
+    }
 }
