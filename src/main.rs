@@ -175,13 +175,18 @@ fn run(cli: Cli) -> Result<()> {
         Command::Cancel(args) => return runner_cli::cancel(args, &data_dir),
         Command::Resume(args) => return runner_cli::resume(args, &data_dir),
         Command::Ui(args) => return runner_cli::ui(args, &data_dir),
-        // Generated events into a counting sink: no log.
-        Command::Nexmark(args) => return nexmark::nexmark(args),
+        // Generated events into a counting sink: no log (`load` writes to it).
+        Command::Nexmark(args) if args.load().is_none() => return nexmark::nexmark(args),
         other => other,
     };
     // Only creating a topic makes a data directory: a command on a mistyped one fails
     // instead of leaving an empty log behind.
-    if !data_dir.exists() && !matches!(command, Command::Topic(TopicCommand::Create { .. })) {
+    let creates_topics = match &command {
+        Command::Topic(TopicCommand::Create { .. }) => true,
+        Command::Nexmark(args) => args.load().is_some(),
+        _ => false,
+    };
+    if !data_dir.exists() && !creates_topics {
         anyhow::bail!(
             "no data directory at {} (brook topic create makes one; --data-dir or BROOK_DATA_DIR picks another)",
             data_dir.display()
@@ -202,8 +207,11 @@ fn run(cli: Cli) -> Result<()> {
         | Command::Job(_)
         | Command::Cancel(_)
         | Command::Resume(_)
-        | Command::Ui(_)
-        | Command::Nexmark(_) => Ok(()),
+        | Command::Ui(_) => Ok(()),
+        Command::Nexmark(args) => match args.load() {
+            Some(load) => nexmark::load(&log, load),
+            None => Ok(()),
+        },
         Command::Topic(cmd) => topic_command(&log, cmd),
         Command::Produce(args) => produce(&log, args),
         Command::Consume(args) => {

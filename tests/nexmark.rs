@@ -1,10 +1,15 @@
 //! `brook nexmark`: the real binary runs a query and prints the events and the rows
-//! out of an offline computation of the same query; an unknown query is refused with
-//! the names it takes.
+//! out of an offline computation of the same query; at a rate, the latency of every
+//! result; `--all`, a table beside Flink's figures; with RocksDB and checkpoints, the
+//! same rows; `load` writes the events to topics and the YAML queries (nexmark/jobs/)
+//! over them have the builder queries' rows; an unknown query is refused with the
+//! names it takes.
 
 #![allow(clippy::unwrap_used)]
 
-use brook::nexmark::{Event, NexmarkConfig, NexmarkSource};
+use brook::engine::testing::CollectSink;
+use brook::engine::{DataStream, JobConfig, StreamEnvironment};
+use brook::nexmark::{queries, Event, NexmarkConfig, NexmarkSource};
 use brook_testkit::binary::{brook_command, run_brook_err, run_brook_ok};
 
 /// The value of the printed line `name  value`.
@@ -179,6 +184,140 @@ fn nexmark_with_rocksdb_state_and_checkpoints_has_the_same_rows() {
         !dir.path().join("state").exists(),
         "nothing in the data directory"
     );
+}
+
+/// The rows of `query` over `events` events through the engine in-process (the
+/// builder API, which tests/queries.rs checks against offline computations).
+fn builder_rows<T: Clone + Send + 'static>(
+    events: u64,
+    query: impl FnOnce(DataStream<Event>) -> DataStream<T>,
+) -> Vec<T> {
+    let source = NexmarkSource::new(NexmarkConfig {
+        events,
+        ..NexmarkConfig::default()
+    })
+    .unwrap();
+    let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
+    let out = CollectSink::new();
+    let strategy = source.watermark_strategy();
+    query(env.from_source(source, strategy)).sink(out.clone());
+    env.execute("nexmark").unwrap();
+    out.values()
+}
+
+/// The JSON rows of a file sink's output file.
+fn json_rows(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `brook nexmark load` writes the events to three topics, and the YAML versions of
+/// q1, q2 and q11 (nexmark/jobs/) over them have the rows of the builder queries.
+#[test]
+fn nexmark_load_and_the_yaml_queries_have_the_builder_queries_rows() {
+    const EVENTS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let events = EVENTS.to_string();
+    let out = run_brook_ok(&mut brook_command(
+        bin,
+        &data,
+        &["nexmark", "load", "--events", &events, "--partitions", "3"],
+    ));
+    let out = String::from_utf8(out.stdout).unwrap();
+    let all: Vec<Event> = NexmarkSource::new(NexmarkConfig {
+        events: EVENTS,
+        ..NexmarkConfig::default()
+    })
+    .unwrap()
+    .events()
+    .collect();
+    let count = |f: fn(&Event) -> bool| all.iter().filter(|e| f(e)).count().to_string();
+    for (topic, n) in [
+        ("nexmark.persons", count(|e| matches!(e, Event::Person(_)))),
+        (
+            "nexmark.auctions",
+            count(|e| matches!(e, Event::Auction(_))),
+        ),
+        ("nexmark.bids", count(|e| matches!(e, Event::Bid(_)))),
+    ] {
+        assert_eq!(field(&out, topic), format!("{n} records"), "{out}");
+    }
+    let run = |q: &str| -> Vec<serde_json::Value> {
+        let path = dir.path().join(format!("{q}.jsonl"));
+        let spec =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("nexmark/jobs/{q}.yaml"));
+        let sink = format!("sinks.out.path={}", path.display());
+        run_brook_ok(&mut brook_command(
+            bin,
+            &data,
+            &["run", "--quiet", spec.to_str().unwrap(), "--set", &sink],
+        ));
+        json_rows(&path)
+    };
+
+    // q1: prices in euros (compared in micro-euros: the float's last digits may differ).
+    let key = |auction: u64, bidder: u64, t: i64, price: f64| {
+        (auction, bidder, t, (price * 1e6).round() as i64)
+    };
+    let mut want: Vec<_> = builder_rows(EVENTS, queries::q1)
+        .into_iter()
+        .map(|b| key(b.auction, b.bidder, b.date_time, b.price))
+        .collect();
+    let mut got: Vec<_> = run("q1")
+        .iter()
+        .map(|r| {
+            key(
+                r["auction"].as_u64().unwrap(),
+                r["bidder"].as_u64().unwrap(),
+                r["date_time"].as_i64().unwrap(),
+                r["price"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    assert!(want.len() > 10_000);
+    assert_eq!(got, want, "q1");
+
+    // q2: the bids of every 123rd auction.
+    let mut want: Vec<_> = builder_rows(EVENTS, queries::q2)
+        .into_iter()
+        .map(|r| (r.auction, r.price))
+        .collect();
+    let mut got: Vec<_> = run("q2")
+        .iter()
+        .map(|r| (r["auction"].as_u64().unwrap(), r["price"].as_u64().unwrap()))
+        .collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    assert!(!want.is_empty());
+    assert_eq!(got, want, "q2");
+
+    // q11: sessions per bidder.
+    let mut want: Vec<_> = builder_rows(EVENTS, queries::q11)
+        .into_iter()
+        .map(|s| (s.bidder, s.start, s.end, s.bid_count))
+        .collect();
+    let mut got: Vec<_> = run("q11")
+        .iter()
+        .map(|r| {
+            (
+                r["bidder"].as_u64().unwrap(),
+                r["window_start"].as_i64().unwrap(),
+                r["window_end"].as_i64().unwrap(),
+                r["bid_count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    assert!(want.len() > 100);
+    assert_eq!(got, want, "q11");
 }
 
 #[test]

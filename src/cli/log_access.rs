@@ -419,7 +419,7 @@ impl RecordWriter {
             RecordWriter::Remote(w) => {
                 // A tombstone goes out as a null value (no payload), not an empty one.
                 let value = (!record.tombstone).then_some(&record.value[..]);
-                w.send(line_no, record.key.as_deref(), value)
+                w.send(line_no, record.key.as_deref(), value, record.timestamp)
             }
         }
     }

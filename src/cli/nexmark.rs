@@ -7,16 +7,23 @@
 use anyhow::{Context, Result};
 use brook::core::config::parse_duration_ms;
 use brook::engine::{latest_complete, CheckpointConfig, JobConfig, StateBackendFactory};
+use brook::log::{ProducerRecord, TopicConfig};
 use brook::nexmark::published::{flink_events_per_core_sec, FLINK_SOURCE};
 use brook::nexmark::run::{run, Query, RunReport};
+use brook::nexmark::Event;
 use brook::nexmark::{NexmarkConfig, NexmarkSource};
 use brook::spec::StateBackendKind;
 use brook::state::RocksDbOptions;
-use clap::Args;
+use clap::{Args, Subcommand};
+
+use super::log_access::LogAccess;
 
 /// Arguments of `brook nexmark`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct NexmarkArgs {
+    #[command(subcommand)]
+    command: Option<NexmarkCommand>,
     /// The query: q0, q1, q2, q3, q5, q7, q8, q11 or q12.
     #[arg(long, required_unless_present = "all", conflicts_with = "all")]
     query: Option<Query>,
@@ -49,6 +56,80 @@ pub(crate) struct NexmarkArgs {
     /// directory, removed at the end). Default: none.
     #[arg(long, value_name = "DURATION")]
     checkpoint_interval: Option<String>,
+}
+
+/// What `brook nexmark` does besides running queries.
+#[derive(Debug, Subcommand)]
+pub(crate) enum NexmarkCommand {
+    /// Append generated events to log topics `PREFIX.persons`, `PREFIX.auctions` and
+    /// `PREFIX.bids` (created with --partitions where missing): one JSON object per
+    /// record (the fields of brook-nexmark's Person, Auction, Bid; `date_time` in ms),
+    /// keyed by the person's, the auction's and the bid's auction id, with the event's
+    /// time as the record's timestamp.
+    Load(LoadArgs),
+}
+
+/// Arguments of `brook nexmark load`.
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    /// How many events to generate (persons, auctions and bids 1 : 3 : 46).
+    #[arg(long, default_value_t = 1_000_000)]
+    events: u64,
+    /// The topics' names start with this.
+    #[arg(long, default_value = "nexmark")]
+    topic_prefix: String,
+    /// Partitions of the topics this creates.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+}
+
+impl NexmarkArgs {
+    /// The `load` command, which needs the log.
+    pub(crate) fn load(&self) -> Option<&LoadArgs> {
+        match &self.command {
+            Some(NexmarkCommand::Load(l)) => Some(l),
+            None => None,
+        }
+    }
+}
+
+/// Appends the events to the three topics.
+pub(crate) fn load(log: &LogAccess, args: &LoadArgs) -> Result<()> {
+    let source = NexmarkSource::new(NexmarkConfig {
+        events: args.events,
+        ..NexmarkConfig::default()
+    })
+    .context("--events")?;
+    let names = ["persons", "auctions", "bids"].map(|t| format!("{}.{t}", args.topic_prefix));
+    let existing = log.topics()?;
+    let mut writers = Vec::with_capacity(3);
+    for name in &names {
+        if !existing.contains(name) {
+            log.create_topic(name, args.partitions, TopicConfig::default())
+                .with_context(|| format!("creating topic {name}"))?;
+        }
+        writers.push(log.writer(name, 4096)?);
+    }
+    for (position, event) in source.events().enumerate() {
+        let (w, key, time, value) = match &event {
+            Event::Person(p) => (0, p.id, p.date_time, serde_json::to_vec(p)),
+            Event::Auction(a) => (1, a.id, a.date_time, serde_json::to_vec(a)),
+            Event::Bid(b) => (2, b.auction, b.date_time, serde_json::to_vec(b)),
+        };
+        let value = value.with_context(|| format!("encoding event {position}"))?;
+        let record = ProducerRecord {
+            key: Some(key.to_string().into_bytes().into()),
+            value: value.into(),
+            timestamp: Some(time),
+            ..Default::default()
+        };
+        writers[w].send(position + 1, record)?;
+    }
+    for (name, w) in names.iter().zip(writers) {
+        let n = w.finish()?;
+        println!("{name:<24} {n} records");
+    }
+    Ok(())
 }
 
 /// Runs the query (or all) and prints what it measured.

@@ -86,9 +86,13 @@ impl RemoteWriter {
         line_no: usize,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
     ) -> Result<()> {
         let mut rec: BaseRecord<'_, [u8], [u8], Box<usize>> =
             BaseRecord::with_opaque_to(&self.topic, Box::new(line_no));
+        if let Some(t) = timestamp_ms {
+            rec = rec.timestamp(t);
+        }
         if let Some(v) = value {
             rec = rec.payload(v);
         }
