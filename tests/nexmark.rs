@@ -320,6 +320,61 @@ fn nexmark_load_and_the_yaml_queries_have_the_builder_queries_rows() {
     assert_eq!(got, want, "q11");
 }
 
+/// `--kill-after`: the first process is SIGKILLed, a second restores its latest
+/// checkpoint and catches up with the schedule, and the output is current again.
+#[test]
+fn nexmark_kill_after_restores_and_reports_the_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_brook"));
+    let args = [
+        "nexmark",
+        "--query",
+        "q0",
+        "--events",
+        "100000",
+        "--rate",
+        "20000",
+        "--checkpoint-interval",
+        "200ms",
+        "--kill-after",
+        "2s",
+    ];
+    let out = run_brook_ok(&mut brook_command(bin, dir.path(), &args));
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(field(&out, "killed after"), "2000 ms (SIGKILL)", "{out}");
+    let restored = field(&out, "restored");
+    let id: u64 = restored
+        .strip_prefix("checkpoint ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(id >= 1, "{out}");
+    let after_kill = |name: &str| -> u64 {
+        field(&out, name)
+            .strip_prefix('+')
+            .and_then(|v| v.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: {out}"))
+    };
+    let (first, current) = (after_kill("first result"), after_kill("current again"));
+    assert!(first <= current, "{out}");
+    // The restored run had most of the events still to go (80 % at the kill).
+    let rows: u64 = field(&out, "rows after")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rows > 50_000, "{out}");
+    // --kill-after without a rate is refused before anything runs.
+    let err = run_brook_err(&mut brook_command(
+        bin,
+        dir.path(),
+        &["nexmark", "--query", "q0", "--kill-after", "1s"],
+    ));
+    assert!(err.contains("--rate"), "{err}");
+}
+
 #[test]
 fn an_unknown_query_is_refused_with_the_names() {
     let dir = tempfile::tempdir().unwrap();

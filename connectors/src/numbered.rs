@@ -116,9 +116,12 @@ impl<G: NumberedEvents> NumberedSource<G> {
     }
 
     /// Starts every subtask's schedule of the [rate](Self::rate) at one moment, kept in
-    /// `start` (set by the first poll of any subtask), instead of each at its own first
-    /// poll: event at output position `p` is then due `p / rate` seconds after it, in
-    /// every subtask, and a sink can measure how late a result is against the schedule.
+    /// `start` (set by the first poll of any subtask unless the caller set it, for
+    /// example to a schedule an earlier process began), instead of each at its own
+    /// first poll: event at output position `p` is then due `p / rate` seconds after
+    /// it, in every subtask, and a sink can measure how late a result is against the
+    /// schedule. A reader restored on a shared schedule keeps its place in it: it
+    /// catches up with the events that fell due while it was not running.
     pub fn shared_schedule(mut self, start: ScheduleStart) -> Self {
         self.schedule = Some(start);
         self
@@ -211,11 +214,19 @@ impl<G: NumberedEvents + Clone> NumberedSource<G> {
         }
         // This subtask's share of all events (of the rate).
         let share = if n == 0 { 0.0 } else { all as f64 / n as f64 };
+        // On a shared schedule a restored reader keeps its place in it: what its
+        // splits emitted before counts as emitted, so it catches up with the events
+        // that fell due meanwhile instead of starting the schedule over.
+        let (emitted, total) = if self.schedule.is_some() {
+            (all - total, all)
+        } else {
+            (0, total)
+        };
         Ok(NumberedReader {
             events: self.events.clone(),
             n,
             cursors,
-            emitted: 0,
+            emitted,
             total,
             rate: self.rate.map(|r| (r * share).max(f64::MIN_POSITIVE)),
             started: None,

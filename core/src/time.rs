@@ -134,6 +134,17 @@ impl Stopwatch {
         Stopwatch(std::time::Instant::now())
     }
 
+    /// A stopwatch that started `nanos` ago (now, if the monotonic clock does not
+    /// reach that far back): a schedule that began in an earlier process.
+    #[allow(clippy::disallowed_methods)] // metrics timing, not a decision input
+    pub fn started_ago(nanos: u64) -> Self {
+        let now = std::time::Instant::now();
+        Stopwatch(
+            now.checked_sub(std::time::Duration::from_nanos(nanos))
+                .unwrap_or(now),
+        )
+    }
+
     /// Nanoseconds since [`Stopwatch::start`].
     pub fn elapsed_nanos(&self) -> u64 {
         self.0.elapsed().as_nanos() as u64

@@ -16,6 +16,7 @@
 //! digits), reads the clock once per batch and merges into the shared one when it
 //! closes: no lock or clock read per record.
 
+use std::io::Write as _;
 use std::sync::{Mutex, PoisonError};
 
 use brook_connectors::ScheduleStart;
@@ -116,6 +117,83 @@ impl Latencies {
     }
 }
 
+/// Latencies over time, for measuring a recovery (`brook nexmark --kill-after`): each
+/// sink writer adds a line `EPOCH_MS RESULTS P99_US MAX_US` for the results it got in
+/// the last [`INTERVAL_MS`] (at most one line per writer and interval, written when a
+/// batch comes after the interval ended; none for an interval without results).
+pub struct IntervalLog {
+    out: Mutex<Box<dyn std::io::Write + Send>>,
+}
+
+/// The length of an [`IntervalLog`] line's interval (ms).
+pub const INTERVAL_MS: Millis = 100;
+
+impl std::fmt::Debug for IntervalLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntervalLog").finish_non_exhaustive()
+    }
+}
+
+impl IntervalLog {
+    /// Lines go to `out`.
+    pub fn new(out: Box<dyn std::io::Write + Send>) -> Self {
+        IntervalLog {
+            out: Mutex::new(out),
+        }
+    }
+
+    /// Writes the line of an interval that ended at `epoch_ms` (write errors are
+    /// ignored: the log is a measurement, and the parent reads what there is).
+    pub fn line(&self, epoch_ms: Millis, h: &Histogram<u64>) {
+        if h.is_empty() {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = writeln!(
+            out,
+            "{epoch_ms} {} {} {}",
+            h.len(),
+            h.value_at_quantile(0.99),
+            h.max()
+        );
+        let _ = out.flush();
+    }
+}
+
+/// One line of an [`IntervalLog`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalLine {
+    /// When the interval ended (ms since the epoch).
+    pub epoch_ms: Millis,
+    /// Results in it.
+    pub results: u64,
+    /// Their 99th percentile latency (µs).
+    pub p99_us: u64,
+    /// The largest (µs).
+    pub max_us: u64,
+}
+
+/// The lines of an interval log's text (lines that do not parse are skipped: a
+/// SIGKILLed writer may leave half a line).
+pub fn parse_intervals(text: &str) -> Vec<IntervalLine> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ').map(str::parse::<i64>);
+            let (Some(Ok(t)), Some(Ok(n)), Some(Ok(p99)), Some(Ok(max)), None) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                return None;
+            };
+            Some(IntervalLine {
+                epoch_ms: t,
+                results: u64::try_from(n).ok()?,
+                p99_us: u64::try_from(p99).ok()?,
+                max_us: u64::try_from(max).ok()?,
+            })
+        })
+        .collect()
+}
+
 /// End-to-end latency percentiles of a run (ms).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LatencyReport {
@@ -154,6 +232,37 @@ mod tests {
         assert_eq!(clock.latency_us(base + 1, 5_000_000), 0);
         assert_eq!(clock.now_nanos(), None, "before the schedule starts");
         assert!(LatencyClock::new(&NexmarkConfig::default(), Arc::new(OnceLock::new())).is_none());
+    }
+
+    #[test]
+    fn interval_lines_round_trip_and_half_lines_are_skipped() {
+        let buf = Arc::new(Mutex::new(Vec::<u8>::new()));
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = IntervalLog::new(Box::new(Shared(Arc::clone(&buf))));
+        let mut h = histogram();
+        log.line(5, &h); // empty: no line
+        for us in [100, 200, 300] {
+            h.record(us).unwrap();
+        }
+        log.line(1_000, &h);
+        let mut text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        text.push_str("2000 3 10"); // cut off by a SIGKILL
+        let lines = parse_intervals(&text);
+        assert_eq!(lines.len(), 1);
+        assert_eq!((lines[0].epoch_ms, lines[0].results), (1_000, 3));
+        assert!(
+            lines[0].max_us >= 300 && lines[0].p99_us >= 299,
+            "{lines:?}"
+        );
     }
 
     #[test]

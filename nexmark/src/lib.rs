@@ -13,6 +13,7 @@
 //! - [`run`]: a query into a counting sink, timed ([`run::run`], for `brook nexmark`).
 //! - [`latency`]: end-to-end latency percentiles of a run at a rate.
 //! - [`published`]: Flink's published figures, for comparison.
+//! - [`recovery`]: how fast a killed run is current again, from its latencies.
 //!
 //! Must not know about: the `brook` binary, YAML jobs.
 //!
@@ -38,6 +39,7 @@ pub mod latency;
 pub mod model;
 pub mod published;
 pub mod queries;
+pub mod recovery;
 pub mod run;
 pub mod source;
 

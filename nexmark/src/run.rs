@@ -12,10 +12,10 @@ use hdrhistogram::Histogram;
 use brook_core::element::Batch;
 use brook_core::operator::{OpResult, SubtaskInfo};
 use brook_core::sink::{Sink, SinkWriter};
-use brook_core::time::Stopwatch;
+use brook_core::time::{Clock, Millis, Stopwatch, SystemClock};
 use brook_engine::{DataStream, EngineError, JobConfig, StreamEnvironment};
 
-use crate::latency::{self, Latencies, LatencyClock, LatencyReport};
+use crate::latency::{self, IntervalLog, Latencies, LatencyClock, LatencyReport, INTERVAL_MS};
 use crate::model::Event;
 use crate::queries;
 use crate::source::NexmarkSource;
@@ -108,6 +108,7 @@ impl FromStr for Query {
 struct Counted {
     rows: Arc<AtomicU64>,
     latencies: Option<Arc<Latencies>>,
+    intervals: Option<Arc<IntervalLog>>,
 }
 
 impl Counted {
@@ -115,6 +116,7 @@ impl Counted {
         stream.sink(CountSink {
             rows: Arc::clone(&self.rows),
             latencies: self.latencies.clone(),
+            intervals: self.intervals.clone(),
             _t: std::marker::PhantomData,
         });
     }
@@ -126,6 +128,7 @@ impl Counted {
 struct CountSink<T> {
     rows: Arc<AtomicU64>,
     latencies: Option<Arc<Latencies>>,
+    intervals: Option<Arc<IntervalLog>>,
     _t: std::marker::PhantomData<fn(T)>,
 }
 
@@ -140,6 +143,11 @@ impl<T: Send + 'static> Sink for CountSink<T> {
                 .latencies
                 .as_ref()
                 .map(|l| (Arc::clone(l), latency::histogram())),
+            intervals: self.intervals.as_ref().map(|log| Intervals {
+                log: Arc::clone(log),
+                current: latency::histogram(),
+                ends_ms: None,
+            }),
             _t: std::marker::PhantomData,
         }))
     }
@@ -149,7 +157,28 @@ struct CountWriter<T> {
     rows: Arc<AtomicU64>,
     count: u64,
     latencies: Option<(Arc<Latencies>, Histogram<u64>)>,
+    intervals: Option<Intervals>,
     _t: std::marker::PhantomData<fn(T)>,
+}
+
+/// A writer's latencies of the current interval, for an [`IntervalLog`].
+struct Intervals {
+    log: Arc<IntervalLog>,
+    current: Histogram<u64>,
+    /// When the current interval ends (ms since the epoch).
+    ends_ms: Option<Millis>,
+}
+
+impl Intervals {
+    /// Called at each batch: writes the interval that ended before `now_ms`.
+    fn roll(&mut self, now_ms: Millis) {
+        let ends = *self.ends_ms.get_or_insert(now_ms + INTERVAL_MS);
+        if now_ms >= ends {
+            self.log.line(ends, &self.current);
+            self.current.reset();
+            self.ends_ms = Some(now_ms + INTERVAL_MS);
+        }
+    }
 }
 
 impl<T: Send + 'static> SinkWriter for CountWriter<T> {
@@ -160,9 +189,16 @@ impl<T: Send + 'static> SinkWriter for CountWriter<T> {
         if let Some((shared, hist)) = &mut self.latencies {
             let clock = shared.clock();
             if let Some(now) = clock.now_nanos() {
+                if let Some(iv) = &mut self.intervals {
+                    iv.roll(SystemClock.now_ms());
+                }
                 for r in &batch {
                     if let Some(t) = r.timestamp {
-                        hist.saturating_record(clock.latency_us(t, now));
+                        let us = clock.latency_us(t, now);
+                        hist.saturating_record(us);
+                        if let Some(iv) = &mut self.intervals {
+                            iv.current.saturating_record(us);
+                        }
                     }
                 }
             }
@@ -176,6 +212,10 @@ impl<T: Send + 'static> SinkWriter for CountWriter<T> {
         if let Some((shared, hist)) = &mut self.latencies {
             shared.merge(hist);
             hist.reset();
+        }
+        if let Some(iv) = &mut self.intervals {
+            iv.log.line(SystemClock.now_ms(), &iv.current);
+            iv.current.reset();
         }
     }
 }
@@ -222,15 +262,43 @@ pub fn run(
     source: NexmarkSource,
     config: JobConfig,
 ) -> Result<RunReport, EngineError> {
+    run_with(query, source, config, RunOptions::default())
+}
+
+/// How [`run_with`] times results, beyond [`run`].
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    /// The rate's schedule began this many ms before the run (in an earlier process
+    /// that was killed; the restored source catches up with it). Default: it begins
+    /// at the first poll.
+    pub schedule_began_ms_ago: Option<u64>,
+    /// Latencies per interval go here too (at a rate).
+    pub intervals: Option<Arc<IntervalLog>>,
+}
+
+/// [`run`] with [`RunOptions`].
+///
+/// # Errors
+/// The job's [`EngineError`].
+pub fn run_with(
+    query: Query,
+    source: NexmarkSource,
+    config: JobConfig,
+    options: RunOptions,
+) -> Result<RunReport, EngineError> {
     let events = source.generator().config().events;
     let env = StreamEnvironment::new(config);
     let start = Arc::new(OnceLock::new());
+    if let Some(ago) = options.schedule_began_ms_ago {
+        let _ = start.set(Stopwatch::started_ago(ago.saturating_mul(1_000_000)));
+    }
     let latencies = LatencyClock::new(source.generator().config(), Arc::clone(&start))
         .map(|clock| Arc::new(Latencies::new(clock)));
     let source = source.with_shared_schedule(start);
     let sink = Counted {
         rows: Arc::new(AtomicU64::new(0)),
         latencies: latencies.clone(),
+        intervals: options.intervals,
     };
     let strategy = source.watermark_strategy();
     query.add(env.from_source(source, strategy), &sink);

@@ -11,6 +11,7 @@ pub(crate) mod log_access;
 pub(crate) mod log_cli;
 pub(crate) mod metrics_http;
 pub(crate) mod nexmark;
+pub(crate) mod nexmark_recovery;
 pub(crate) mod remote_log;
 pub(crate) mod remote_reader;
 pub(crate) mod remote_reset;

@@ -4,12 +4,16 @@
 //! the end-to-end latency percentiles, and for `--all` a table beside Flink's
 //! published figures (issue 22).
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result};
 use brook::core::config::parse_duration_ms;
+use brook::core::time::{Clock, SystemClock};
 use brook::engine::{latest_complete, CheckpointConfig, JobConfig, StateBackendFactory};
 use brook::log::{ProducerRecord, TopicConfig};
+use brook::nexmark::latency::IntervalLog;
 use brook::nexmark::published::{flink_events_per_core_sec, FLINK_SOURCE};
-use brook::nexmark::run::{run, Query, RunReport};
+use brook::nexmark::run::{run_with, Query, RunOptions, RunReport};
 use brook::nexmark::Event;
 use brook::nexmark::{NexmarkConfig, NexmarkSource};
 use brook::spec::StateBackendKind;
@@ -33,16 +37,16 @@ pub(crate) struct NexmarkArgs {
     all: bool,
     /// How many events to generate (for each query).
     #[arg(long, default_value_t = 10_000_000)]
-    events: u64,
+    pub(crate) events: u64,
     /// The job's parallelism.
     #[arg(long, default_value_t = 1)]
-    parallelism: u32,
+    pub(crate) parallelism: u32,
     /// Events per second (all subtasks together) instead of as fast as possible; the
     /// run then prints end-to-end latency percentiles (ms): from when the source's
     /// schedule made a result's time due (a bid's own time, a window's end) to when
     /// the sink got it.
     #[arg(long)]
-    rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// Where keyed state lives: `memory` (the default) or `rocksdb` (in a temporary
     /// directory, removed at the end).
     #[arg(
@@ -51,11 +55,32 @@ pub(crate) struct NexmarkArgs {
         value_name = "memory|rocksdb",
         default_value = "memory"
     )]
-    state: StateBackendKind,
+    pub(crate) state: StateBackendKind,
     /// Take an aligned checkpoint this often (`1s`, `500ms`; into a temporary
     /// directory, removed at the end). Default: none.
     #[arg(long, value_name = "DURATION")]
-    checkpoint_interval: Option<String>,
+    pub(crate) checkpoint_interval: Option<String>,
+    /// SIGKILL the run after this long (`10s`), restore it from its latest checkpoint
+    /// in a new process, and print how long until its output was current again: the
+    /// 99th percentile latency of 100 ms of results back at most the worst one of the
+    /// steady state before the kill (needs --rate and --checkpoint-interval).
+    #[arg(long, value_name = "DURATION", requires_all = ["rate", "checkpoint_interval"], conflicts_with = "all")]
+    pub(crate) kill_after: Option<String>,
+    /// (For --kill-after's processes.) State and checkpoints in this directory
+    /// instead of a temporary one.
+    #[arg(long, hide = true)]
+    scratch_dir: Option<PathBuf>,
+    /// (For --kill-after's processes.) Restore from the latest checkpoint in the
+    /// scratch directory.
+    #[arg(long, hide = true, requires = "scratch_dir")]
+    restore_latest: bool,
+    /// (For --kill-after's processes.) The rate's schedule began at this time (ms since
+    /// the epoch), in the first process.
+    #[arg(long, hide = true)]
+    schedule_origin_ms: Option<i64>,
+    /// (For --kill-after's processes.) Append latencies per 100 ms to this file.
+    #[arg(long, hide = true)]
+    interval_log: Option<PathBuf>,
 }
 
 /// What `brook nexmark` does besides running queries.
@@ -135,6 +160,9 @@ pub(crate) fn load(log: &LogAccess, args: &LoadArgs) -> Result<()> {
 /// Runs the query (or all) and prints what it measured.
 pub(crate) fn nexmark(args: NexmarkArgs) -> Result<()> {
     match args.query {
+        Some(query) if args.kill_after.is_some() => {
+            super::nexmark_recovery::kill_and_recover(&args, query)?;
+        }
         Some(query) => {
             let report = run_one(&args, query)?;
             print_one(&args, query, &report);
@@ -159,15 +187,41 @@ fn run_one(args: &NexmarkArgs, query: Query) -> Result<RunReport> {
     };
     let source = NexmarkSource::new(config).context("--events or --rate")?;
     // State and checkpoints of the run, removed when it ends (the figures are the
-    // point, not the files).
-    let scratch = tempfile::Builder::new()
-        .prefix("brook-nexmark-")
-        .tempdir()
-        .context("creating a temporary directory for state and checkpoints")?;
+    // point, not the files), unless --kill-after's parent keeps them across processes.
+    let temp;
+    let scratch = match &args.scratch_dir {
+        Some(dir) => dir.as_path(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("brook-nexmark-")
+                .tempdir()
+                .context("creating a temporary directory for state and checkpoints")?;
+            temp.path()
+        }
+    };
     let mut job = JobConfig::with_parallelism(args.parallelism);
     if args.state == StateBackendKind::Rocksdb {
         job.state_backend =
-            StateBackendFactory::rocksdb(scratch.path().join("state"), RocksDbOptions::default());
+            StateBackendFactory::rocksdb(scratch.join("state"), RocksDbOptions::default());
+    }
+    if args.restore_latest {
+        let dir = scratch.join("checkpoints");
+        let cp = latest_complete(&dir)
+            .with_context(|| format!("restoring the latest checkpoint of {}", dir.display()))?;
+        job.restore = Some(std::sync::Arc::new(cp));
+    }
+    let mut options = RunOptions::default();
+    if let Some(origin) = args.schedule_origin_ms {
+        options.schedule_began_ms_ago =
+            Some(u64::try_from(SystemClock.now_ms() - origin).unwrap_or(0));
+    }
+    if let Some(path) = &args.interval_log {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        options.intervals = Some(std::sync::Arc::new(IntervalLog::new(Box::new(file))));
     }
     if let Some(t) = &args.checkpoint_interval {
         let ms = parse_duration_ms(t)
@@ -175,15 +229,12 @@ fn run_one(args: &NexmarkArgs, query: Query) -> Result<RunReport> {
         if ms <= 0 {
             anyhow::bail!("--checkpoint-interval {t:?}: must be positive");
         }
-        job.checkpoint = Some(CheckpointConfig::new(
-            scratch.path().join("checkpoints"),
-            ms,
-        ));
+        job.checkpoint = Some(CheckpointConfig::new(scratch.join("checkpoints"), ms));
     }
-    let mut report =
-        run(query, source, job).with_context(|| format!("running {}", query.name()))?;
+    let mut report = run_with(query, source, job, options)
+        .with_context(|| format!("running {}", query.name()))?;
     if args.checkpoint_interval.is_some() {
-        report.checkpoints = latest_complete(&scratch.path().join("checkpoints"))
+        report.checkpoints = latest_complete(&scratch.join("checkpoints"))
             .map(|c| c.id)
             .ok();
     }
@@ -275,7 +326,7 @@ fn print_table(args: &NexmarkArgs, rows: &[(Query, RunReport)]) {
     println!("flink/core: {FLINK_SOURCE}");
 }
 
-fn state_name(kind: StateBackendKind) -> &'static str {
+pub(crate) fn state_name(kind: StateBackendKind) -> &'static str {
     match kind {
         StateBackendKind::Memory => "memory",
         StateBackendKind::Rocksdb => "rocksdb",
