@@ -227,10 +227,7 @@ impl Generator {
         let (item_name, description) = ITEMS[rng.random_range(0..ITEMS.len())];
         let initial_bid = price(rng);
         let reserve = initial_bid + price(rng);
-        // 100 auctions' worth of events (100 × 50 / 3) of event time, on average.
-        let events = AUCTIONS_IN_FLIGHT * PROPORTION_DENOMINATOR / AUCTION_PROPORTION;
-        let mean_ms = (events * self.cfg.inter_event_delay_us / 1000).max(1);
-        let length = rng.random_range(1..=2 * mean_ms);
+        let length = rng.random_range(1..=max_auction_length_ms(&self.cfg) as u64);
         Auction {
             id: FIRST_AUCTION_ID + auctions_upto(e) - 1,
             item_name: Cow::Borrowed(item_name),
@@ -268,6 +265,15 @@ impl Generator {
             extra: String::new(),
         }
     }
+}
+
+/// The longest an auction of `config` runs (ms; `expires - date_time` is 1 to this):
+/// twice the event time of 100 auctions' worth of events (100 × 50 / 3), the
+/// reference generator's average.
+pub fn max_auction_length_ms(config: &NexmarkConfig) -> Millis {
+    let events = AUCTIONS_IN_FLIGHT * PROPORTION_DENOMINATOR / AUCTION_PROPORTION;
+    let mean_ms = (events * config.inter_event_delay_us / 1000).max(1);
+    (2 * mean_ms) as Millis
 }
 
 /// One of the newest persons as of event `e` (0-based), or one not registered yet.

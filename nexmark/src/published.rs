@@ -20,6 +20,7 @@ pub fn flink_events_per_core_sec(query: Query) -> Option<f64> {
         Query::Q1 => 157_940.0,
         Query::Q2 => 175_210.0,
         Query::Q3 => 152_120.0,
+        Query::Q4 => 34_330.0,
         Query::Q5 => 22_140.0,
         Query::Q7 => 12_330.0,
         Query::Q8 => 146_140.0,

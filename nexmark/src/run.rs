@@ -15,6 +15,8 @@ use brook_core::sink::{Sink, SinkWriter};
 use brook_core::time::{Clock, Millis, Stopwatch, SystemClock};
 use brook_engine::{DataStream, EngineError, JobConfig, StreamEnvironment};
 
+use crate::config::NexmarkConfig;
+use crate::generator::max_auction_length_ms;
 use crate::latency::{self, IntervalLog, Latencies, LatencyClock, LatencyReport, INTERVAL_MS};
 use crate::model::Event;
 use crate::queries;
@@ -31,6 +33,8 @@ pub enum Query {
     Q2,
     /// Local item suggestion.
     Q3,
+    /// Average price for a category.
+    Q4,
     /// Hot items.
     Q5,
     /// Highest bid.
@@ -45,11 +49,12 @@ pub enum Query {
 
 impl Query {
     /// Every query, in order.
-    pub const ALL: [Query; 9] = [
+    pub const ALL: [Query; 10] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
         Query::Q3,
+        Query::Q4,
         Query::Q5,
         Query::Q7,
         Query::Q8,
@@ -64,6 +69,7 @@ impl Query {
             Query::Q1 => "q1",
             Query::Q2 => "q2",
             Query::Q3 => "q3",
+            Query::Q4 => "q4",
             Query::Q5 => "q5",
             Query::Q7 => "q7",
             Query::Q8 => "q8",
@@ -73,12 +79,13 @@ impl Query {
     }
 
     /// Adds the query over `events` and a counting sink to the job.
-    fn add(self, events: DataStream<Event>, sink: &Counted) {
+    fn add(self, events: DataStream<Event>, config: &NexmarkConfig, sink: &Counted) {
         match self {
             Query::Q0 => sink.add(queries::q0(events)),
             Query::Q1 => sink.add(queries::q1(events)),
             Query::Q2 => sink.add(queries::q2(events)),
             Query::Q3 => sink.add(queries::q3(events)),
+            Query::Q4 => sink.add(queries::q4(events, max_auction_length_ms(config))),
             Query::Q5 => sink.add(queries::q5(events)),
             Query::Q7 => sink.add(queries::q7(events)),
             Query::Q8 => sink.add(queries::q8(events)),
@@ -90,7 +97,7 @@ impl Query {
 
 /// A query name that is not one of [`Query::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown query {0:?}: expected one of q0, q1, q2, q3, q5, q7, q8, q11, q12")]
+#[error("unknown query {0:?}: expected one of q0, q1, q2, q3, q4, q5, q7, q8, q11, q12")]
 pub struct UnknownQuery(pub String);
 
 impl FromStr for Query {
@@ -301,7 +308,8 @@ pub fn run_with(
         intervals: options.intervals,
     };
     let strategy = source.watermark_strategy();
-    query.add(env.from_source(source, strategy), &sink);
+    let config = source.generator().config().clone();
+    query.add(env.from_source(source, strategy), &config, &sink);
     let cpu0 = process_cpu_secs();
     let watch = Stopwatch::start();
     env.execute(query.name())?;

@@ -14,7 +14,7 @@ use brook_nexmark::queries::{
     self, AuctionPrice, BidderCount, BidderSession, EuroBid, HotItem, LocalItem, NewUser,
     Q11_GAP_MS, Q2_AUCTION_MODULUS, Q5_SIZE_MS, Q5_SLIDE_MS, Q7_SIZE_MS, Q8_SIZE_MS,
 };
-use brook_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource, Person};
+use brook_nexmark::{Auction, Bid, Event, NexmarkConfig, NexmarkSource, Person};
 
 /// 20,000 events 2 ms apart: 40 s of event time, 4 windows of q7, 24 of q5. Out of
 /// order (`group > 1`) without hot auctions, so that several auctions share a window's
@@ -410,5 +410,68 @@ fn q12_counts_every_bid_once_in_processing_time_windows() {
             *got.entry(r.bidder).or_default() += r.bid_count;
         }
         assert_eq!(got, want, "p {p}");
+    }
+}
+
+/// q4 offline: per auction the highest bid made while it was open (`date_time <=
+/// bid <= expires`), then per category the sum and count of those closing prices.
+fn q4_offline(events: &[Event]) -> BTreeMap<u64, (u64, u64)> {
+    let auctions: BTreeMap<u64, &Auction> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) => Some((a.id, a)),
+            _ => None,
+        })
+        .collect();
+    let mut highest: BTreeMap<u64, u64> = BTreeMap::new();
+    for e in events {
+        let Event::Bid(b) = e else { continue };
+        let Some(a) = auctions.get(&b.auction) else {
+            continue;
+        };
+        if a.date_time <= b.date_time && b.date_time <= a.expires {
+            let h = highest.entry(a.id).or_default();
+            *h = (*h).max(b.price);
+        }
+    }
+    let mut out: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for (id, price) in highest {
+        let t = out.entry(auctions[&id].category).or_default();
+        t.0 += price;
+        t.1 += 1;
+    }
+    out
+}
+
+#[test]
+fn q4_averages_the_closing_prices_per_category() {
+    for group in GROUPS {
+        let cfg = config(group);
+        let events: Vec<Event> = NexmarkSource::new(cfg.clone()).unwrap().events().collect();
+        let want = q4_offline(&events);
+        assert!(
+            want.len() >= 3 && want.values().map(|t| t.1).sum::<u64>() > 100,
+            "{want:?}"
+        );
+        let max_len = brook_nexmark::generator::max_auction_length_ms(&cfg);
+        for p in [1, 2] {
+            let rows = run(cfg.clone(), p, |s| queries::q4(s, max_len));
+            // An updating result: each category's last row (the most auctions) is final,
+            // and its average is its sum over its count.
+            let mut last: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+            for r in &rows {
+                assert!(
+                    (r.average - r.sum as f64 / r.auctions as f64).abs() < 1e-6,
+                    "{r:?}"
+                );
+                let e = last.entry(r.category).or_default();
+                if r.auctions > e.1 {
+                    *e = (r.sum, r.auctions);
+                }
+            }
+            assert_eq!(last, want, "group {group}, p {p}");
+            // One row per closed auction.
+            assert_eq!(rows.len() as u64, want.values().map(|t| t.1).sum::<u64>());
+        }
     }
 }

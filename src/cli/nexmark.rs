@@ -28,7 +28,7 @@ use super::log_access::LogAccess;
 pub(crate) struct NexmarkArgs {
     #[command(subcommand)]
     command: Option<NexmarkCommand>,
-    /// The query: q0, q1, q2, q3, q5, q7, q8, q11 or q12.
+    /// The query: q0, q1, q2, q3, q4, q5, q7, q8, q11 or q12.
     #[arg(long, required_unless_present = "all", conflicts_with = "all")]
     query: Option<Query>,
     /// Every query in turn, with the same settings, printed as one table beside
