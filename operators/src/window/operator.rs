@@ -628,9 +628,14 @@ where
         Ok(())
     }
 
+    /// Asks to be called once processing time has *passed* the earliest processing-
+    /// time timer (at `t + 1`): a record processed at `t` itself still belongs to the
+    /// window that timer fires (as Flink since FLINK-9857, whose timers fired at `t`
+    /// and a record at `t` then opened the fired window again: two rows for one key
+    /// and window).
     fn request_processing_callback(&self, ctx: &mut OperatorContext) {
         if let Some(t) = self.core.processing_timers.peek_time() {
-            ctx.request_processing_time_callback(t);
+            ctx.request_processing_time_callback(t.saturating_add(1));
         }
     }
 }
@@ -881,7 +886,8 @@ where
         ctx: &mut OperatorContext,
         out: &mut Output<Self::Out>,
     ) -> OpResult {
-        self.fire_timers(Domain::Processing, now_ms, ctx, out)?;
+        // Only timers processing time has passed (see `request_processing_callback`).
+        self.fire_timers(Domain::Processing, now_ms.saturating_sub(1), ctx, out)?;
         self.request_processing_callback(ctx);
         Ok(())
     }

@@ -483,8 +483,8 @@ fn a_restore_at_another_max_parallelism_is_an_error() {
     assert!(err.contains("max parallelism"), "{err}");
 }
 
-/// Processing-time windows: the restored operator asks for a callback at its earliest
-/// timer and fires there.
+/// Processing-time windows: the restored operator asks for a callback just after its
+/// earliest timer and fires there.
 #[test]
 fn processing_time_timers_come_back() {
     for (name, backend) in backends() {
@@ -504,8 +504,9 @@ fn processing_time_timers_come_back() {
         a.record(ev("k2", 0, 2));
         let snaps = a.snapshot();
         let mut b = Run::restore(&cfg, &snaps, 1, 128, Millis::MIN, &clock);
-        assert_eq!(b.subs[0].pending_processing_time(), Some(19), "{name}");
-        b.clock(19);
+        // The timer is at 19; it fires once processing time has passed it.
+        assert_eq!(b.subs[0].pending_processing_time(), Some(20), "{name}");
+        b.clock(20);
         assert_eq!(b.take_got().len(), 2, "{name}");
         assert_eq!(b.window_count(), 0, "{name}");
     }

@@ -499,12 +499,14 @@ fn processing_time_windows_fire_on_the_clock() {
             StreamRecord::new(ev("b", 0, 2)),
         ];
         h.process_batch(batch).unwrap();
-        assert_eq!(h.pending_processing_time(), Some(9));
+        // The window's timer is at 9, its max timestamp; it fires once processing time
+        // has passed 9 (as Flink since FLINK-9857): a record at 9 still joins it.
+        assert_eq!(h.pending_processing_time(), Some(10));
         // The clock moves on without the callback (the task has not polled yet).
         clock.set(12);
         h.process_record(StreamRecord::new(ev("a", 0, 4))).unwrap();
         assert!(h.output().is_empty());
-        assert_eq!(h.pending_processing_time(), Some(9));
+        assert_eq!(h.pending_processing_time(), Some(10));
         h.set_processing_time(12).unwrap();
         let got: Vec<_> = h
             .take_records()
@@ -520,10 +522,50 @@ fn processing_time_windows_fire_on_the_clock() {
             vec![("a".into(), w, (1, 1), 9), ("b".into(), w, (1, 2), 9)],
             "{name} table"
         );
-        assert_eq!(h.pending_processing_time(), Some(19));
+        assert_eq!(h.pending_processing_time(), Some(20));
         h.set_processing_time(19).unwrap();
+        assert!(
+            h.output().is_empty(),
+            "{name}: not before processing time passed 19"
+        );
+        h.set_processing_time(20).unwrap();
         assert_eq!(h.output().len(), 1);
         assert_eq!(h.operator().window_count(), 0);
+    }
+}
+
+/// A record processed at a window's max timestamp joins that window, which then fires
+/// once: before FLINK-9857's rule the timer fired at 9 and a record at 9 opened the
+/// fired window again, so one key had two rows for one window (Nexmark q12 saw it).
+#[test]
+fn a_record_at_a_processing_time_windows_last_millisecond_joins_it_and_it_fires_once() {
+    for (name, backend) in backends() {
+        let clock = ManualClock::new(3);
+        let mut h = backend.harness(HarnessSetup::new("window").clock(&clock), |b| {
+            aggregate_op(TumblingProcessingTimeWindows::of(10).unwrap(), b)
+        });
+        h.open().unwrap();
+        h.process_record(StreamRecord::new(ev("a", 0, 1))).unwrap();
+        clock.set(9);
+        h.set_processing_time(9).unwrap();
+        assert!(h.output().is_empty(), "{name}");
+        h.process_record(StreamRecord::new(ev("a", 0, 2))).unwrap();
+        clock.set(10);
+        h.set_processing_time(10).unwrap();
+        let rows: Vec<_> = h
+            .take_records()
+            .into_iter()
+            .map(|rec| match rec.value {
+                WindowOutput::Result(r) => (r.key, r.window, r.value),
+                WindowOutput::Late(_) => panic!("late"),
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![("a".into(), TimeWindow::new(0, 10), (2, 3))],
+            "{name}"
+        );
+        assert_eq!(h.operator().window_count(), 0, "{name}");
     }
 }
 
