@@ -20,6 +20,25 @@ fn field<'a>(out: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name:?} line in:\n{out}"))
 }
 
+/// The generator's source of `events` events with the reference's defaults (what
+/// `brook nexmark` and `brook nexmark load` use).
+fn source(events: u64) -> NexmarkSource {
+    NexmarkSource::new(NexmarkConfig {
+        events,
+        ..NexmarkConfig::default()
+    })
+    .unwrap()
+}
+
+/// q2's rows over `events` events, offline: the bids of every 123rd auction.
+fn q2_rows(events: u64) -> usize {
+    source(events)
+        .events()
+        .filter_map(Event::into_bid)
+        .filter(|b| b.auction % 123 == 0)
+        .count()
+}
+
 #[test]
 fn nexmark_prints_the_rows_of_the_query() {
     let dir = tempfile::tempdir().unwrap();
@@ -35,16 +54,7 @@ fn nexmark_prints_the_rows_of_the_query() {
     ];
     let out = run_brook_ok(&mut brook_command(bin, dir.path(), &args));
     let out = String::from_utf8(out.stdout).unwrap();
-    let source = NexmarkSource::new(NexmarkConfig {
-        events: 20_000,
-        ..NexmarkConfig::default()
-    })
-    .unwrap();
-    let want = source
-        .events()
-        .filter_map(Event::into_bid)
-        .filter(|b| b.auction % 123 == 0)
-        .count();
+    let want = q2_rows(20_000);
     assert!(want > 0);
     assert_eq!(field(&out, "query"), "q2");
     assert!(!field(&out, "events/s").is_empty());
@@ -119,15 +129,7 @@ fn nexmark_all_prints_every_query_beside_flinks_figures() {
     }
     // q2's rows are those of the single run.
     let q2 = out.lines().find(|l| l.starts_with("q2 ")).unwrap();
-    let want = NexmarkSource::new(NexmarkConfig {
-        events: 20_000,
-        ..NexmarkConfig::default()
-    })
-    .unwrap()
-    .events()
-    .filter_map(Event::into_bid)
-    .filter(|b| b.auction % 123 == 0)
-    .count();
+    let want = q2_rows(20_000);
     assert_eq!(
         q2.split_whitespace().nth(1),
         Some(want.to_string().as_str())
@@ -192,11 +194,7 @@ fn builder_rows<T: Clone + Send + 'static>(
     events: u64,
     query: impl FnOnce(DataStream<Event>) -> DataStream<T>,
 ) -> Vec<T> {
-    let source = NexmarkSource::new(NexmarkConfig {
-        events,
-        ..NexmarkConfig::default()
-    })
-    .unwrap();
+    let source = source(events);
     let env = StreamEnvironment::new(JobConfig::with_parallelism(2));
     let out = CollectSink::new();
     let strategy = source.watermark_strategy();
@@ -237,13 +235,7 @@ fn nexmark_load_and_the_yaml_queries_have_the_builder_queries_rows() {
         &["nexmark", "load", "--events", &events, "--partitions", "3"],
     ));
     let out = String::from_utf8(out.stdout).unwrap();
-    let all: Vec<Event> = NexmarkSource::new(NexmarkConfig {
-        events: EVENTS,
-        ..NexmarkConfig::default()
-    })
-    .unwrap()
-    .events()
-    .collect();
+    let all: Vec<Event> = source(EVENTS).events().collect();
     let count = |f: fn(&Event) -> bool| all.iter().filter(|e| f(e)).count().to_string();
     for (topic, n) in [
         ("nexmark.persons", count(|e| matches!(e, Event::Person(_)))),
